@@ -1,0 +1,3 @@
+from reusebench.cli import main
+
+raise SystemExit(main())
