@@ -1,0 +1,325 @@
+"""A small httpx client for the llama-server endpoints the suite uses.
+
+Completions stream with ``return_progress`` so the client sees the first
+prompt-progress event (client-side time to first byte), a progress callback can
+draw a bar on long prefills, and the time to the first generated token is
+measured on the client. Responses are reduced to counts, times, token ids and
+log-probabilities: prompt and output text are never kept.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+Prompt = str | Sequence[int]
+ProgressCallback = Callable[[int, int, int], None]  # (processed, cached, total)
+
+
+class ClientError(RuntimeError):
+    """An HTTP call failed; ``status`` is the HTTP status, or None when no answer came."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class TokenProbs:
+    """One generated token and its top alternatives as (token id, logprob) pairs."""
+
+    id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass
+class Completion:
+    """What one completion call measured. No text: token ids and numbers only."""
+
+    prompt_n: int
+    cache_n: int
+    prompt_ms: float
+    predicted_n: int
+    predicted_ms: float
+    tokens_evaluated: int
+    id_slot: int | None
+    ttft_ms: float | None
+    wall_ms: float
+    tokens: list[int] = field(default_factory=list)
+    probs: list[TokenProbs] = field(default_factory=list)
+    status: int = 200
+
+
+def _timings(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("timings") or {}
+
+
+def _token_probs(entries: list[dict[str, Any]]) -> list[TokenProbs]:
+    return [
+        TokenProbs(
+            id=int(e["id"]),
+            logprob=float(e.get("logprob", 0.0)),
+            top=tuple((int(t["id"]), float(t.get("logprob", 0.0))) for t in e.get("top_logprobs", [])),
+        )
+        for e in entries
+    ]
+
+
+class LlamaClient:
+    """Endpoints of one running llama-server (``base_url``), authenticated with ``api_key``."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 3600.0) -> None:
+        # llama-server closes a connection after a streamed response; a pooled
+        # keep-alive connection would then fail the next request.
+        headers = {"Connection": "close"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self.http = httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> LlamaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise ClientError(f"{method} {path}: timed out ({exc.__class__.__name__})") from exc
+        except httpx.TransportError as exc:
+            raise ClientError(f"{method} {path}: no answer ({exc})") from exc
+        if response.status_code >= 400:
+            raise ClientError(f"{method} {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._request(method, path, **kwargs).json()
+
+    # -- completions ------------------------------------------------------------------------
+
+    def complete(
+        self,
+        prompt: Prompt,
+        *,
+        n_predict: int,
+        cache_prompt: bool = True,
+        lora: list[dict[str, float]] | None = None,
+        id_slot: int | None = None,
+        n_probs: int = 5,
+        on_progress: ProgressCallback | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Completion:
+        """Greedy ``/completion``, streamed. ``prompt`` is text or token ids."""
+        body: dict[str, Any] = {
+            "prompt": prompt if isinstance(prompt, str) else list(prompt),
+            "n_predict": n_predict,
+            "temperature": 0.0,
+            "top_k": 1,
+            "seed": 0,
+            "cache_prompt": cache_prompt,
+            "n_probs": n_probs,
+            "stream": True,
+            "return_progress": True,
+        }
+        if lora is not None:
+            body["lora"] = lora
+        if id_slot is not None:
+            body["id_slot"] = id_slot
+        body.update(extra or {})
+        return self._stream("/completion", body, on_progress, _completion_chunk)
+
+    def chat(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        n_predict: int,
+        cache_prompt: bool = True,
+        on_progress: ProgressCallback | None = None,
+    ) -> tuple[Completion, str]:
+        """Greedy ``/v1/chat/completions``, streamed; returns the measurement and the reply text.
+
+        The reply text is returned only so a growing conversation can append it;
+        callers must not store it.
+        """
+        body = {
+            "messages": messages,
+            "max_tokens": n_predict,
+            "temperature": 0.0,
+            "top_k": 1,
+            "seed": 0,
+            "cache_prompt": cache_prompt,
+            "stream": True,
+            "return_progress": True,
+        }
+        reply: list[str] = []
+
+        def chunk(obj: dict[str, Any], acc: _Accumulator) -> None:
+            for choice in obj.get("choices", []):
+                piece = (choice.get("delta") or {}).get("content")
+                if piece:
+                    reply.append(piece)
+                    acc.first_token()
+            acc.timings = _timings(obj) or acc.timings
+
+        completion = self._stream("/v1/chat/completions", body, on_progress, chunk)
+        return completion, "".join(reply)
+
+    def _stream(
+        self,
+        path: str,
+        body: dict[str, Any],
+        on_progress: ProgressCallback | None,
+        on_chunk: Callable[[dict[str, Any], _Accumulator], None],
+    ) -> Completion:
+        acc = _Accumulator(time.perf_counter())
+        try:
+            with self.http.stream("POST", path, json=body) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ClientError(f"POST {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
+                for obj in _sse_objects(response.iter_lines()):
+                    progress = obj.get("prompt_progress")
+                    if progress is not None and on_progress:
+                        on_progress(int(progress.get("processed", 0)), int(progress.get("cache", 0)), int(progress.get("total", 0)))
+                    on_chunk(obj, acc)
+        except httpx.TimeoutException as exc:
+            raise ClientError(f"POST {path}: timed out ({exc.__class__.__name__})") from exc
+        except httpx.TransportError as exc:
+            raise ClientError(f"POST {path}: connection lost ({exc})") from exc
+        return acc.result()
+
+    # -- tokenizer --------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
+        return list(self._json("POST", "/tokenize", json={"content": text, "add_special": add_special})["tokens"])
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return str(self._json("POST", "/detokenize", json={"tokens": list(tokens)})["content"])
+
+    # -- state and configuration ------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return dict(self._json("GET", "/health"))
+
+    def props(self) -> dict[str, Any]:
+        """``/props``; does not wake a sleeping server."""
+        return dict(self._json("GET", "/props"))
+
+    def slots(self) -> list[dict[str, Any]]:
+        """``GET /slots``. Wakes a sleeping server: never call it in sleep scenarios."""
+        return list(self._json("GET", "/slots"))
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus ``/metrics`` as {name: value}; needs ``--metrics``; does not wake the server."""
+        return parse_prometheus(self._request("GET", "/metrics").text)
+
+    def slot_save(self, slot: int, filename: str) -> dict[str, Any]:
+        return dict(self._json("POST", f"/slots/{slot}", params={"action": "save"}, json={"filename": filename}))
+
+    def slot_restore(self, slot: int, filename: str) -> dict[str, Any]:
+        return dict(self._json("POST", f"/slots/{slot}", params={"action": "restore"}, json={"filename": filename}))
+
+    def slot_erase(self, slot: int) -> dict[str, Any]:
+        return dict(self._json("POST", f"/slots/{slot}", params={"action": "erase"}))
+
+    def lora_adapters(self) -> list[dict[str, Any]]:
+        return list(self._json("GET", "/lora-adapters"))
+
+    def set_lora_adapters(self, scales: list[dict[str, float]]) -> None:
+        self._request("POST", "/lora-adapters", json=scales)
+
+
+class _Accumulator:
+    """Collects one streamed completion's timings, tokens and log-probabilities."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.t_first_token: float | None = None
+        self.timings: dict[str, Any] = {}
+        self.tokens: list[int] = []
+        self.probs: list[TokenProbs] = []
+        self.final: dict[str, Any] = {}
+
+    def first_token(self) -> None:
+        if self.t_first_token is None:
+            self.t_first_token = time.perf_counter()
+
+    def result(self) -> Completion:
+        end = time.perf_counter()
+        t = self.timings
+        if not t:
+            raise ClientError("stream ended without timings: the server closed the response early")
+        prompt_n = int(t.get("prompt_n", 0))
+        cache_n = int(t.get("cache_n", 0))
+        return Completion(
+            prompt_n=prompt_n,
+            cache_n=cache_n,
+            prompt_ms=float(t.get("prompt_ms", 0.0)),
+            predicted_n=int(t.get("predicted_n", 0)),
+            predicted_ms=float(t.get("predicted_ms", 0.0)),
+            tokens_evaluated=int(self.final.get("tokens_evaluated", prompt_n + cache_n)),
+            id_slot=self.final.get("id_slot"),
+            ttft_ms=None if self.t_first_token is None else (self.t_first_token - self.t0) * 1000.0,
+            wall_ms=(end - self.t0) * 1000.0,
+            tokens=self.tokens,
+            probs=self.probs,
+        )
+
+
+def _completion_chunk(obj: dict[str, Any], acc: _Accumulator) -> None:
+    if "prompt_progress" in obj:  # progress events carry a placeholder token, not output
+        return
+    tokens = obj.get("tokens") or []
+    if tokens:
+        acc.first_token()
+        acc.tokens.extend(int(t) for t in tokens)
+    acc.probs.extend(_token_probs(obj.get("completion_probabilities") or []))
+    if obj.get("timings") and obj.get("stop"):
+        acc.timings = obj["timings"]
+        acc.final = {k: obj.get(k) for k in ("tokens_evaluated", "id_slot", "tokens_cached")}
+
+
+def _sse_objects(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    for line in lines:
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        obj = json.loads(payload)
+        if "error" in obj:
+            raise ClientError(f"server error in stream: {obj['error'].get('message', obj['error'])}")
+        yield obj
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        err = response.json().get("error", {})
+        return str(err.get("message", err)) if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        return response.text[:200]
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            values[name.strip()] = float(value)
+        except ValueError:
+            continue
+    return values

@@ -1,0 +1,222 @@
+"""Launch, watch and stop one llama-server process.
+
+The server always binds 127.0.0.1 on a free port, runs in its own process group
+with a random API key, and logs at ``-lv 4`` into a private file (checkpoint and
+RAM-cache decisions are TRACE-only, see reference/llama-server.md section 1).
+Every started server is registered so that an error, a timeout or Ctrl-C anywhere
+still stops it: nothing outlives the run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+HEALTH_TIMEOUT_S = 120.0
+STOP_GRACE_S = 10.0
+LOG_TAIL_LINES = 20
+
+_live: set[LlamaServer] = set()
+
+
+class ServerError(RuntimeError):
+    """The server could not be started, died, or stopped answering."""
+
+
+def free_port() -> int:
+    """A port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop_all() -> None:
+    """Stop every server this process started and has not stopped yet."""
+    for server in list(_live):
+        server.stop()
+
+
+atexit.register(stop_all)
+
+
+class LlamaServer:
+    """One llama-server process: ``start()``, ``restart()``, ``stop()``.
+
+    ``args`` are the profile's options (model, mmproj, LoRA, llama-server long
+    options); this class adds only what the harness owns: host, port, API key and
+    log verbosity. ``restart()`` reuses the same arguments, so a
+    ``--slot-save-path`` directory survives it.
+    """
+
+    def __init__(
+        self,
+        binary: Path,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        log_verbosity: int = 4,
+        health_timeout_s: float = HEALTH_TIMEOUT_S,
+        port: int | None = None,
+    ) -> None:
+        self.binary = Path(binary)
+        self.args = list(args)
+        self.env = dict(os.environ if env is None else env)
+        self.log_verbosity = log_verbosity
+        self.health_timeout_s = health_timeout_s
+        self.requested_port = port
+        self.api_key = secrets.token_hex(16)
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._private_dir = Path(tempfile.mkdtemp(prefix="reusebench-server-"))
+        os.chmod(self._private_dir, 0o700)
+        # Raw log at -lv 4 may carry prompt text; it stays private and is deleted on close().
+        self.raw_log_path = self._private_dir / "server.log"
+        self.starts = 0
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise ServerError("server is not running")
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def argv(self) -> list[str]:
+        if self.port is None:
+            raise ServerError("no port chosen yet")
+        return [
+            str(self.binary),
+            *self.args,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--api-key", self.api_key,
+            "--log-verbosity", str(self.log_verbosity),
+        ]
+
+    def start(self) -> LlamaServer:
+        """Start and wait until ``/health`` answers 200; raise ServerError with the log tail otherwise."""
+        if self.process is not None:
+            raise ServerError("server already started")
+        if not self.binary.is_file() or not os.access(self.binary, os.X_OK):
+            raise ServerError(f"llama-server binary missing or not executable: {self.binary}")
+        self.port = self.requested_port or free_port()
+        with open(self.raw_log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,  # own process group: stop() kills it whole
+            )
+        _live.add(self)
+        self.starts += 1
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.health_timeout_s
+        with httpx.Client(base_url=self.base_url, timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                code = self.process.poll() if self.process else None
+                if code is not None:
+                    raise ServerError(
+                        f"llama-server exited with status {code} during start-up; last log lines:\n"
+                        + self.log_tail()
+                    )
+                try:
+                    if http.get("/health").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+        raise ServerError(
+            f"llama-server did not become healthy within {self.health_timeout_s:.0f} s; last log lines:\n"
+            + self.log_tail()
+        )
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.process.poll() if self.process else None
+
+    def stop(self) -> int | None:
+        """Terminate the whole process group, then kill it after a grace period. Idempotent."""
+        process = self.process
+        if process is None:
+            return None
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # also reaps children that ignored SIGTERM
+        except ProcessLookupError:
+            pass
+        process.wait()
+        self.process = None
+        self.port = None
+        _live.discard(self)
+        return process.returncode
+
+    def restart(self) -> LlamaServer:
+        self.stop()
+        return self.start()
+
+    def kill_hard(self) -> None:
+        """SIGKILL the group without waiting for a clean exit (fault-injection and timeouts)."""
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def log_size(self) -> int:
+        return self.raw_log_path.stat().st_size if self.raw_log_path.exists() else 0
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """Last log lines, scrubbed of anything that could carry prompt text."""
+        from reusebench.logs import scrub_line  # noqa: PLC0415
+
+        if not self.raw_log_path.exists():
+            return ""
+        text = self.raw_log_path.read_text(errors="replace").splitlines()
+        kept = [s for s in (scrub_line(line) for line in text) if s]
+        return "\n".join(kept[-lines:])
+
+    def close(self) -> None:
+        """Stop the server and delete the private raw log."""
+        self.stop()
+        if self.raw_log_path.exists():
+            self.raw_log_path.unlink()
+        try:
+            self._private_dir.rmdir()
+        except OSError:
+            pass
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
