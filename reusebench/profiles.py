@@ -1,0 +1,542 @@
+"""Declarative YAML launch profiles: load, validate strictly, expand the matrix into variants.
+
+A profile names the llama-server binary, the model (a path, `${ENV}` allowed, or a
+generated `tiny:NAME` model), optional mmproj and LoRA adapters, and llama-server
+options spelled as their long names. Everything is checked before a server
+starts, and every error names the file and the field it comes from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import itertools
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from reusebench import binaries
+from reusebench.binaries import Binary, BinaryError
+
+SCENARIO_IDS: tuple[str, ...] = (
+    "first_load",
+    "resend",
+    "reask",
+    "edit_middle",
+    "interleave",
+    "restore_disk",
+    "after_sleep",
+    "lora_swap",
+    "probe_eviction",
+    "growth",
+    "head_insert",
+)
+
+DEFAULT_N_PREDICT = 8
+MMPROJ_AXIS = "mmproj"  # matrix axis that loads the profile's mmproj (true) or not (false)
+
+# The harness owns these: it binds 127.0.0.1 on a free port and parses stderr at a fixed verbosity.
+HARNESS_OWNED_OPTIONS: dict[str, str] = {
+    "host": "the harness always binds 127.0.0.1",
+    "port": "the harness picks a free port",
+    "api-key": "the harness client sends no key",
+    "api-key-file": "the harness client sends no key",
+    "log-file": "the harness captures stderr itself",
+    "log-disable": "the harness parses the server log",
+    "verbosity": "the harness sets the log verbosity its parser needs",
+    "log-verbosity": "the harness sets the log verbosity its parser needs",
+    "verbose": "the harness sets the log verbosity its parser needs",
+    "log-verbose": "the harness sets the log verbosity its parser needs",
+}
+# Options that have their own top-level key, so that paths are checked and the matrix can toggle them.
+TOP_LEVEL_OPTIONS = frozenset({"model", "mmproj", "lora"})
+
+RENAMED_FLAGS_HINT = (
+    "flags get renamed and removed between builds (e.g. mlock, mmap, direct-io are gone in b11434; "
+    "log-jsonl, kv-unified-per-slot exist only from b11434)"
+)
+
+OptionValue = str | int | float | bool
+
+_SIZE = re.compile(r"(\d+)\s*([KkMm]?)")
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024 * 1024}
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a mapping"}
+_FIELD_TYPES: dict[str, type] = {
+    "description": str,
+    "extends": str,
+    "binary": str,
+    "model": str,
+    "mmproj": str,
+    "lora": list,
+    "options": dict,
+    "sizes": list,
+    "scenarios": list,
+    "verify": bool,
+    "n_predict": int,
+    "matrix": dict,
+}
+
+
+class ProfileError(ValueError):
+    """An invalid profile; the message starts with "<file>: <field>:"."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One concrete server launch of a profile: a single point of its matrix."""
+
+    profile: str
+    name: str  # "mmproj=on,cache-reuse=256", or "default" when the profile has no matrix
+    binary: Binary
+    model: Path
+    model_spec: str  # as written in the profile, e.g. "tiny:qwen35" or "${REUSEBENCH_GLM_MODEL}"
+    mmproj: Path | None
+    lora: tuple[Path, ...]
+    options: dict[str, OptionValue] = field(hash=False)  # only options in effect (false/null dropped)
+    sizes: tuple[int, ...]
+    scenarios: tuple[str, ...]
+    verify: bool
+    n_predict: int
+
+    def option(self, name: str) -> OptionValue | None:
+        """The effective value of option `name` (True for a bare flag), or None when not set."""
+        return self.options.get(name)
+
+    def server_args(self) -> list[str]:
+        """Model, adapters and options as llama-server arguments; host, port and logging are the harness's."""
+        args = ["-m", str(self.model)]
+        if self.mmproj is not None:
+            args += ["--mmproj", str(self.mmproj)]
+        for adapter in self.lora:
+            args += ["--lora", str(adapter)]
+        for name in sorted(self.options):
+            value = self.options[name]
+            args += [f"--{name}"] if value is True else [f"--{name}", str(value)]
+        return args
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    description: str
+    variants: tuple[Variant, ...]
+
+    def variant(self, name: str) -> Variant:
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        valid = ", ".join(variant.name for variant in self.variants)
+        raise ProfileError(f"{_display(self.path)}: no variant {name!r}; valid variants: {valid}")
+
+
+def default_profiles_dir() -> Path:
+    """`$REUSEBENCH_PROFILES`, else the `server_profiles/` folder next to the package."""
+    configured = os.environ.get("REUSEBENCH_PROFILES")
+    return Path(configured) if configured else Path(__file__).resolve().parents[1] / "server_profiles"
+
+
+def profile_names(profiles_dir: Path | None = None) -> list[str]:
+    return sorted(path.stem for path in (profiles_dir or default_profiles_dir()).glob("*.yaml"))
+
+
+def load_profile(
+    name_or_path: str | Path,
+    profiles_dir: Path | None = None,
+    check_binary: bool = True,
+    scenario_ids: Sequence[str] = SCENARIO_IDS,
+) -> Profile:
+    """Load, validate and expand a profile given by name (in `profiles_dir`) or by path.
+
+    With `check_binary`, every option name is checked against the binary's `--help`.
+    Tiny models named by `tiny:` specs are generated if missing.
+    """
+    path = _locate(name_or_path, profiles_dir or default_profiles_dir())
+    layers = [(file, _check_layer(raw, file, scenario_ids)) for file, raw in _read_chain(path)]
+    merged, origins = _merge(layers)
+    return _build(path, merged, _Origins(origins, path), check_binary, scenario_ids)
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML 1.2 booleans and no duplicate keys.
+
+    Plain YAML 1.1 reads `flash-attn: on` as `flash-attn: true`; here `on`, `off`,
+    `yes` and `no` stay strings, so option values reach llama-server as written.
+    """
+
+
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def _construct_unique_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _locate(name_or_path: str | Path, profiles_dir: Path) -> Path:
+    text = str(name_or_path)
+    looks_like_path = isinstance(name_or_path, Path) or "/" in text or text.endswith((".yaml", ".yml"))
+    path = Path(text).expanduser() if looks_like_path else profiles_dir / f"{text}.yaml"
+    if not path.is_file():
+        available = ", ".join(profile_names(profiles_dir)) or "none"
+        raise ProfileError(f"{_display(path)}: no such profile (profiles in {_display(profiles_dir)}: {available})")
+    return path
+
+
+def _read_chain(path: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The profile and the profiles it extends, base first."""
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    current: Path | None = path.resolve()
+    while current is not None:
+        if any(current == seen for seen, _ in chain):
+            cycle = " -> ".join(_display(seen) for seen, _ in chain) + f" -> {_display(current)}"
+            raise ProfileError(f"{_display(chain[-1][0])}: extends: cycle {cycle}")
+        raw = _read_yaml(current)
+        chain.append((current, raw))
+        current = _parent_path(raw.get("extends"), current)
+    return chain[::-1]
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.load(path.read_text(), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{_display(path)}:{mark.line + 1}:{mark.column + 1}" if mark else _display(path)
+        problem = getattr(error, "problem", None) or str(error)
+        raise ProfileError(f"{where}: invalid YAML: {problem}") from error
+    if not isinstance(data, dict):
+        raise ProfileError(f"{_display(path)}: expected a mapping of profile fields, got {_type_name(data)}")
+    return data
+
+
+def _parent_path(extends: Any, child: Path) -> Path | None:
+    if extends is None:
+        return None
+    if not isinstance(extends, str):
+        raise ProfileError(f"{_display(child)}: extends: expected a string, got {_type_name(extends)}")
+    is_path = "/" in extends or extends.endswith((".yaml", ".yml"))
+    parent = child.parent / (extends if is_path else f"{extends}.yaml")
+    if not parent.is_file():
+        raise ProfileError(f"{_display(child)}: extends: {_display(parent)} does not exist")
+    return parent.resolve()
+
+
+# --- per-file checks (so an error names the file that holds the value) ---------------------------
+
+
+def _check_layer(raw: dict[str, Any], path: Path, scenario_ids: Sequence[str]) -> dict[str, Any]:
+    """Check one file's fields and return them with sizes normalised to token counts."""
+    file = _display(path)
+    layer: dict[str, Any] = {}
+    for key, value in raw.items():
+        expected = _FIELD_TYPES.get(key) if isinstance(key, str) else None
+        if expected is None:
+            hint = _did_you_mean(str(key), _FIELD_TYPES)
+            raise ProfileError(f"{file}: {key}: unknown field{hint}; valid fields: {', '.join(_FIELD_TYPES)}")
+        if value is not None:  # null unsets an inherited value
+            _expect(value, expected, file, key)
+        layer[key] = value
+    if layer.get("lora") is not None:
+        _check_items(layer["lora"], str, file, "lora")
+    if layer.get("scenarios") is not None:
+        _check_scenarios(layer["scenarios"], file, scenario_ids)
+    if layer.get("sizes") is not None:
+        layer["sizes"] = [_parse_size(size, file, f"sizes[{i}]") for i, size in enumerate(layer["sizes"])]
+        if not layer["sizes"]:
+            raise ProfileError(f"{file}: sizes: needs at least one size")
+    if layer.get("n_predict") is not None and layer["n_predict"] < 1:
+        raise ProfileError(f"{file}: n_predict: must be at least 1, got {layer['n_predict']}")
+    for name, value in (layer.get("options") or {}).items():
+        _check_option_name(name, file, f"options.{name}")
+        if value is not None:
+            _check_option_value(value, file, f"options.{name}")
+    for axis, values in (layer.get("matrix") or {}).items():
+        _check_axis(axis, values, file)
+    return layer
+
+
+def _check_scenarios(scenarios: list[Any], file: str, scenario_ids: Sequence[str]) -> None:
+    _check_items(scenarios, str, file, "scenarios")
+    for index, scenario in enumerate(scenarios):
+        if scenario not in scenario_ids:
+            hint = _did_you_mean(scenario, scenario_ids)
+            raise ProfileError(
+                f"{file}: scenarios[{index}]: unknown scenario {scenario!r}{hint}; valid: {', '.join(scenario_ids)}"
+            )
+    if len(set(scenarios)) != len(scenarios):
+        raise ProfileError(f"{file}: scenarios: lists a scenario twice")
+
+
+def _check_axis(axis: Any, values: Any, file: str) -> None:
+    where = f"matrix.{axis}"
+    if not isinstance(axis, str):
+        raise ProfileError(f"{file}: {where}: axis names must be strings")
+    if axis != MMPROJ_AXIS:
+        _check_option_name(axis, file, where)
+    if not isinstance(values, list) or not values:
+        raise ProfileError(f"{file}: {where}: expected a non-empty list of values, got {values!r}")
+    for index, value in enumerate(values):
+        if axis == MMPROJ_AXIS:
+            _expect(value, bool, file, f"{where}[{index}]")
+        else:
+            _check_option_value(value, file, f"{where}[{index}]")
+    labels = [_label(value) for value in values]
+    if len(set(labels)) != len(labels):
+        raise ProfileError(f"{file}: {where}: lists a value twice ({', '.join(labels)})")
+
+
+def _check_option_name(name: Any, file: str, where: str) -> None:
+    if not isinstance(name, str) or name.startswith("-"):
+        raise ProfileError(f"{file}: {where}: write the option's long name without dashes (e.g. cache-reuse)")
+    if name in HARNESS_OWNED_OPTIONS:
+        raise ProfileError(f"{file}: {where}: set by the harness, not by profiles ({HARNESS_OWNED_OPTIONS[name]})")
+    if name in TOP_LEVEL_OPTIONS:
+        raise ProfileError(f"{file}: {where}: use the top-level field `{name}:` instead")
+
+
+def _check_option_value(value: Any, file: str, where: str) -> None:
+    if isinstance(value, (list, dict)) or value is None:
+        raise ProfileError(
+            f"{file}: {where}: expected a string, number or true/false, got {_type_name(value)} ({value!r})"
+        )
+
+
+def _check_items(items: list[Any], expected: type, file: str, key: str) -> None:
+    for index, item in enumerate(items):
+        _expect(item, expected, file, f"{key}[{index}]")
+
+
+def _expect(value: Any, expected: type, file: str, where: str) -> None:
+    # bool is a subclass of int in Python, but `n_predict: true` is still a mistake.
+    matches = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+    if not matches:
+        raise ProfileError(f"{file}: {where}: expected {_TYPE_NAMES[expected]}, got {_type_name(value)} ({value!r})")
+
+
+def _parse_size(size: Any, file: str, where: str) -> int:
+    if isinstance(size, int) and not isinstance(size, bool):
+        tokens = size
+    elif isinstance(size, str) and (match := _SIZE.fullmatch(size.strip())):
+        tokens = int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    else:
+        raise ProfileError(f"{file}: {where}: expected a token count like 32768 or \"32K\", got {size!r}")
+    if tokens < 1:
+        raise ProfileError(f"{file}: {where}: must be positive, got {size!r}")
+    return tokens
+
+
+# --- merging and building ----------------------------------------------------------------------
+
+
+def _merge(layers: list[tuple[Path, dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Deep-merge base-first layers (child wins, null unsets); remember which file set each field."""
+    merged: dict[str, Any] = {}
+    origins: dict[str, Path] = {}
+    for path, layer in layers:
+        for key, value in layer.items():
+            if key == "extends":
+                continue
+            if key in ("options", "matrix") and value is not None:
+                table = merged.setdefault(key, {})
+                for name, entry in value.items():
+                    _assign(table, name, entry)
+                    origins[f"{key}.{name}"] = path
+            else:
+                _assign(merged, key, value)
+                origins[key] = path
+    return merged, origins
+
+
+def _assign(table: dict[str, Any], key: str, value: Any) -> None:
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
+
+
+@dataclass(frozen=True)
+class _Origins:
+    """Which file set each merged field, for error messages."""
+
+    files: dict[str, Path]
+    profile: Path
+
+    def path(self, where: str) -> Path:
+        """The file that set `where` ("lora[1]" is set with "lora"); the profile itself for defaults."""
+        return self.files.get(where.split("[", 1)[0], self.profile)
+
+    def file(self, where: str) -> str:
+        return _display(self.path(where))
+
+
+@contextlib.contextmanager
+def _reported_at(origins: _Origins, where: str) -> Iterator[None]:
+    """Turn errors from binaries and tiny into ProfileErrors naming the file and field."""
+    try:
+        yield
+    except BinaryError as error:
+        raise ProfileError(str(error)) from error
+    except ValueError as error:
+        if isinstance(error, ProfileError):
+            raise
+        raise ProfileError(f"{origins.file(where)}: {where}: {error}") from error
+
+
+def _build(
+    path: Path, merged: dict[str, Any], origins: _Origins, check_binary: bool, scenario_ids: Sequence[str]
+) -> Profile:
+    for required in ("model", "sizes"):
+        if required not in merged:
+            raise ProfileError(f"{_display(path)}: {required}: required (set here or in the profile it extends)")
+    with _reported_at(origins, "binary"):
+        binary = binaries.resolve_binary(
+            merged.get("binary"), source=origins.file("binary"), relative_to=origins.path("binary").parent
+        )
+    options = {name: _expand_value(value, origins, f"options.{name}") for name, value in merged.get("options", {}).items()}
+    matrix: dict[str, list[OptionValue]] = merged.get("matrix", {})
+    if check_binary:
+        _check_against_help(binary, options, matrix, origins)
+    mmproj = _resolve_file(merged["mmproj"], "mmproj", origins) if "mmproj" in merged else None
+    if MMPROJ_AXIS in matrix and mmproj is None:
+        raise ProfileError(f"{origins.file('matrix.mmproj')}: matrix.mmproj: the profile sets no `mmproj:` to toggle")
+    shared = dict(
+        profile=path.stem,
+        binary=binary,
+        model=_resolve_file(merged["model"], "model", origins),
+        model_spec=merged["model"],
+        lora=tuple(_resolve_file(spec, f"lora[{i}]", origins) for i, spec in enumerate(merged.get("lora", []))),
+        sizes=tuple(merged["sizes"]),
+        scenarios=tuple(merged.get("scenarios", scenario_ids)),
+        verify=merged.get("verify", True),
+        n_predict=merged.get("n_predict", DEFAULT_N_PREDICT),
+    )
+    variants = tuple(
+        Variant(
+            name=",".join(f"{axis}={_label(value)}" for axis, value in point) or "default",
+            mmproj=mmproj if dict(point).get(MMPROJ_AXIS, True) else None,
+            options=_effective_options(options, point),
+            **shared,
+        )
+        for point in _matrix_points(matrix)
+    )
+    return Profile(name=path.stem, path=path, description=merged.get("description", ""), variants=variants)
+
+
+def _matrix_points(matrix: dict[str, list[OptionValue]]) -> list[tuple[tuple[str, OptionValue], ...]]:
+    """Every combination of axis values, in file order; one empty point when there is no matrix."""
+    axes = [[(axis, value) for value in values] for axis, values in matrix.items()]
+    return list(itertools.product(*axes))
+
+
+def _effective_options(
+    options: dict[str, OptionValue], point: tuple[tuple[str, OptionValue], ...]
+) -> dict[str, OptionValue]:
+    effective = {**options, **{axis: value for axis, value in point if axis != MMPROJ_AXIS}}
+    return {name: value for name, value in effective.items() if value is not False}
+
+
+def _check_against_help(
+    binary: Binary, options: dict[str, OptionValue], matrix: dict[str, list[OptionValue]], origins: _Origins
+) -> None:
+    """Every option and matrix axis must be a long option this binary's `--help` lists, with the right arity."""
+    with _reported_at(origins, "binary"):
+        table = binaries.help_table(binary)
+    settings = [(f"options.{name}", name, [value]) for name, value in options.items()]
+    settings += [(f"matrix.{axis}", axis, values) for axis, values in matrix.items() if axis != MMPROJ_AXIS]
+    for where, name, values in settings:
+        file = origins.file(where)
+        entry = table.get(name)
+        if entry is None:
+            hint = _did_you_mean(name, binaries.help_options(binary))
+            raise ProfileError(
+                f"{file}: {where}: unknown llama-server option{hint}; {RENAMED_FLAGS_HINT}; "
+                f"see `{binary.path} --help`"
+            )
+        if entry.removed:
+            raise ProfileError(f"{file}: {where}: removed from this llama-server: {entry.description}")
+        for value in values:
+            _check_arity(name, value, entry.takes_value, file, where)
+
+
+def _check_arity(name: str, value: OptionValue, takes_value: bool, file: str, where: str) -> None:
+    if takes_value and value is True:
+        raise ProfileError(f"{file}: {where}: --{name} takes a value; true is only for bare flags")
+    if not takes_value and not isinstance(value, bool):
+        raise ProfileError(
+            f"{file}: {where}: --{name} is a bare flag; write true to pass it or false to leave it out, not {value!r}"
+        )
+
+
+def _expand_value(value: OptionValue, origins: _Origins, where: str) -> OptionValue:
+    if not isinstance(value, str):
+        return value
+    with _reported_at(origins, where):
+        return binaries.expand_env(value, source=origins.file(where), field_name=where)
+
+
+def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
+    """A model, mmproj or LoRA file (by `where`): `tiny:NAME` (generated if missing) or an existing path."""
+    with _reported_at(origins, where):
+        from reusebench import tiny  # imported lazily: it pulls in numpy and gguf
+
+        if tiny.is_tiny_spec(spec):
+            name = spec.removeprefix(tiny.SPEC_PREFIX)
+            if where == "model":
+                return tiny.model_path(name)
+            return tiny.mmproj_path(name) if where == "mmproj" else tiny.lora_path(name)
+        expanded = Path(binaries.expand_env(spec, source=origins.file(where), field_name=where)).expanduser()
+    path = expanded if expanded.is_absolute() else origins.path(where).parent / expanded
+    if not path.is_file():
+        raise ProfileError(f"{origins.file(where)}: {where}: {path} does not exist")
+    return path
+
+
+# --- small helpers ---------------------------------------------------------------------------
+
+
+def _label(value: OptionValue) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def _did_you_mean(name: str, candidates: Any) -> str:
+    matches = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
+
+
+def _type_name(value: Any) -> str:
+    return {type(None): "null", dict: "a mapping", list: "a list", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _display(path: Path) -> str:
+    """A path relative to the working directory when it is below it, else absolute."""
+    absolute = path.resolve()
+    with contextlib.suppress(ValueError):
+        return str(absolute.relative_to(Path.cwd()))
+    return str(absolute)
