@@ -117,11 +117,29 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-# Decay A = -exp(U(lo, hi)). The default forgets within a few tokens; the long-memory
-# range (|A| ~ 1e-4..1e-3) keeps old tokens in the recurrent state, so a stale state
-# changes the logits and a wrong reuse becomes visible.
-DEFAULT_LOG_DECAY = (0.0, 1.5)
-LONG_MEMORY_LOG_DECAY = (math.log(1e-4), math.log(1e-3))
+@dataclass(frozen=True)
+class RecurrentInit:
+    """How the recurrent (Mamba2 or DeltaNet) layers of a model are initialised."""
+
+    log_decay: tuple[float, float]  # decay A = -exp(U(lo, hi)), always negative
+    conv_std: float
+    # A shared conv bias adds the same vector to every token's state contribution and
+    # drowns out what is token specific.
+    conv_bias: bool
+    skip: float  # D, the connection that bypasses the state
+    out_std: float
+
+
+DEFAULT_RECURRENT = RecurrentInit(
+    log_decay=(0.0, 1.5), conv_std=WEIGHT_STD, conv_bias=True, skip=1.0, out_std=WEIGHT_STD
+)
+# With the default the state forgets within a few tokens and barely reaches the logits,
+# so a wrong reuse still gives the right answer. Here |A| ~ 1e-4..1e-3 keeps every
+# token in the state, and a token-specific state with no bypass dominates the residual
+# stream, so a stale state changes the greedy output (tuned against llama-server).
+LONG_MEMORY_RECURRENT = RecurrentInit(
+    log_decay=(math.log(1e-4), math.log(1e-3)), conv_std=0.2, conv_bias=False, skip=0.0, out_std=0.2
+)
 
 
 @dataclass(frozen=True)
@@ -132,15 +150,15 @@ class Recipe:
     # One letter per layer: A attention, M Mamba2, D Gated DeltaNet, F MLP only.
     layers: str
     seed: int
-    log_decay: tuple[float, float] = DEFAULT_LOG_DECAY
+    recurrent: RecurrentInit = DEFAULT_RECURRENT
 
 
 RECIPES: dict[str, Recipe] = {
     "qwen35": Recipe("qwen35", "DDDA", seed=3501),
     "granitehybrid": Recipe("granitehybrid", "MMAM", seed=4001),
-    "granitehybrid-longmem": Recipe("granitehybrid", "MMAM", seed=4002, log_decay=LONG_MEMORY_LOG_DECAY),
+    "granitehybrid-longmem": Recipe("granitehybrid", "MMAM", seed=4002, recurrent=LONG_MEMORY_RECURRENT),
     "nemotron_h": Recipe("nemotron_h", "MAMF", seed=5001),
-    "nemotron_h-longmem": Recipe("nemotron_h", "MAMF", seed=5002, log_decay=LONG_MEMORY_LOG_DECAY),
+    "nemotron_h-longmem": Recipe("nemotron_h", "MAMF", seed=5002, recurrent=LONG_MEMORY_RECURRENT),
     "llama": Recipe("llama", "AAAA", seed=1001),
 }
 
@@ -305,16 +323,19 @@ def _gated_ffn(t: _Tensors, il: int) -> None:
     t.normal(f"blk.{il}.ffn_down.weight", N_FF, N_EMBD)
 
 
-def _mamba2(t: _Tensors, il: int, recipe: Recipe) -> None:
+def _mamba2(t: _Tensors, il: int, init: RecurrentInit) -> None:
     conv_channels = MAMBA_INNER + 2 * MAMBA_GROUPS * MAMBA_STATE
     t.normal(f"blk.{il}.ssm_in.weight", N_EMBD, conv_channels + MAMBA_INNER + MAMBA_HEADS)
-    t.normal(f"blk.{il}.ssm_conv1d.weight", CONV_KERNEL, conv_channels)
-    t.normal(f"blk.{il}.ssm_conv1d.bias", conv_channels)
+    t.normal(f"blk.{il}.ssm_conv1d.weight", CONV_KERNEL, conv_channels, std=init.conv_std)
+    if init.conv_bias:
+        t.normal(f"blk.{il}.ssm_conv1d.bias", conv_channels)
+    else:
+        t.zeros(f"blk.{il}.ssm_conv1d.bias", conv_channels)
     t.normal(f"blk.{il}.ssm_dt.bias", MAMBA_HEADS)
-    t.decay(f"blk.{il}.ssm_a", recipe.log_decay, 1, MAMBA_HEADS)
-    t.ones(f"blk.{il}.ssm_d", 1, MAMBA_HEADS)
+    t.decay(f"blk.{il}.ssm_a", init.log_decay, 1, MAMBA_HEADS)
+    t.add(f"blk.{il}.ssm_d", np.full((MAMBA_HEADS, 1), init.skip, dtype=np.float32))
     t.ones(f"blk.{il}.ssm_norm.weight", MAMBA_INNER // MAMBA_GROUPS, MAMBA_GROUPS)
-    t.normal(f"blk.{il}.ssm_out.weight", MAMBA_INNER, N_EMBD)
+    t.normal(f"blk.{il}.ssm_out.weight", MAMBA_INNER, N_EMBD, std=init.out_std)
 
 
 def _add_mamba2_metadata(writer: GGUFWriter) -> None:
@@ -360,7 +381,7 @@ def _build_granitehybrid(name: str, recipe: Recipe) -> GGUFWriter:
         if kind == "A":
             _attention(t, il, recipe.arch)
         else:
-            _mamba2(t, il, recipe)
+            _mamba2(t, il, recipe.recurrent)
         t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
         _gated_ffn(t, il)
     return t.writer
@@ -380,7 +401,7 @@ def _build_nemotron_h(name: str, recipe: Recipe) -> GGUFWriter:
         if kind == "A":
             _attention(t, il, recipe.arch)
         elif kind == "M":
-            _mamba2(t, il, recipe)
+            _mamba2(t, il, recipe.recurrent)
         else:
             t.normal(f"blk.{il}.ffn_up.weight", N_EMBD, N_FF)
             t.normal(f"blk.{il}.ffn_down.weight", N_FF, N_EMBD)
@@ -415,7 +436,7 @@ def _build_qwen35(name: str, recipe: Recipe) -> GGUFWriter:
             t.normal(f"blk.{il}.attn_gate.weight", N_EMBD, value_width)
             t.normal(f"blk.{il}.ssm_conv1d.weight", CONV_KERNEL, 2 * key_width + value_width)
             t.normal(f"blk.{il}.ssm_dt.bias", DELTA_V_HEADS)
-            t.decay(f"blk.{il}.ssm_a", recipe.log_decay, DELTA_V_HEADS)
+            t.decay(f"blk.{il}.ssm_a", recipe.recurrent.log_decay, DELTA_V_HEADS)
             t.normal(f"blk.{il}.ssm_beta.weight", N_EMBD, DELTA_V_HEADS)
             t.normal(f"blk.{il}.ssm_alpha.weight", N_EMBD, DELTA_V_HEADS)
             t.ones(f"blk.{il}.ssm_norm.weight", DELTA_HEAD_DIM)
