@@ -18,7 +18,7 @@ from reusebench.gpu_summary import (
     step_energy,
     summarize,
 )
-from tests.fake_nvml import IDLE, LOST, FakeGpu, FakeNvml, Reading
+from fake_nvml import IDLE, LOST, FakeGpu, FakeNvml, Reading
 
 FAST_HZ = 200.0  # the fake answers at once; tests need rounds, not realism
 HW_SLOW = pynvml.nvmlClocksEventReasonHwSlowdown
