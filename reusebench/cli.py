@@ -1,0 +1,108 @@
+"""Command line: ``reusebench run``, ``report``, ``profiles``, ``models``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from reusebench import corpus, profiles, records, report, runner, scenarios, server, tiny
+
+RESULTS_DIR = Path("results")
+
+
+def _size(text: str) -> int:
+    text = text.strip().upper()
+    try:
+        return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 4096, 32K, 128K)") from exc
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    profile = profiles.load_profile(args.profile)
+    started = time.monotonic()
+    try:
+        result = runner.run_profile(
+            profile, results_dir=Path(args.results), variants=args.variant or (), sizes=args.size or (),
+            scenario_ids=args.scenarios or (), corpus_name=args.corpus, verify=not args.no_verify,
+        )
+    except KeyboardInterrupt:
+        server.stop_all()
+        print("\ninterrupted: every server stopped; the records written so far are kept under "
+              f"{Path(args.results) / 'runs'} (newest run)", file=sys.stderr)
+        return 130
+    text = report.render_text(result.records)
+    (result.run_dir / "report.md").write_text(f"# reusebench run {result.run_id}\n\n{text}\n")
+    (result.run_dir / "summary.json").write_text(report.summary_json(result.records))
+    print(text)
+    print(f"\n{len(result.records)} records in {time.monotonic() - started:.0f} s; "
+          f"report: {result.run_dir / 'report.md'}", file=sys.stderr)
+    return 1 if result.failed_sessions else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    paths: list[Path] = []
+    for given in args.paths or sorted((Path(args.results) / "runs").glob("*"))[-1:]:
+        path = Path(given)
+        paths.append(path / "records.jsonl" if path.is_dir() else path)
+    missing = [p for p in paths if not p.is_file()]
+    if not paths or missing:
+        print(f"reusebench report: no records at {', '.join(map(str, missing)) or args.results}", file=sys.stderr)
+        return 2
+    measured = records.read_many(paths)
+    print(report.summary_json(measured) if args.json else report.render_text(measured))
+    return 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    for name in profiles.profile_names():
+        print(name)
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    for name in args.names or tiny.MODEL_NAMES:
+        print(f"{name}\t{tiny.model_path(name)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reusebench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the scenarios of a profile and print report A's table")
+    run.add_argument("--profile", required=True, help="profile name in server_profiles/ or a path")
+    run.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
+    run.add_argument("--size", action="append", type=_size, help="prompt size in tokens, e.g. 32K (repeatable)")
+    run.add_argument("--scenarios", nargs="+", choices=scenarios.SCENARIO_IDS, help="subset of scenarios")
+    run.add_argument("--corpus", default="tiny-words", help="corpus spec name in corpora/ or a path")
+    run.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
+    run.add_argument("--no-verify", action="store_true", help="skip the no-reuse reference comparison")
+    run.set_defaults(func=cmd_run)
+
+    rep = sub.add_parser("report", help="tables from recorded runs (default: the latest run)")
+    rep.add_argument("paths", nargs="*", help="run directories or records.jsonl files")
+    rep.add_argument("--results", default=str(RESULTS_DIR))
+    rep.add_argument("--json", action="store_true", help="JSON instead of tables")
+    rep.set_defaults(func=cmd_report)
+
+    sub.add_parser("profiles", help="list the shipped profiles").set_defaults(func=cmd_profiles)
+
+    models = sub.add_parser("models", help="generate the tiny models (cached) and print their paths")
+    models.add_argument("names", nargs="*", help=f"default: all of {', '.join(tiny.MODEL_NAMES)}")
+    models.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (profiles.ProfileError, corpus.CorpusError, ValueError) as exc:
+        print(f"reusebench: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        server.stop_all()

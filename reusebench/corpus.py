@@ -1,0 +1,208 @@
+"""Documents of an exact token size, measured with the server's own tokenizer.
+
+A corpus spec (``corpora/*.yaml``) names a text source and the short texts a
+session needs: two questions that differ from their first token on (so a re-ask
+must go back to the ``4 + n_ubatch`` checkpoint, as in report A), a one-line
+edit inserted at 50%, and a summary for the head-insert case. Sources:
+
+- ``words``: seeded words from the tiny models' vocabulary (one token per word);
+- ``stdlib``: this Python's standard-library sources, concatenated in sorted order;
+- ``file``: any UTF-8 text file (``path:``), repeated if it is too short.
+
+Sizing takes a handful of tokenizer calls, never one per word: estimate the
+characters per token on a sample, cut, tokenize, then cut exactly at the wanted
+token with one detokenize.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sysconfig
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+from reusebench import tiny
+
+SIZE_TOLERANCE = 0.005
+MAX_TOKENIZER_CALLS = 5
+SPEC_KEYS = {"description", "source", "seed", "path", "questions", "edit", "summary"}
+SOURCES = ("words", "stdlib", "file")
+CORPORA_DIR = Path(__file__).resolve().parents[1] / "corpora"
+
+
+class CorpusError(ValueError):
+    """A corpus spec or source that cannot give the requested documents."""
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    name: str
+    path: Path
+    source: str
+    seed: int
+    questions: tuple[str, str]
+    edit: str
+    summary: str
+    file: Path | None = None
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The texts of one session at one size. Text stays in memory; records see lengths and hashes."""
+
+    spec: CorpusSpec
+    size: int
+    document: str
+    other: str
+    edited: str
+    tokenizer_calls: int
+
+    @property
+    def questions(self) -> tuple[str, str]:
+        return self.spec.questions
+
+    @staticmethod
+    def prompt(document: str, question: str) -> str:
+        return f"{document}\n{question}"
+
+
+class Tokenizer(Protocol):
+    """The two tokenizer calls corpus building needs; LlamaClient has them."""
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def detokenize(self, tokens: Sequence[int]) -> str: ...
+
+
+def load_spec(name_or_path: str | Path, corpora_dir: Path = CORPORA_DIR) -> CorpusSpec:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = corpora_dir / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in corpora_dir.glob("*.yaml"))
+        raise CorpusError(f"corpus spec not found: {path} (known: {', '.join(known)})")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise CorpusError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CorpusError(f"{path}: expected a mapping at the top level")
+    unknown = set(data) - SPEC_KEYS
+    if unknown:
+        raise CorpusError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(SPEC_KEYS))}")
+    source = data.get("source")
+    if source not in SOURCES:
+        raise CorpusError(f"{path}: source: must be one of {', '.join(SOURCES)}, got {source!r}")
+    questions = data.get("questions")
+    if not (isinstance(questions, list) and len(questions) == 2 and all(isinstance(q, str) and q for q in questions)):
+        raise CorpusError(f"{path}: questions: must be a list of two non-empty strings")
+    if questions[0].split()[0] == questions[1].split()[0]:
+        raise CorpusError(f"{path}: questions: must differ from their first word on (a re-ask must diverge early)")
+    for key in ("edit", "summary"):
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise CorpusError(f"{path}: {key}: must be a non-empty string")
+    file = None
+    if source == "file":
+        if not isinstance(data.get("path"), str):
+            raise CorpusError(f"{path}: path: required for source 'file'")
+        file = (path.parent / data["path"]).resolve()
+        if not file.is_file():
+            raise CorpusError(f"{path}: path: file not found: {file}")
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int):
+        raise CorpusError(f"{path}: seed: must be an integer")
+    return CorpusSpec(
+        name=path.stem,
+        path=path,
+        source=source,
+        seed=seed,
+        questions=(questions[0], questions[1]),
+        edit=data["edit"],
+        summary=data["summary"],
+        file=file,
+    )
+
+
+def source_text(spec: CorpusSpec, variant: int, n_chars: int) -> str:
+    """At least ``n_chars`` characters of the spec's source; ``variant`` 1 gives a different document."""
+    if spec.source == "words":
+        return _words(spec.seed + variant, n_chars)
+    if spec.source == "stdlib":
+        return _repeat(_stdlib_text(reverse=variant == 1), n_chars)
+    assert spec.file is not None
+    text = spec.file.read_text(encoding="utf-8", errors="replace")
+    if variant == 1:
+        text = "\n".join(reversed(text.splitlines()))
+    return _repeat(text, n_chars)
+
+
+def _words(seed: int, n_chars: int) -> str:
+    rng = random.Random(seed)
+    lines: list[str] = []
+    length = 0
+    while length < n_chars:
+        line = " " + " ".join(rng.choice(tiny.WORDS) for _ in range(rng.randint(8, 16)))
+        lines.append(line)
+        length += len(line) + 1
+    return "\n".join(lines)
+
+
+def _stdlib_text(*, reverse: bool) -> str:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(root.glob("*.py"), reverse=reverse)
+    return "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
+
+
+def _repeat(text: str, n_chars: int) -> str:
+    if not text.strip():
+        raise CorpusError("the corpus source is empty")
+    return (text + "\n") * math.ceil(n_chars / (len(text) + 1))
+
+
+def exact_document(spec: CorpusSpec, tokenizer: Tokenizer, size: int, *, variant: int = 0) -> tuple[str, int]:
+    """A document of ``size`` tokens (±0.5%), and the number of tokenizer calls it took."""
+    calls = 0
+    sample = source_text(spec, variant, 4096)[:4096]
+    calls += 1
+    chars_per_token = len(sample) / max(1, len(tokenizer.tokenize(sample)))
+    want_chars = int(size * chars_per_token * 1.05) + 64
+    while True:
+        text = source_text(spec, variant, want_chars)[:want_chars]
+        calls += 1
+        tokens = tokenizer.tokenize(text)
+        if len(tokens) >= size:
+            break
+        if calls >= MAX_TOKENIZER_CALLS - 1:
+            raise CorpusError(f"{spec.path}: could not reach {size} tokens in {calls} tokenizer calls")
+        want_chars = int(want_chars * size / max(1, len(tokens)) * 1.05) + 64
+    calls += 1
+    document = tokenizer.detokenize(tokens[:size])
+    return document, calls
+
+
+def build_corpus(spec: CorpusSpec, tokenizer: Tokenizer, size: int) -> Corpus:
+    document, calls_main = exact_document(spec, tokenizer, size, variant=0)
+    other, calls_other = exact_document(spec, tokenizer, size, variant=1)
+    return Corpus(
+        spec=spec,
+        size=size,
+        document=document,
+        other=other,
+        edited=insert_line(document, spec.edit, 0.5),
+        tokenizer_calls=calls_main + calls_other,
+    )
+
+
+def insert_line(document: str, line: str, fraction: float) -> str:
+    """Insert ``line`` as its own line at the line break nearest ``fraction`` of the document."""
+    target = int(len(document) * fraction)
+    before = document.rfind("\n", 0, target)
+    after = document.find("\n", target)
+    candidates = [i for i in (before, after) if i >= 0]
+    cut = min(candidates, key=lambda i: abs(i - target)) if candidates else target
+    return f"{document[:cut]}\n{line}{document[cut:]}"

@@ -1,0 +1,367 @@
+"""One session: one profile variant at one size, on one server, all scenarios in order.
+
+The session owns the server's lifetime, builds the documents with the server's
+tokenizer, runs the scenarios, and writes one record per HTTP call as soon as it
+ends. For every completion it also works out what a perfect cache would have
+re-processed (``ideal``: the prompt tokens after the longest prefix the server has
+already seen under the same LoRA setting), why the server did what it did (from
+its log), and whether the output equals output computed without reuse.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from reusebench import corpus as corpus_mod
+from reusebench import logs, scenarios
+from reusebench.client import ClientError, Completion, LlamaClient
+from reusebench.profiles import Variant
+from reusebench.records import Record, RecordWriter, text_hash, tokens_hash
+from reusebench.server import LlamaServer, ServerError
+
+CTX_MARGIN = 1024  # room for question, edit, extension and generated tokens beyond the document
+HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
+LOGPROB_TOLERANCE = 0.05  # absolute, on top-k logprobs; batch shapes differ between cold and reused paths
+
+Prompt = str | Sequence[int]
+Lora = list[dict[str, float]] | None
+
+
+@dataclass
+class SessionResult:
+    session: str
+    records: list[Record] = field(default_factory=list)
+    error: str | None = None
+
+
+def lora_key(lora: Lora) -> str:
+    return "default" if lora is None else json.dumps(sorted((int(a["id"]), float(a["scale"])) for a in lora))
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+def compare_outputs(got: Completion, ref: Completion, tolerance: float = LOGPROB_TOLERANCE) -> str | None:
+    """None when the outputs agree; otherwise where they first differ (positions and ids only, no text)."""
+    for i, (a, b) in enumerate(zip(got.tokens, ref.tokens)):
+        if a != b:
+            return f"token {i}: id {a} != reference id {b}"
+    if len(got.tokens) != len(ref.tokens):
+        return f"length {len(got.tokens)} != reference {len(ref.tokens)}"
+    for i, (pa, pb) in enumerate(zip(got.probs, ref.probs)):
+        ref_top = dict(pb.top)
+        for token, logprob in pa.top:
+            if token in ref_top and abs(logprob - ref_top[token]) > tolerance:
+                return f"token {i}: top logprob of id {token} differs by {abs(logprob - ref_top[token]):.3f} (> {tolerance})"
+    return None
+
+
+class Session:
+    """Runs the scenarios of one variant at one size and records every call."""
+
+    def __init__(
+        self,
+        variant: Variant,
+        size: int,
+        spec: corpus_mod.CorpusSpec,
+        writer: RecordWriter,
+        *,
+        run_id: str,
+        log_dir: Path,
+        verify: bool = True,
+        out: TextIO = sys.stderr,
+    ) -> None:
+        self.variant = variant
+        self.size = size
+        self.spec = spec
+        self.writer = writer
+        self.run_id = run_id
+        self.log_dir = log_dir
+        self.verify = verify
+        self.out = out
+        self.name = f"{variant.profile}/{variant.name}@{size}"
+        self._slot_dir: Path | None = None
+        self.server = LlamaServer(variant.binary.path, self._server_args(), env=variant.binary.environment())
+        self.client: LlamaClient | None = None
+        self.build = "unknown"
+        self._tokens: dict[str, list[int]] = {}
+        self._seen: dict[str, list[list[int]]] = {}  # lora key -> sequences the server has processed
+        self._references: dict[tuple[str, str], Completion] = {}
+        self._first_load_ms: float | None = None
+        self._last_slot = 0
+        self._slot_sequence: tuple[str, list[int]] = ("default", [])  # what the last slot used holds
+        self._saved: dict[str, tuple[str, list[int]]] = {}
+        self._log_offset = 0
+        self.result = SessionResult(self.name)
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _server_args(self) -> list[str]:
+        args = self.variant.server_args()
+        if self.variant.option("ctx-size") is None:
+            args += ["--ctx-size", str(self.size + CTX_MARGIN)]
+        if self.variant.option("slot-save-path") is None:
+            # restore_disk needs one; a private directory keeps slot files out of results/
+            self._slot_dir = Path(tempfile.mkdtemp(prefix="reusebench-slots-"))
+            args += ["--slot-save-path", str(self._slot_dir)]
+        return args
+
+    def run(self, selected: Sequence[scenarios.Scenario]) -> SessionResult:
+        try:
+            self.server.start()
+            self.client = LlamaClient(self.server.base_url, self.server.api_key)
+            self.build = str(self.client.props().get("build_info", "unknown"))
+            self.corpus = corpus_mod.build_corpus(self.spec, self.client, self.size)
+            for scenario in selected:
+                self._say(f"{scenario.id}: {scenario.title}")
+                scenario.run(self)
+        except (ClientError, ServerError) as exc:
+            self.result.error = f"{type(exc).__name__}: {exc}"
+            self._say(f"session stopped: {self.result.error}")
+        finally:
+            self.close()
+        return self.result
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        self._keep_log()
+        self.server.close()
+        if self._slot_dir is not None:
+            shutil.rmtree(self._slot_dir, ignore_errors=True)
+
+    def _keep_log(self) -> None:
+        """Keep the scrubbed server log (numbers-only lines) beside the records."""
+        raw = self.server.raw_log_path
+        if not raw.exists():
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        kept = self.log_dir / (self.name.replace("/", "_").replace("@", "_") + ".log")
+        with open(raw, errors="replace") as src, open(kept, "a") as dst:
+            for line in src:
+                scrubbed = logs.scrub_line(line.rstrip("\n"))
+                if scrubbed:
+                    dst.write(scrubbed + "\n")
+
+    # -- the Steps protocol the scenarios use ---------------------------------------------------
+
+    @property
+    def document(self) -> str:
+        return self.corpus.document
+
+    @property
+    def other(self) -> str:
+        return self.corpus.other
+
+    @property
+    def edited(self) -> str:
+        return self.corpus.edited
+
+    @property
+    def questions(self) -> tuple[str, str]:
+        return self.corpus.questions
+
+    @property
+    def summary(self) -> str:
+        return self.spec.summary
+
+    def prompt(self, document: str, question: str) -> str:
+        return corpus_mod.Corpus.prompt(document, question)
+
+    def tokens(self, text: str, *, bos: bool = True) -> list[int]:
+        key = f"{bos}:{text_hash(text)}:{len(text)}"
+        if key not in self._tokens:
+            self._tokens[key] = self._api().tokenize(text, add_special=bos)
+        return self._tokens[key]
+
+    def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True, lora: Lora = None) -> Completion:
+        return self._complete(scenario, step, "measure", prompt, lora=lora, expect_hit=expect_hit)
+
+    def setup(self, scenario: str, step: str, prompt: Prompt, *, lora: Lora = None) -> Completion:
+        return self._complete(scenario, step, "setup", prompt, lora=lora, expect_hit=False)
+
+    def save_slot(self, scenario: str, filename: str) -> None:
+        self._saved[filename] = self._slot_sequence
+        self._call(scenario, "save slot", f"/slots/{self._last_slot}?action=save",
+                   lambda: self._api().slot_save(self._last_slot, filename))
+
+    def restore_slot(self, scenario: str, filename: str) -> None:
+        self._call(scenario, "restore slot", f"/slots/{self._last_slot}?action=restore",
+                   lambda: self._api().slot_restore(self._last_slot, filename))
+        key, sequence = self._saved[filename]
+        self._seen.setdefault(key, []).append(sequence)
+
+    def restart(self, scenario: str) -> None:
+        self._say("  restarting the server (same slot-save directory)")
+        assert self.client is not None
+        self.client.close()
+        self.server.restart()
+        self._seen.clear()  # a perfect cache keeps only what was saved to disk across a restart
+        self.client = LlamaClient(self.server.base_url, self.server.api_key)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _api(self) -> LlamaClient:
+        if self.client is None:
+            raise ServerError("server is not running")
+        return self.client
+
+    def _prompt_tokens(self, prompt: Prompt) -> list[int]:
+        return self.tokens(prompt) if isinstance(prompt, str) else list(prompt)
+
+    def _ideal(self, tokens: list[int], key: str) -> int:
+        """Tokens a perfect cache would re-process: those after the longest prefix already seen (at least 1)."""
+        seen = max((common_prefix(tokens, s) for s in self._seen.get(key, [])), default=0)
+        return max(1, len(tokens) - seen)
+
+    def _base_record(self, scenario: str, step: str, role: str, endpoint: str, started: float) -> Record:
+        return Record(
+            run_id=self.run_id, session=self.name, profile=self.variant.profile, variant=self.variant.name,
+            build=self.build, model=self.variant.model_spec, size=self.size, scenario=scenario, step=step,
+            role=role, endpoint=endpoint, started_at=started, ended_at=time.time(), slot=self._last_slot,
+        )
+
+    def _call(self, scenario: str, step: str, endpoint: str, action: Callable[[], dict[str, Any]]) -> None:
+        started = time.time()
+        record = self._base_record(scenario, step, "setup", endpoint, started)
+        try:
+            response = action()
+            record.extra = {k: v for k, v in response.items() if k.startswith("n_") or k == "timings"}
+        except ClientError as exc:
+            record.status, record.error = exc.status, str(exc)
+            self.writer.write(record)
+            raise
+        record.ended_at = time.time()
+        record.wall_ms = (record.ended_at - started) * 1000.0
+        self.writer.write(record)
+
+    def _complete(self, scenario: str, step: str, role: str, prompt: Prompt, *, lora: Lora, expect_hit: bool) -> Completion:
+        tokens = self._prompt_tokens(prompt)
+        key = lora_key(lora)
+        ideal = self._ideal(tokens, key)
+        started = time.time()
+        record = self._base_record(scenario, step, role, "/completion", started)
+        record.lora, record.prompt_tokens, record.prompt_hash = key, len(tokens), tokens_hash(tokens)
+        record.ideal, record.expect_hit = ideal, expect_hit
+        offset = self.server.log_size()
+        try:
+            completion = self._api().complete(prompt, n_predict=self.variant.n_predict, lora=lora,
+                                              on_progress=self._progress(step))
+        except ClientError as exc:
+            record.status, record.error, record.ended_at = exc.status, str(exc), time.time()
+            record.cause = self._cause(offset)
+            self.writer.write(record)
+            raise
+        self._clear_progress()
+        self._last_slot = completion.id_slot if completion.id_slot is not None else self._last_slot
+        self._slot_sequence = (key, tokens + completion.tokens)
+        self._seen.setdefault(key, []).append(self._slot_sequence[1])
+        self._fill(record, completion)
+        record.cause = self._cause(offset)
+        try:
+            if role == "measure":
+                self._judge(record, completion, prompt, key)
+        finally:  # a failed reference call must not lose the measurement
+            self.writer.write(record)
+            self.result.records.append(record)
+        self._report_step(record)
+        return completion
+
+    def _fill(self, record: Record, c: Completion) -> None:
+        record.ended_at = time.time()
+        record.slot = c.id_slot
+        record.prompt_n, record.cache_n, record.prompt_ms = c.prompt_n, c.cache_n, c.prompt_ms
+        record.predicted_n, record.predicted_ms = c.predicted_n, c.predicted_ms
+        record.ttft_ms, record.wall_ms = c.ttft_ms, c.wall_ms
+        record.output_hash = tokens_hash(c.tokens)
+        record.excess = None if record.ideal is None else c.prompt_n - record.ideal
+
+    def _cause(self, offset: int) -> dict[str, Any]:
+        with open(self.server.raw_log_path, errors="replace") as log:
+            log.seek(offset)
+            lines = log.read().splitlines()
+        return logs.explain(logs.parse_lines(lines)).to_dict()
+
+    def _judge(self, record: Record, c: Completion, prompt: Prompt, key: str) -> None:
+        """Speedup, correctness against a no-reuse reference, and the verdict."""
+        if record.scenario == "first_load":
+            self._first_load_ms = c.prompt_ms
+        if self._first_load_ms and c.prompt_ms > 0:
+            record.speedup = self._first_load_ms / c.prompt_ms
+        ref_key = (record.prompt_hash or "", key)
+        if c.cache_n == 0:
+            self._references.setdefault(ref_key, c)  # computed without reuse: it is a reference itself
+        elif self.verify:
+            reference = self._references.get(ref_key) or self._reference(record, prompt, key)
+            record.mismatch = compare_outputs(c, reference)
+            record.matches_reference = record.mismatch is None
+        record.verdict = verdict(record)
+
+    def _reference(self, measured: Record, prompt: Prompt, key: str) -> Completion:
+        """The same prompt without reuse (``cache_prompt: false``). It leaves the slot holding the same tokens."""
+        started = time.time()
+        record = self._base_record(measured.scenario, measured.step, "reference", "/completion", started)
+        record.lora, record.prompt_tokens, record.prompt_hash = key, measured.prompt_tokens, measured.prompt_hash
+        lora = None if key == "default" else [{"id": i, "scale": s} for i, s in json.loads(key)]
+        reference = self._api().complete(prompt, n_predict=self.variant.n_predict, cache_prompt=False, lora=lora,
+                                         on_progress=self._progress("reference"))
+        self._clear_progress()
+        self._fill(record, reference)
+        self.writer.write(record)
+        self._references[(measured.prompt_hash or "", key)] = reference
+        return reference
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def _say(self, text: str) -> None:
+        print(f"[{self.name}] {text}", file=self.out, flush=True)
+
+    def _progress(self, step: str) -> Callable[[int, int, int], None] | None:
+        if not self.out.isatty():
+            return None
+
+        def show(processed: int, cached: int, total: int) -> None:
+            pct = 100.0 * processed / total if total else 100.0
+            self.out.write(f"\r  {step}: prefill {pct:5.1f}% ({processed:,}/{total:,} tokens, {cached:,} cached)")
+            self.out.flush()
+
+        return show
+
+    def _clear_progress(self) -> None:
+        if self.out.isatty():
+            self.out.write("\r\033[K")
+
+    def _report_step(self, r: Record) -> None:
+        label = "setup prefill" if r.role == "setup" else (r.verdict or "")
+        self._say(
+            f"  {r.scenario}/{r.step}: re-processed {r.prompt_n:,} of {r.prompt_tokens:,} "
+            f"(ideal {r.ideal:,}) in {(r.prompt_ms or 0) / 1000:.2f} s  [{label}]  {r.cause['summary'] if r.cause else ''}"
+        )
+
+
+def verdict(r: Record) -> str:
+    """One word per measured step: hit, partial, miss, full (expected), wrong output."""
+    if r.matches_reference is False:
+        return "WRONG OUTPUT"
+    if not r.expect_hit:
+        return "full (expected)"
+    if not r.cache_n:
+        return "miss"
+    if (r.excess or 0) <= HIT_TOLERANCE:
+        return "hit"
+    return "partial"
