@@ -122,6 +122,8 @@ class Variant:
 
 @dataclass(frozen=True)
 class Profile:
+    """A loaded profile: its file and the variants its matrix expands to (one server launch each)."""
+
     name: str
     path: Path
     description: str
@@ -394,15 +396,14 @@ class _Origins:
 
 @contextlib.contextmanager
 def _reported_at(origins: _Origins, where: str) -> Iterator[None]:
-    """Turn errors from binaries and tiny into ProfileErrors naming the file and field."""
+    """Turn errors from binaries and tiny into ProfileErrors that start with "<file>: <field>:"."""
     try:
         yield
-    except BinaryError as error:
-        raise ProfileError(str(error)) from error
-    except ValueError as error:
-        if isinstance(error, ProfileError):
-            raise
-        raise ProfileError(f"{origins.file(where)}: {where}: {error}") from error
+    except ProfileError:
+        raise
+    except (BinaryError, ValueError) as error:
+        message, prefix = str(error), f"{origins.file(where)}: "
+        raise ProfileError(message if message.startswith(prefix) else f"{prefix}{where}: {message}") from error
 
 
 def _build(
@@ -415,7 +416,9 @@ def _build(
         binary = binaries.resolve_binary(
             merged.get("binary"), source=origins.file("binary"), relative_to=origins.path("binary").parent
         )
-    options = {name: _expand_value(value, origins, f"options.{name}") for name, value in merged.get("options", {}).items()}
+    options = {
+        name: _expand_value(value, origins, f"options.{name}") for name, value in merged.get("options", {}).items()
+    }
     matrix: dict[str, list[OptionValue]] = merged.get("matrix", {})
     if check_binary:
         _check_against_help(binary, options, matrix, origins)
