@@ -25,6 +25,7 @@ from gguf import GGUFWriter, TokenType
 __all__ = [
     "FACTORY_VERSION",
     "MODEL_NAMES",
+    "SPEC_PREFIX",
     "WORDS",
     "default_cache_dir",
     "is_tiny_spec",
@@ -174,7 +175,8 @@ def default_cache_dir() -> Path:
 def model_path(name: str, cache_dir: Path | None = None) -> Path:
     """Path of the tiny model `name`, generated into the cache first if missing."""
     recipe = _recipe(name)
-    return _cached(f"{name}-{_digest('model', recipe)}.gguf", lambda: _MODEL_BUILDERS[recipe.arch](name, recipe), cache_dir)
+    build = _MODEL_BUILDERS[recipe.arch]
+    return _cached(f"{name}-{_digest('model', recipe)}.gguf", lambda: build(name, recipe), cache_dir)
 
 
 def lora_path(name: str, cache_dir: Path | None = None) -> Path:
@@ -210,7 +212,11 @@ def _recipe(name: str) -> Recipe:
 
 
 def _digest(*parts: object) -> str:
-    """Short hash of everything that shapes a file, so a changed recipe gets a new name."""
+    """Short hash of what shapes a file, so a changed recipe gets a new file name.
+
+    Covers the recipe, the vocabulary and the model-wide dimensions; any other change
+    to a generator must bump FACTORY_VERSION.
+    """
     shared = (FACTORY_VERSION, N_EMBD, N_HEAD, N_HEAD_KV, N_FF, CONTEXT_LENGTH, WORDS, CHAT_TEMPLATE)
     return hashlib.sha256(repr((shared, parts)).encode()).hexdigest()[:10]
 
@@ -242,10 +248,11 @@ class _Tensors:
         self.writer = writer
         self.rng = np.random.default_rng(seed)
 
-    def normal(self, name: str, *ne: int, std: float = WEIGHT_STD) -> np.ndarray:
-        values = self.rng.standard_normal(ne[::-1], dtype=np.float32) * np.float32(std)
-        self.add(name, values)
-        return values
+    def random(self, *ne: int, std: float = WEIGHT_STD) -> np.ndarray:
+        return self.rng.standard_normal(ne[::-1], dtype=np.float32) * np.float32(std)
+
+    def normal(self, name: str, *ne: int, std: float = WEIGHT_STD) -> None:
+        self.add(name, self.random(*ne, std=std))
 
     def ones(self, name: str, *ne: int) -> None:
         self.add(name, np.ones(ne[::-1], dtype=np.float32))
@@ -299,7 +306,7 @@ def _start_text_model(name: str, recipe: Recipe) -> _Tensors:
     tensors = _Tensors(writer, recipe.seed)
     tensors.normal("token_embd.weight", N_EMBD, len(tokens), std=1.0)
     tensors.ones("output_norm.weight", N_EMBD)
-    output = tensors.rng.standard_normal((len(tokens), N_EMBD), dtype=np.float32) * np.float32(WEIGHT_STD)
+    output = tensors.random(N_EMBD, len(tokens))
     output[:FIRST_TEXT_TOKEN_ID] = 0.0
     tensors.add("output.weight", output)
     return tensors
@@ -351,16 +358,24 @@ def _per_layer(recipe: Recipe, value: int, kinds: str) -> list[int]:
     return [value if kind in kinds else 0 for kind in recipe.layers]
 
 
+def _mixer_then_ffn_layers(t: _Tensors, recipe: Recipe) -> None:
+    """llama-style blocks: norm, attention or Mamba2, norm, gated MLP."""
+    for il, kind in enumerate(recipe.layers):
+        t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
+        if kind == "A":
+            _attention(t, il, recipe.arch)
+        else:
+            _mamba2(t, il, recipe.recurrent)
+        t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
+        _gated_ffn(t, il)
+
+
 def _build_llama(name: str, recipe: Recipe) -> GGUFWriter:
     t = _start_text_model(name, recipe)
     t.writer.add_feed_forward_length(N_FF)
     t.writer.add_head_count_kv(N_HEAD_KV)
     t.writer.add_rope_dimension_count(HEAD_DIM)
-    for il in range(len(recipe.layers)):
-        t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
-        _attention(t, il, recipe.arch)
-        t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
-        _gated_ffn(t, il)
+    _mixer_then_ffn_layers(t, recipe)
     return t.writer
 
 
@@ -376,14 +391,7 @@ def _build_granitehybrid(name: str, recipe: Recipe) -> GGUFWriter:
     t.writer.add_logit_scale(1.0)
     t.writer.add_attention_scale(1.0 / math.sqrt(HEAD_DIM))
     _add_mamba2_metadata(t.writer)
-    for il, kind in enumerate(recipe.layers):
-        t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
-        if kind == "A":
-            _attention(t, il, recipe.arch)
-        else:
-            _mamba2(t, il, recipe.recurrent)
-        t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
-        _gated_ffn(t, il)
+    _mixer_then_ffn_layers(t, recipe)
     return t.writer
 
 
@@ -519,7 +527,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Generate the named tiny models (or their adapters/projectors) and print their paths."""
     parser = argparse.ArgumentParser(prog="python -m reusebench.tiny", description=main.__doc__)
     parser.add_argument("names", nargs="+", metavar="NAME", choices=MODEL_NAMES, help=", ".join(MODEL_NAMES))
-    parser.add_argument("--dir", type=Path, default=None, help="cache directory (default: $REUSEBENCH_MODEL_CACHE or ~/.cache/reusebench/models)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="cache directory (default: $REUSEBENCH_MODEL_CACHE or ~/.cache/reusebench/models)"
+    )
     parser.add_argument("--kind", choices=("model", "lora", "mmproj"), default="model")
     args = parser.parse_args(argv)
     path_of = {"model": model_path, "lora": lora_path, "mmproj": mmproj_path}[args.kind]
