@@ -16,6 +16,12 @@ from reusebench.profiles import ProfileError, load_profile
 GPU_MODEL_ENV = ("REUSEBENCH_GLM_MODEL", "REUSEBENCH_QWEN35_MODEL", "REUSEBENCH_QWEN35_MMPROJ")
 
 
+@pytest.fixture(autouse=True)
+def run_from_repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages show paths relative to the working directory; from the repo root, temp files show absolute."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+
+
 @pytest.fixture(scope="module")
 def real_binary() -> binaries.Binary:
     return binaries.resolve_binary("default", source="test")
@@ -125,6 +131,12 @@ def test_gpu_profile_binary_comes_from_env(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("REUSEBENCH_LLAMA_SERVER", str(tmp_path / "no-such-llama-server"))
     with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml: binary: .*no-such-llama-server does not exist"):
         load_profile("glm-hybrid-gpu")
+
+
+def test_profiles_are_found_from_any_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REUSEBENCH_PROFILES", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert load_profile("tiny-llama").path == Path(profiles.__file__).resolve().parents[1] / "server_profiles" / "tiny-llama.yaml"
 
 
 def test_profiles_dir_can_be_overridden(profile_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
