@@ -528,7 +528,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reusebench.tiny", description=main.__doc__)
     parser.add_argument("names", nargs="+", metavar="NAME", choices=MODEL_NAMES, help=", ".join(MODEL_NAMES))
     parser.add_argument(
-        "--dir", type=Path, default=None, help="cache directory (default: $REUSEBENCH_MODEL_CACHE or ~/.cache/reusebench/models)"
+        "--dir",
+        type=Path,
+        help="cache directory (default: $REUSEBENCH_MODEL_CACHE or ~/.cache/reusebench/models)",
     )
     parser.add_argument("--kind", choices=("model", "lora", "mmproj"), default="model")
     args = parser.parse_args(argv)
