@@ -1,0 +1,491 @@
+"""Read llama-server's log: typed events, per-request causes, startup facts, and a scrubber.
+
+The server is run at ``-lv 4`` so that the TRC lines (checkpoints, RAM cache, LoRA clears) are visible.
+Those lines carry only positions, sizes and ratios, but the same verbosity also prints prompt text, so
+the kept log is filtered through an allowlist (:func:`scrub_line`): a line survives only if it is one of
+the known, numbers-only lines below.
+
+Two input formats are accepted, line by line:
+
+* plain text on stderr (every build): ``0.01.234.567 I slot launch_slot_: id  0 | task 5 | processing task``;
+  the timestamp and level letter are optional (``--log-prefix``/``--log-timestamps`` off);
+* ``--log-jsonl`` objects on stdout (b11434 and later): ``{"type":"log","time":..,"level":"info","msg":".."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+__all__ = [
+    "EVENT_PATTERNS",
+    "Cause",
+    "Event",
+    "LogTail",
+    "explain",
+    "parse_line",
+    "parse_lines",
+    "scrub_line",
+    "startup_facts",
+]
+
+# ---------------------------------------------------------------------------------------------------------------
+# Event table. Each entry is (kind, pattern). A pattern is a regular expression for the whole message (after the
+# optional timestamp/level prefix and the ``slot func: id N | task M |`` / ``srv  func:`` prefix), in which
+# ``{name}`` stands for an integer field and ``{name:f}`` for a decimal one. Literal spaces match runs of spaces
+# because the server pads numbers (``%10.2f``). Patterns are full matches, so a line with anything else on it
+# (such as text) is neither an event nor kept by the scrubber.
+# ---------------------------------------------------------------------------------------------------------------
+
+EVENT_PATTERNS: tuple[tuple[str, str], ...] = (
+    # slot selection (INF) and launch; printed with task -1, before the task id is known
+    ("slot_skipped_empty", r"- skipping, slot is empty"),
+    ("slot_similarity_checked", r"- checking sim = {f_sim:f} \({lcp}/{n_tokens}\) > {threshold:f}"),
+    ("slot_selected_by_id", r"selected slot by id \({requested}\)"),
+    ("slot_selected_by_lcp",
+     r"selected slot by LCP similarity, f_sim_best = {f_sim:f} \(> {threshold:f} thold\), f_keep = {f_keep:f}"),
+    ("slot_selected_by_lru", r"selected slot by LRU, t_last = {t_last}"),
+    ("lora_cache_cleared", r"clearing cache for lora change\. {loras_before} loras -> {loras_after} loras"),
+    ("processing_task", r"processing task, is_child = {is_child}"),
+    # reuse decisions on the slot (TRC)
+    ("new_prompt", r"new prompt, n_ctx_slot = {n_ctx_slot}, n_keep = {n_keep}, task\.n_tokens = {n_tokens}"),
+    ("cache_reuse_chunk",
+     r"reusing chunk with size {size}, shifting KV cache \[{from_start}, {from_end}\) -> \[{to_start}, {to_end}\)"),
+    ("cache_reuse_ignored", r"cache reuse is not supported - ignoring n_cache_reuse = {n_cache_reuse}"),
+    ("checkpoint_checked", r"checking checkpoint with \[{pos_min}, {pos_max}\] against {pos_next}\.\.\."),
+    ("checkpoint_restored",
+     r"restored context checkpoint \(pos_min = {pos_min}, pos_max = {pos_max}, n_tokens = {n_tokens}, "
+     r"n_past = {n_past}, size = {size_mib:f} MiB\)"),
+    ("forced_full_reprocess",
+     r"forcing full prompt re-processing due to lack of cache data \(likely due to SWA or hybrid/recurrent memory, "
+     r"see https://[\w./#?=&-]+\)"),
+    ("checkpoint_erased_invalidated",
+     r"erased invalidated context checkpoint \(pos_min = {pos_min}, pos_max = {pos_max}, n_tokens = {n_tokens}, "
+     r"n_swa = {n_swa}(?:, pos_next = {pos_next})?, size = {size_mib:f} MiB\)"),
+    ("need_one_token",
+     r"need to evaluate at least 1 token for each active slot \(n_past = {n_past}, task\.n_tokens\(\) = {n_tokens}\)"),
+    ("n_past_set", r"n_past was set to {n_past}"),
+    ("cached_tokens", r"cached n_tokens = {n_tokens}, memory_seq_rm \[{seq_rm_from}, end\)"),
+    ("checkpoint_created",
+     r"created context checkpoint {index} of {max} \(pos_min = {pos_min}, pos_max = {pos_max}, "
+     r"n_tokens = {n_tokens}, size = {size_mib:f} MiB\)"),
+    ("checkpoint_erased_too_close",
+     r"erasing context checkpoint too close to an earlier one \(pos_min = {pos_min}, pos_max = {pos_max}, "
+     r"n_tokens = {n_tokens}, size = {size_mib:f} MiB\)"),
+    ("checkpoint_superseded", r"superseding context checkpoint at n_tokens = {n_tokens}"),
+    ("checkpoint_erased_old",
+     r"erasing old context checkpoint \(pos_min = {pos_min}, pos_max = {pos_max}, n_tokens = {n_tokens}, "
+     r"size = {size_mib:f} MiB\)"),
+    ("sampler_initialized", r"init sampler, took {ms:f} ms, tokens: text = {n_text}, total = {n_total}"),
+    ("prompt_eval",
+     r"prompt eval time = {ms:f} ms / {n_tokens} tokens \( {ms_per_token:f} ms per token, "
+     r"{tokens_per_second:f} tokens per second\)"),
+    ("generation_eval",
+     r"eval time = {ms:f} ms / {n_tokens} tokens \( {ms_per_token:f} ms per token, "
+     r"{tokens_per_second:f} tokens per second\)"),
+    ("total_time", r"total time = {ms:f} ms / {n_tokens} tokens"),
+    ("graphs_reused", r"graphs reused = {n_graphs}"),
+    ("stop_processing", r"stop processing: n_tokens = {n_tokens}, truncated = {truncated}"),
+    ("all_slots_idle", r"all slots are idle"),
+    ("prompt_cleared", r"clearing prompt with {n_tokens} tokens"),
+    ("slot_purged", r"purging slot {purged_slot} with {n_tokens} tokens"),
+    ("kv_cache_full_retry",
+     r"failed to find free space in the KV cache, retrying with smaller batch size, off = {off}, n_batch = {n_batch}, "
+     r"ret = {ret}"),
+    ("kv_cache_no_memory_slot", r"decode: failed to find a memory slot for batch of size {n_tokens}"),
+    # RAM prompt cache (TRC; evictions and oversize entries are WRN)
+    ("ram_cache_updating", r"updating prompt cache"),
+    ("ram_prompt_saved",
+     r"- saving prompt with length {n_tokens}, total state size = {size_mib:f} MiB(?: \(draft: {draft_mib:f} MiB\))?"),
+    ("ram_lookup", r"- looking for better prompt, base f_keep = {f_keep:f}, f_sim = {f_sim:f}"),
+    ("ram_candidate", r"- prompt with length {n_tokens}, lcp = {lcp}, f_keep = {f_keep:f}, f_sim = {f_sim:f}"),
+    ("ram_prompt_found", r"- found better prompt with f_keep = {f_keep:f}, f_sim = {f_sim:f}"),
+    ("ram_entry_evicted_for_room",
+     r"- making room for prompt cache entry, removing oldest entry \(size = {size_mib:f} MiB\)"),
+    ("ram_entry_evicted_over_limit", r"- cache size limit reached, removing oldest entry \(size = {size_mib:f} MiB\)"),
+    ("ram_prompt_too_large",
+     r"- prompt state size {size_mib:f} MiB exceeds cache size limit {limit_mib:f} MiB, skipping"),
+    ("ram_cache_state",
+     r"- cache state: {n_prompts} prompts, {size_mib:f} MiB \(limits: {limit_mib:f} MiB, {limit_tokens} tokens, "
+     r"{est_tokens} est\)"),
+    ("ram_cache_entry", r"- prompt 0x[0-9a-f]+: {n_tokens} tokens, checkpoints: {n_checkpoints}, {size_mib:f} MiB"),
+    ("ram_cache_update_took", r"prompt cache update took {ms:f} ms"),
+    ("idle_slot_saved", r"saving idle slot to prompt cache"),
+    ("lora_adapter_set", r"set lora adapter idx={adapter} scale={scale:f}"),
+    # sleep (INF; the queue and the server each print one line)
+    ("sleep_entering", r"(?:server is )?entering sleeping state"),
+    ("sleep_exiting", r"(?:server is )?exiting sleeping state"),
+    # startup: the configuration as the server really applied it
+    ("n_parallel_auto", r"n_parallel is set to auto, using n_parallel = {n_parallel} and kv_unified = (?P<kv_unified>true|false)"),
+    ("multimodal_loaded", r"loaded multimodal model, '(?P<path>[^']+)'"),
+    ("cache_reuse_unsupported",
+     r"cache_reuse is not supported by (?P<reason>multimodal|this context), it will be disabled"),
+    ("ctx_shift_unsupported", r"ctx_shift is not supported by (?P<reason>multimodal|this context), it will be disabled"),
+    ("swa_full_unsupported", r"swa_full is not supported by this model, it will be disabled"),
+    ("seq_rm_support", r"the context (?P<support>does not support|supports bounded) partial sequence removal"),
+    ("slots_initialized",
+     r"initializing, n_slots = {n_slots}, n_ctx_slot = {n_ctx_slot}, kv_unified = '(?P<kv_unified>true|false)'"),
+    ("slot_created", r"new slot, n_ctx = {n_ctx}"),
+    ("prompt_cache_enabled", r"prompt cache is enabled, size limit: (?:{limit_mib} MiB|(?P<unlimited>no limit))"),
+    ("prompt_cache_disabled", r"prompt cache is disabled - use `--cache-ram N` to enable it"),
+    ("checkpoints_enabled", r"context checkpoints enabled, max = {max}, min spacing = {min_spacing}"),
+    ("checkpoints_disabled", r"context checkpoints disabled"),
+    ("cache_idle_slots_need_cache_ram", r"--cache-idle-slots requires --cache-ram, disabling"),
+    ("idle_slots_policy", r"idle slots will be saved to prompt cache(?P<and_cleared> and cleared)? upon starting a new task"),
+    ("model_loaded", r"model loaded"),
+    ("server_listening", r"listening on http://[\w.:\[\]-]+:{port}"),
+)
+
+_PLACEHOLDER = re.compile(r"\{(\w+)(:f)?\}")
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    # padded numbers: "%10.2f" prints leading spaces, so every number and every literal space allows a run of them
+    def number(m: re.Match[str]) -> str:
+        body = r"-?\d+\.\d+" if m.group(2) else r"-?\d+"
+        return rf" *(?P<{m.group(1)}>{body})"
+
+    return re.compile(_PLACEHOLDER.sub(number, pattern.replace(" ", " +")))
+
+
+_COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple((kind, _compile(p)) for kind, p in EVENT_PATTERNS)
+
+# "0.01.234.567 I " (timestamp and level letter are each optional), then the slot or srv prefix
+_LINE = re.compile(
+    r"(?:\d+\.\d{2}\.\d{3}\.\d{3} )?(?:(?P<letter>[IWED]) )?"
+    r"(?:slot (?P<slot_func>[^:|]{1,12}): id +(?P<slot>-?\d+) \| task (?P<task>-?\d+) \| "
+    r"|(?P<module>srv|que|res|cmn|spec) +(?P<func>[^:|]{1,12}): )?"
+    r"(?P<msg>.*)"
+)
+_ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # --log-colors on
+_LEVEL_BY_LETTER = {"I": "info", "W": "warn", "E": "error", "D": "debug"}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One recognised log line. ``fields`` holds the numbers (and the few fixed words) it carries."""
+
+    kind: str
+    level: str | None  # "info" | "warn" | "error" | "debug"; None when the log has no level prefix
+    slot: int | None
+    task: int | None
+    fields: Mapping[str, int | float | str]
+    line: str  # the message without prefix; only numbers-only lines become events, so it is safe to keep
+
+
+def _typed(value: str) -> int | float | str:
+    if re.fullmatch(r"-?\d+", value):
+        return int(value)
+    if re.fullmatch(r"-?\d+\.\d+", value):
+        return float(value)
+    return value
+
+
+def _match_message(message: str) -> tuple[str, dict[str, int | float | str]] | None:
+    for kind, regex in _COMPILED:
+        m = regex.fullmatch(message)
+        if m:
+            return kind, {k: _typed(v) for k, v in m.groupdict().items() if v is not None}
+    return None
+
+
+def _split_jsonl(line: str) -> tuple[str | None, list[str]] | None:
+    """(level, message lines) of a ``--log-jsonl`` object, or None when the line is not one."""
+    if not line.startswith("{"):
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or obj.get("type") != "log" or not isinstance(obj.get("msg"), str):
+        return None
+    level = obj.get("level") if isinstance(obj.get("level"), str) else None
+    return level, obj["msg"].splitlines()
+
+
+def parse_line(line: str) -> Event | None:
+    """The event on one plain-text line, or None. (JSONL objects may hold several lines: use parse_lines.)"""
+    events = parse_lines([line])
+    return events[0] if events else None
+
+
+def parse_lines(lines: Iterable[str]) -> list[Event]:
+    """Events in order. A line without a slot prefix (the second line of a multi-line message, such as the
+    ``prompt eval time`` timing block) inherits the slot and task of the last prefixed line."""
+    events: list[Event] = []
+    slot: int | None = None
+    task: int | None = None
+    for raw in lines:
+        raw = _ANSI_COLOR.sub("", raw.rstrip("\r\n"))
+        jsonl = _split_jsonl(raw)
+        level, texts = jsonl if jsonl else (None, [raw])
+        for text in texts:
+            m = _LINE.fullmatch(text)
+            assert m is not None  # the message group matches anything
+            if m.group("slot") is not None:
+                slot, task = int(m.group("slot")), int(m.group("task"))
+            elif m.group("letter") or m.group("module"):
+                slot = task = None
+            found = _match_message(m.group("msg").strip())
+            if found:
+                kind, values = found
+                line_level = level or _LEVEL_BY_LETTER.get(m.group("letter") or "")
+                events.append(Event(kind, line_level, slot, task, values, m.group("msg").strip()))
+    return events
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Per-request attribution
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why one request reused what it did, read from the events logged while it ran.
+
+    ``summary`` is a short human sentence picked by the first rule of ``_SUMMARY_RULES`` that applies; the other
+    fields are the structured evidence (None / False / empty when the log did not say).
+    """
+
+    summary: str
+    slot: int | None = None
+    task: int | None = None
+    selection: str | None = None  # "id" | "lcp" | "lru"
+    slot_was_empty: bool = False  # LRU picked a never-used slot (t_last = -1)
+    f_sim: float | None = None  # from the LCP selection line
+    f_keep: float | None = None
+    ram_restored: bool = False  # "found better prompt": the slot was loaded from the RAM prompt cache
+    ram_f_keep: float | None = None
+    ram_f_sim: float | None = None
+    ram_saved_n_tokens: tuple[int, ...] = ()  # slot contents saved to RAM before the request took the slot
+    ram_evicted_mib: tuple[float, ...] = ()  # RAM cache entries dropped (making room or over the size limit)
+    ram_skipped_too_large: bool = False  # a state bigger than the whole RAM cache was not saved (it is lost)
+    checkpoint_n_tokens: int | None = None  # the context checkpoint that was restored
+    forced_full: bool = False  # no usable checkpoint before the divergence (hybrid/SWA memory)
+    lora_clear: bool = False  # "clearing cache for lora change"
+    lora_clear_after_ram_restore: bool = False  # report B: a just-restored RAM state thrown away
+    woke: bool = False
+    slept: bool = False
+    cache_reuse_chunks: tuple[int, ...] = ()  # sizes of chunks moved by --cache-reuse KV shifting
+    cache_reuse_ignored: bool = False
+    cached_n_tokens: int | None = None  # first "n_tokens = N, memory_seq_rm" line: equals timings.cache_n
+    prompt_n: int | None = None  # tokens evaluated, from "prompt eval time"
+    n_tokens_after: int | None = None  # slot size after the request ("stop processing")
+    checkpoints_created: tuple[int, ...] = ()  # n_tokens of the checkpoints this request created
+    slots_purged: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+# How each event kind fills Cause fields: (Cause field, event field, mode). Modes: "first"/"last" keep one value,
+# "append" collects a tuple, "flag" sets True (event field unused).
+_CAUSE_UPDATES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "slot_selected_by_lcp": (("f_sim", "f_sim", "last"), ("f_keep", "f_keep", "last")),
+    "ram_prompt_found": (("ram_restored", "", "flag"), ("ram_f_keep", "f_keep", "last"), ("ram_f_sim", "f_sim", "last")),
+    "ram_prompt_saved": (("ram_saved_n_tokens", "n_tokens", "append"),),
+    "ram_entry_evicted_for_room": (("ram_evicted_mib", "size_mib", "append"),),
+    "ram_entry_evicted_over_limit": (("ram_evicted_mib", "size_mib", "append"),),
+    "ram_prompt_too_large": (("ram_skipped_too_large", "", "flag"),),
+    "checkpoint_restored": (("checkpoint_n_tokens", "n_tokens", "last"),),
+    "checkpoint_created": (("checkpoints_created", "n_tokens", "append"),),
+    "forced_full_reprocess": (("forced_full", "", "flag"),),
+    "lora_cache_cleared": (("lora_clear", "", "flag"),),
+    "sleep_entering": (("slept", "", "flag"),),
+    "sleep_exiting": (("woke", "", "flag"),),
+    "cache_reuse_chunk": (("cache_reuse_chunks", "size", "append"),),
+    "cache_reuse_ignored": (("cache_reuse_ignored", "", "flag"),),
+    "cached_tokens": (("cached_n_tokens", "n_tokens", "first"),),  # one line per batch; the first is cache_n
+    "prompt_eval": (("prompt_n", "n_tokens", "last"),),
+    "stop_processing": (("n_tokens_after", "n_tokens", "last"),),
+    "slot_purged": (("slots_purged", "purged_slot", "append"),),
+}
+_SELECTION_BY_KIND = {"slot_selected_by_id": "id", "slot_selected_by_lcp": "lcp", "slot_selected_by_lru": "lru"}
+
+
+def _ram_found(c: Cause) -> str:
+    return f"found in RAM cache (f_keep={c.ram_f_keep:.3f}, f_sim={c.ram_f_sim:.3f})"
+
+
+# Precedence, first match wins. Why this order:
+# 1. waking reloads the model with empty slots and RAM cache, so nothing logged after it can be reuse of old work;
+# 2. a LoRA clear discards whatever was restored before it; when that was a RAM restore it is report B's bug
+#    ("found better prompt" then "clearing cache for lora change"), so it outranks a plain LoRA clear;
+# 3. a cache-reuse shift followed by a checkpoint restore is gotcha 1 (the restored recurrent state does not match
+#    the shifted attention cache): it must not read as an ordinary checkpoint hit;
+# 4. a forced full re-processing outranks the RAM restore that may precede it (the restore bought nothing);
+# 5. then the reuse path actually taken: checkpoint, RAM entry, chunk shift, tokens kept in the slot, nothing.
+_SUMMARY_RULES: tuple[tuple[Callable[[Cause], object], Callable[[Cause], str]], ...] = (
+    (lambda c: c.woke, lambda c: "woke from sleep (model reloaded, slots and RAM cache empty)"),
+    (lambda c: c.lora_clear_after_ram_restore, lambda c: "LoRA-change clear after restoring from RAM"),
+    (lambda c: c.lora_clear, lambda c: "LoRA-change clear"),
+    (lambda c: c.cache_reuse_chunks and c.checkpoint_n_tokens is not None,
+     lambda c: f"cache-reuse shifted chunk then restored checkpoint at n_tokens={c.checkpoint_n_tokens}"),
+    (lambda c: c.forced_full and c.ram_restored,
+     lambda c: f"{_ram_found(c)}, then forced full re-processing (no checkpoint before divergence)"),
+    (lambda c: c.forced_full, lambda c: "forced full re-processing (no checkpoint before divergence)"),
+    (lambda c: c.checkpoint_n_tokens is not None and c.ram_restored,
+     lambda c: f"{_ram_found(c)}, restored checkpoint at n_tokens={c.checkpoint_n_tokens}"),
+    (lambda c: c.checkpoint_n_tokens is not None, lambda c: f"restored checkpoint at n_tokens={c.checkpoint_n_tokens}"),
+    (lambda c: c.ram_restored, _ram_found),
+    (lambda c: c.cache_reuse_chunks, lambda c: f"cache-reuse shifted {len(c.cache_reuse_chunks)} chunk(s)"),
+    (lambda c: c.cached_n_tokens, lambda c: f"kept {c.cached_n_tokens} tokens in slot"),
+    (lambda c: c.slot_was_empty, lambda c: "no reuse (empty slot)"),
+    (lambda c: c.selection is not None or c.task is not None, lambda c: "no reuse"),
+)
+
+
+def explain(events: Iterable[Event]) -> Cause:
+    """The cause for the events logged during one request (read from just before it to just after its response).
+
+    The request's slot and task come from its selection line and the first ``processing task`` line; with requests
+    sent one at a time every other event in the window belongs to it or to the cache work it triggered.
+    """
+    values: dict[str, Any] = {}
+    for e in events:
+        if e.kind in _SELECTION_BY_KIND:
+            values.update(selection=_SELECTION_BY_KIND[e.kind], slot=e.slot, slot_was_empty=e.fields.get("t_last") == -1)
+        elif e.kind == "processing_task" and "task" not in values:
+            values.update(slot=e.slot, task=e.task)
+        elif e.kind == "lora_cache_cleared":
+            # order matters: only a clear *after* a RAM restore discards restored work
+            values["lora_clear_after_ram_restore"] = values.get("ram_restored", False)
+        for name, key, mode in _CAUSE_UPDATES.get(e.kind, ()):
+            if mode == "flag":
+                values[name] = True
+            elif mode == "append":
+                values[name] = values.get(name, ()) + (e.fields[key],)
+            elif mode == "last" or name not in values:
+                values[name] = e.fields[key]
+    draft = Cause(summary="", **values)
+    summary = next((text(draft) for applies, text in _SUMMARY_RULES if applies(draft)), "no request in log")
+    return replace(draft, summary=summary)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Startup facts (for the options checker)
+# ---------------------------------------------------------------------------------------------------------------
+
+# warnings that mean an option the user set was silently turned off
+_DISABLED_OPTION_KINDS = frozenset({
+    "cache_reuse_unsupported", "ctx_shift_unsupported", "swa_full_unsupported", "cache_idle_slots_need_cache_ram",
+})
+
+
+def startup_facts(events: Iterable[Event]) -> dict[str, Any]:
+    """What the server really configured, from its startup lines. Later values win (a wake repeats them).
+
+    Keys: ``disabled_options`` (list of {kind, reason, level, line}), ``n_slots``, ``n_ctx_slot``, ``kv_unified``,
+    ``prompt_cache_enabled``, ``prompt_cache_limit_mib`` (None: unlimited or disabled), ``checkpoints_max``
+    (0 when disabled), ``checkpoints_min_spacing``, ``multimodal_loaded``, ``n_parallel_auto`` (``-np`` auto gave
+    4 unified slots), ``idle_slots_saved`` / ``idle_slots_cleared`` (``--cache-idle-slots`` in effect, and whether
+    unified KV makes it clear them too). A key is None when its line was not seen.
+    """
+    facts: dict[str, Any] = dict.fromkeys(
+        ("n_slots", "n_ctx_slot", "kv_unified", "prompt_cache_enabled", "prompt_cache_limit_mib",
+         "checkpoints_max", "checkpoints_min_spacing"))
+    facts.update(disabled_options=[], multimodal_loaded=False, n_parallel_auto=False, idle_slots_saved=False,
+                 idle_slots_cleared=False)
+    seen_warnings: set[str] = set()
+    for e in events:
+        f = e.fields
+        if e.kind in _DISABLED_OPTION_KINDS and e.line not in seen_warnings:
+            seen_warnings.add(e.line)
+            facts["disabled_options"].append({"kind": e.kind, "reason": f.get("reason"), "level": e.level, "line": e.line})
+        elif e.kind == "slots_initialized":
+            facts.update(n_slots=f["n_slots"], n_ctx_slot=f["n_ctx_slot"], kv_unified=f["kv_unified"] == "true")
+        elif e.kind == "prompt_cache_enabled":
+            facts.update(prompt_cache_enabled=True, prompt_cache_limit_mib=f.get("limit_mib"))
+        elif e.kind == "prompt_cache_disabled":
+            facts.update(prompt_cache_enabled=False, prompt_cache_limit_mib=None)
+        elif e.kind == "checkpoints_enabled":
+            facts.update(checkpoints_max=f["max"], checkpoints_min_spacing=f["min_spacing"])
+        elif e.kind == "checkpoints_disabled":
+            facts.update(checkpoints_max=0, checkpoints_min_spacing=None)
+        elif e.kind == "multimodal_loaded":
+            facts["multimodal_loaded"] = True
+        elif e.kind == "idle_slots_policy":
+            facts.update(idle_slots_saved=True, idle_slots_cleared="and_cleared" in f)
+        elif e.kind == "n_parallel_auto":
+            facts["n_parallel_auto"] = True
+    return facts
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Privacy: the kept log
+# ---------------------------------------------------------------------------------------------------------------
+
+# Startup/system lines that are safe besides the events: fixed words and numbers only, no quotes, no free text.
+_SAFE_LINE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
+    # "llama_context: n_ctx = 8192", "print_info: n_head_kv = [0, 0, 2, 0]": the applied model/context numbers
+    r"(?:llama_context|print_info): [a-z_ ]+? += +(?:-?\d+(?:\.\d+)?(?:e[-+]\d+)?|\[[-\d, ]+\]|true|false|auto)",
+    # the build id, for the record
+    r"common_params_print_info: build \d+ \([0-9a-f]+\) with [\w .+-]+ for [\w-]+",
+))
+
+
+def _is_safe_message(message: str) -> bool:
+    return _match_message(message) is not None or any(p.fullmatch(message) for p in _SAFE_LINE_PATTERNS)
+
+
+def scrub_line(line: str) -> str | None:
+    """The line as it may be kept, or None. Allowlist: a line is kept unchanged only if its message is a known
+    numbers-only event or a known-safe startup line; everything else (prompt dumps, token lists, generated text,
+    request bodies, continuation lines of multi-line messages, unknown lines) is dropped."""
+    line = _ANSI_COLOR.sub("", line.rstrip("\r\n"))
+    jsonl = _split_jsonl(line)
+    if jsonl is not None:
+        level, texts = jsonl
+        if not texts or not all(_is_safe_message(_LINE.fullmatch(t).group("msg").strip()) for t in texts):  # type: ignore[union-attr]
+            return None
+        # re-serialise so that only the known keys survive
+        obj = json.loads(line)
+        return json.dumps({"type": "log", "time": obj.get("time"), "level": level, "msg": obj["msg"]})
+    m = _LINE.fullmatch(line)
+    assert m is not None
+    return line if m.group("msg") and _is_safe_message(m.group("msg").strip()) else None
+
+
+_TAIL_BLOCK = 64 * 1024
+
+
+class LogTail:
+    """Reads what a log file gained since an offset, in whole lines.
+
+    ``offset()`` points just after the last complete line, so a line still being written when the offset is taken
+    is read in full by the next ``read_since``; a partial last line at read time is left for the next read.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def offset(self) -> int:
+        try:
+            with self.path.open("rb") as f:
+                end = f.seek(0, 2)
+                # scan back block by block for the last newline; logs can be large, lines are short
+                pos = end
+                while pos > 0:
+                    step = min(_TAIL_BLOCK, pos)
+                    f.seek(pos - step)
+                    block = f.read(step)
+                    newline = block.rfind(b"\n")
+                    if newline >= 0:
+                        return pos - step + newline + 1
+                    pos -= step
+                return 0
+        except FileNotFoundError:
+            return 0
+
+    def read_since(self, offset: int) -> list[str]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]
+        return complete.decode("utf-8", errors="replace").splitlines()
