@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reusebench import corpus, profiles, records, scenarios
+from reusebench.gpu import GpuSampler
 from reusebench.session import Session
 
 
@@ -54,11 +55,13 @@ def run_profile(
     records_path = run_dir / "records.jsonl"
     print(f"run {run_id}: profile {profile.name}, {len(chosen)} variant(s), records -> {records_path}", file=out)
     failed = 0
-    with records.RecordWriter(records_path) as writer:
+    with records.RecordWriter(records_path) as writer, GpuSampler() as sampler:
+        if sampler.unavailable:
+            print(f"GPU state will be null: {sampler.unavailable}", file=out)
         for variant in chosen:
             selected = scenarios.select(scenario_ids or variant.scenarios)
             for size in sizes or variant.sizes:
                 session = Session(variant, size, spec, writer, run_id=run_id, log_dir=run_dir / "logs",
-                                  verify=variant.verify and verify, out=out)
+                                  sampler=sampler, verify=variant.verify and verify, out=out)
                 failed += session.run(selected).error is not None
     return RunResult(run_id, run_dir, records.read_records(records_path), failed)

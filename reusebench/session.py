@@ -23,8 +23,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from reusebench import corpus as corpus_mod
-from reusebench import logs, scenarios
+from reusebench import host, logs, scenarios
 from reusebench.client import ClientError, Completion, LlamaClient
+from reusebench.gpu import GpuSampler
 from reusebench.profiles import Variant
 from reusebench.records import Record, RecordWriter, text_hash, tokens_hash
 from reusebench.server import LlamaServer, ServerError
@@ -83,6 +84,7 @@ class Session:
         *,
         run_id: str,
         log_dir: Path,
+        sampler: GpuSampler,
         verify: bool = True,
         out: TextIO = sys.stderr,
     ) -> None:
@@ -92,6 +94,7 @@ class Session:
         self.writer = writer
         self.run_id = run_id
         self.log_dir = log_dir
+        self.sampler = sampler
         self.verify = verify
         self.out = out
         self.name = f"{variant.profile}/{variant.name}@{size}"
@@ -106,7 +109,7 @@ class Session:
         self._last_slot = 0
         self._slot_sequence: tuple[str, list[int]] = ("default", [])  # what the last slot used holds
         self._saved: dict[str, tuple[str, list[int]]] = {}
-        self._log_offset = 0
+        self._host_before_load: dict[str, Any] | None = None
         self.result = SessionResult(self.name)
 
     # -- set-up -----------------------------------------------------------------------------
@@ -123,10 +126,11 @@ class Session:
 
     def run(self, selected: Sequence[scenarios.Scenario]) -> SessionResult:
         try:
-            self.server.start()
-            self.client = LlamaClient(self.server.base_url, self.server.api_key)
-            self.build = str(self.client.props().get("build_info", "unknown"))
-            self.corpus = corpus_mod.build_corpus(self.spec, self.client, self.size)
+            # page-cache residency of the model means something only before the server maps it
+            self._host_before_load = host.capture(self.variant.model).to_dict()
+            self._start_server()
+            self.build = str(self._api().props().get("build_info", "unknown"))
+            self.corpus = corpus_mod.build_corpus(self.spec, self._api(), self.size)
             for scenario in selected:
                 self._say(f"{scenario.id}: {scenario.title}")
                 scenario.run(self)
@@ -210,11 +214,17 @@ class Session:
         self._say("  restarting the server (same slot-save directory)")
         assert self.client is not None
         self.client.close()
-        self.server.restart()
+        self.server.stop()
+        self._host_before_load = host.capture(self.variant.model).to_dict()
+        self._start_server()
         self._seen.clear()  # a perfect cache keeps only what was saved to disk across a restart
-        self.client = LlamaClient(self.server.base_url, self.server.api_key)
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _start_server(self) -> None:
+        self.server.start()
+        self.sampler.pid = self.server.pid
+        self.client = LlamaClient(self.server.base_url, self.server.api_key)
 
     def _api(self) -> LlamaClient:
         if self.client is None:
@@ -259,14 +269,19 @@ class Session:
         record.lora, record.prompt_tokens, record.prompt_hash = key, len(tokens), tokens_hash(tokens)
         record.ideal, record.expect_hit = ideal, expect_hit
         offset = self.server.log_size()
+        record.host = self._host_before_load or host.capture().to_dict()
+        self._host_before_load = None
+        mark = self.sampler.mark()
         try:
             completion = self._api().complete(prompt, n_predict=self.variant.n_predict, lora=lora,
                                               on_progress=self._progress(step))
         except ClientError as exc:
             record.status, record.error, record.ended_at = exc.status, str(exc), time.time()
             record.cause = self._cause(offset)
+            record.gpu = self.sampler.summary_dict(mark, self.sampler.mark())
             self.writer.write(record)
             raise
+        record.gpu = self.sampler.summary_dict(mark, self.sampler.mark())
         self._clear_progress()
         self._last_slot = completion.id_slot if completion.id_slot is not None else self._last_slot
         self._slot_sequence = (key, tokens + completion.tokens)

@@ -1,0 +1,92 @@
+"""Report A's six steps on a real llama-server with generated tiny models, at 2K tokens.
+
+The hybrid (Gated DeltaNet + attention) must show report A's pattern: resend 4,
+re-ask 515 + the question, mid-document edit everything, interleave-and-return 4,
+restore after restart everything; the pure-attention control must not.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from reusebench import profiles, runner
+from reusebench.records import Record
+
+pytestmark = pytest.mark.e2e
+
+SIZE = 2048
+REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
+
+
+def run(profile: str, variant: str, results: Path) -> dict[tuple[str, str], Record]:
+    result = runner.run_profile(
+        profiles.load_profile(profile), results_dir=results, variants=[variant], sizes=[SIZE],
+        scenario_ids=REPORT_A, out=io.StringIO(),
+    )
+    assert result.failed_sessions == 0
+    return {(r.scenario, r.step): r for r in result.records if r.role == "measure"}
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Record]:
+    return run("tiny-qwen35", "mmproj=off,cache-reuse=0", tmp_path_factory.mktemp("results"))
+
+
+@pytest.fixture(scope="module")
+def control(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Record]:
+    return run("tiny-llama", "default", tmp_path_factory.mktemp("results"))
+
+
+def test_first_load_processes_the_whole_prompt(hybrid):
+    cold = hybrid[("first_load", "cold")]
+    assert cold.cache_n == 0
+    assert cold.prompt_n == cold.prompt_tokens
+    assert abs(cold.prompt_tokens - SIZE) / SIZE < 0.02  # document of SIZE tokens plus the question
+
+
+def test_hybrid_resend_returns_to_the_checkpoint_4_tokens_before_the_end(hybrid):
+    assert hybrid[("resend", "same prompt")].prompt_n == 4
+
+
+def test_hybrid_reask_goes_back_n_ubatch_plus_4_tokens(hybrid):
+    reask = hybrid[("reask", "new question")]
+    assert 512 <= reask.prompt_n <= 516 + 20
+    assert reask.verdict == "partial"
+    assert "checkpoint" in reask.cause["summary"]
+
+
+def test_hybrid_mid_document_edit_reprocesses_everything(hybrid):
+    edit = hybrid[("edit_middle", "line at 50%")]
+    assert edit.cache_n == 0 and edit.prompt_n == edit.prompt_tokens
+    assert edit.ideal < edit.prompt_tokens * 0.6  # a perfect cache would keep the first half
+    assert edit.verdict == "miss"
+
+
+def test_hybrid_interleave_and_return_is_served_from_ram(hybrid):
+    back = hybrid[("interleave", "back to first")]
+    assert back.prompt_n == 4
+    assert "RAM" in back.cause["summary"]
+
+
+def test_hybrid_restore_after_restart_reuses_only_a_strict_extension(hybrid):
+    assert hybrid[("restore_disk", "resend")].cache_n == 0
+    assert hybrid[("restore_disk", "reask")].cache_n == 0
+    extension = hybrid[("restore_disk", "extension")]
+    assert extension.prompt_n <= extension.ideal + 4
+    assert extension.cache_n > SIZE
+
+
+def test_reused_output_equals_output_without_reuse(hybrid, control):
+    reused = [r for r in [*hybrid.values(), *control.values()] if r.cache_n]
+    assert reused and all(r.matches_reference is True for r in reused)
+
+
+def test_control_reuses_up_to_the_edit_and_restores_from_disk(control):
+    assert control[("resend", "same prompt")].prompt_n == 1
+    edit = control[("edit_middle", "line at 50%")]
+    assert edit.prompt_n == edit.ideal  # exactly the tokens after the inserted line
+    assert control[("restore_disk", "resend")].prompt_n == 1
+    assert control[("restore_disk", "reask")].prompt_n == control[("restore_disk", "reask")].ideal
