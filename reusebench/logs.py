@@ -423,7 +423,7 @@ _SAFE_LINE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in 
     # "llama_context: n_ctx = 8192", "print_info: n_head_kv = [0, 0, 2, 0]": the applied model/context numbers
     r"(?:llama_context|print_info): [a-z_ ]+? += +(?:-?\d+(?:\.\d+)?(?:e[-+]\d+)?|\[[-\d, ]+\]|true|false|auto)",
     # the build id, for the record
-    r"common_params_print_info: build \d+ \([0-9a-f]+\) with [\w .+-]+ for [\w-]+",
+    r"common_params_print_info: build \d+ \([0-9a-f]+\) with [\w .+-]+ for [\w -]+",
 ))
 
 
