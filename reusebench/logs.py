@@ -1,9 +1,10 @@
 """Read llama-server's log: typed events, per-request causes, startup facts, and a scrubber.
 
 The server is run at ``-lv 4`` so that the TRC lines (checkpoints, RAM cache, LoRA clears) are visible.
-Those lines carry only positions, sizes and ratios, but the same verbosity also prints prompt text, so
-the kept log is filtered through an allowlist (:func:`scrub_line`): a line survives only if it is one of
-the known, numbers-only lines below.
+Those lines carry only positions, sizes and ratios. Build 7e4c0a9 printed no prompt text at ``-lv 4`` in any
+captured scenario, but ``-lv 5``/``-v`` (DBG) does (the ``launching slot`` JSON with ``"prompt"``, ``next token``
+pieces, ``streamed chunk`` bodies) and report B's build did at TRACE; so the kept log is filtered through an
+allowlist (:func:`scrub_line`): a line survives only if it is one of the known, numbers-only lines below.
 
 Two input formats are accepted, line by line:
 
