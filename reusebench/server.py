@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from reusebench.logs import scrub_line
+
 HEALTH_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 20
@@ -197,8 +199,6 @@ class LlamaServer:
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """Last log lines, scrubbed of anything that could carry prompt text."""
-        from reusebench.logs import scrub_line  # noqa: PLC0415
-
         if not self.raw_log_path.exists():
             return ""
         text = self.raw_log_path.read_text(errors="replace").splitlines()
