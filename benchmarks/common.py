@@ -1,0 +1,166 @@
+"""What every benchmark module shares: the selection, the one session per commit, and figure lookup.
+
+asv runs ``SessionFigures.setup_cache`` once per commit (every class inherits the
+same function, and asv keys its cache by the function's module and line), so one
+reusebench run feeds all ``track_*`` benchmarks. The figures are seconds and
+token counts only: asv assumes lower is better, so rates would read backwards.
+
+Environment variables (asv has no other way to pass settings to benchmarks):
+
+- ``REUSEBENCH_ASV_SIZES``: prompt sizes, e.g. "4K" or "32K,128K" (default: 32K,128K)
+- ``REUSEBENCH_ASV_PROFILE``: profile name or path (default: tiny-qwen35, or
+  nightly-tiny-qwen35 under ``asv.llama.conf.json``, which runs the llama-server asv built)
+- ``REUSEBENCH_ASV_VARIANTS``: variant names separated by spaces (default: all)
+- ``REUSEBENCH_ASV_SCENARIOS``: scenario ids, e.g. "reask,edit_middle" (default: all;
+  first_load always runs)
+- ``REUSEBENCH_ASV_REPEAT``: sessions per commit; seconds are the median (default: 1)
+- ``REUSEBENCH_RESULTS``: where raw records go, under ``runs/`` (default: results/)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from reusebench import profiles, records, report, runner, scenarios
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SIZES = "32K,128K"
+DEFAULT_PROFILE = "tiny-qwen35"
+BUILT_PROFILE = "nightly-tiny-qwen35"  # takes its binary from ${REUSEBENCH_LLAMA_SERVER}
+BINARY_ENV = "REUSEBENCH_LLAMA_SERVER"
+# Written by tools/asv_build_llama_server.py into the asv environment of asv.llama.conf.json.
+INSTALLED_FILE = "reusebench-llama-server.json"
+
+# Every measured step of the scenario catalogue, as "scenario/step". Fixed here because
+# asv needs its parameters before anything runs; a run that measures a step missing
+# from this list says so on stderr (and tests/test_asv_flow.py fails).
+STEPS = (
+    "first_load/cold",
+    "resend/same prompt",
+    "interleave/back to first",
+    "reask/new question",
+    "edit_middle/line at 50%",
+    "restore_disk/resend",
+    "restore_disk/reask",
+    "restore_disk/extension",
+)
+REUSE_STEPS = STEPS[1:]  # everything measured after the cold first load
+
+
+def _words(name: str, default: str, separators: str = r"[\s,]+") -> list[str]:
+    return [word for word in re.split(separators, os.environ.get(name, default).strip()) if word]
+
+
+def _size(text: str) -> int:
+    match = re.fullmatch(r"(\d+)([Kk]?)", text)
+    if not match:
+        raise ValueError(f"REUSEBENCH_ASV_SIZES: not a size: {text!r} (use e.g. 4K, 32K, 2048)")
+    return int(match.group(1)) * (1024 if match.group(2) else 1)
+
+
+def installed_binary() -> Path | None:
+    """The llama-server asv built for this commit (asv.llama.conf.json), else None.
+
+    Only environments that asv builds into set ASV_ENV_DIR; the embedded default
+    (environment_type "existing") sees no ASV_* variables.
+    """
+    env_dir = os.environ.get("ASV_ENV_DIR")
+    info_path = Path(env_dir) / INSTALLED_FILE if env_dir else None
+    if info_path is None or not info_path.is_file():
+        return None
+    info = json.loads(info_path.read_text())
+    commit = os.environ.get("ASV_COMMIT")
+    if commit and info["commit"] != commit:
+        raise RuntimeError(f"{info_path}: holds the llama-server of {info['commit']}, but asv runs {commit}")
+    return Path(info["binary"])
+
+
+def _load_profile() -> profiles.Profile:
+    built = installed_binary()
+    name = os.environ.get("REUSEBENCH_ASV_PROFILE", BUILT_PROFILE if built else DEFAULT_PROFILE)
+    if built is None:
+        return profiles.load_profile(name, check_binary=False)
+    # The profiles' way to name a binary from outside is ${REUSEBENCH_LLAMA_SERVER}.
+    os.environ[BINARY_ENV] = str(built)
+    profile = profiles.load_profile(name, check_binary=False)
+    ignored = [v.name for v in profile.variants if v.binary.path != built.resolve()]
+    if ignored:
+        # Otherwise every llama.cpp commit would silently be measured with the same binary.
+        raise RuntimeError(
+            f"profile {name} does not run the llama-server asv built ({built}) in variant(s) {', '.join(ignored)}: "
+            f"its binary must be ${{{BINARY_ENV}}} (e.g. binary: ${{{BINARY_ENV}:-default}})"
+        )
+    return profile
+
+
+PROFILE = _load_profile()
+SIZE_TOKENS = [_size(word) for word in _words("REUSEBENCH_ASV_SIZES", DEFAULT_SIZES)]
+SIZES = [report.size_label(tokens) for tokens in SIZE_TOKENS]  # asv parameter values: "32K", "128K"
+VARIANTS = _words("REUSEBENCH_ASV_VARIANTS", " ".join(v.name for v in PROFILE.variants), r"\s+")
+for _name in VARIANTS:
+    PROFILE.variant(_name)  # a clear error now, not inside setup_cache
+SCENARIOS = _words("REUSEBENCH_ASV_SCENARIOS", ",".join(scenarios.SCENARIO_IDS))
+REPEAT = int(os.environ.get("REUSEBENCH_ASV_REPEAT", "1"))
+
+
+def _measure() -> dict[str, Any]:
+    """Run the selected sessions REPEAT times; figures per (variant, size) and step."""
+    results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
+    runs = []
+    for _ in range(REPEAT):
+        profile = profiles.load_profile(PROFILE.path)  # now checked against the binary's --help
+        runs.append(runner.run_profile(profile, results_dir=results_dir, variants=VARIANTS, sizes=SIZE_TOKENS,
+                                       scenario_ids=SCENARIOS, verify=True, out=sys.stderr))
+    return summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs])
+
+
+def summarise(measured: list[records.Record], records_paths: list[str]) -> dict[str, Any]:
+    """Figures for asv from a run's records: medians over repeats for every (variant, size, step)."""
+    by_step: dict[tuple[str, str, str], list[records.Record]] = defaultdict(list)
+    errors: dict[tuple[str, str], str] = {}
+    for r in measured:
+        key = (r.variant, report.size_label(r.size))
+        if r.error:
+            errors[key] = f"{r.scenario}/{r.step}: {r.error}"
+        if r.role == "measure" and not r.error:
+            by_step[(*key, f"{r.scenario}/{r.step}")].append(r)
+    unknown = sorted({step for _, _, step in by_step} - set(STEPS))
+    if unknown:
+        print(f"benchmarks/common.py: steps measured but not tracked (add them to STEPS): {unknown}", file=sys.stderr)
+    figures: dict[tuple[str, str, str], dict[str, float]] = {}
+    for key, rs in by_step.items():
+        figures[key] = {
+            "prompt_seconds": statistics.median((r.prompt_ms or 0.0) / 1000 for r in rs),
+            "ttft_seconds": statistics.median((r.ttft_ms or 0.0) / 1000 for r in rs),
+            "reprocessed_tokens": statistics.median(r.prompt_n or 0 for r in rs),
+            "excess_tokens": statistics.median(r.excess or 0 for r in rs),
+            "mismatches": max(int(r.matches_reference is False) for r in rs),  # any repeat that differed
+        }
+    return {"figures": figures, "errors": errors, "records": records_paths}
+
+
+def figure(cache: dict[str, Any], size: str, variant: str, step: str, name: str) -> float:
+    """One figure, or an error that says why it is missing (asv then shows n/a for it)."""
+    found = cache["figures"].get((variant, size, step))
+    if found is None:
+        why = cache["errors"].get((variant, size), "not measured (did the session stop early? see the asv log)")
+        raise RuntimeError(f"no {name} for {variant} @ {size} {step}: {why}; records: {', '.join(cache['records'])}")
+    return found[name]
+
+
+class SessionFigures:
+    """Base class: one reusebench run per commit, shared by every benchmark class."""
+
+    # A 128K session on a CPU takes minutes per variant; the harness has its own
+    # request timeouts, so asv's default of 60 s would only cut good runs short.
+    timeout = 6 * 3600
+
+    def setup_cache(self) -> dict[str, Any]:
+        return _measure()
