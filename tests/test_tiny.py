@@ -108,7 +108,10 @@ def _llama_server(model: Path, log: Path, *extra: str) -> Iterator[httpx.Client]
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
             deadline = time.monotonic() + 30
-            while not _healthy(client):
+            # The "listening" line proves this process holds the port: a parallel test may
+            # have taken the same "free" port, and its server would answer /health too.
+            listening = f"listening on http://127.0.0.1:{port}"
+            while listening not in log.read_text() or not _healthy(client):
                 assert server.poll() is None, f"llama-server exited:\n{log.read_text()[-2000:]}"
                 assert time.monotonic() < deadline, "llama-server did not become healthy"
                 time.sleep(0.05)
