@@ -63,10 +63,12 @@ def test_port_already_taken_is_a_clear_error():
             make_server(port=port).start()
 
 
-def test_corrupt_model_fails_start_up_with_the_loader_error(tmp_path):
+def test_corrupt_model_fails_start_up_with_exit_status_and_log_tail(tmp_path):
+    # llama-server sometimes exits before its log thread writes the loader's error line, so the
+    # cause itself is checked before launch (profiles: gguf header check); here: no hang, a clear exit.
     model = tmp_path / "broken.gguf"
     model.write_bytes(tiny.model_path("llama").read_bytes()[:100_000])  # truncated
-    with pytest.raises(ServerError, match="failed to load model"):
+    with pytest.raises(ServerError, match="exited with status 1 during start-up; last log lines:"):
         make_server(model=model).start()
 
 
