@@ -28,6 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
 from reusebench import profiles, records, report, runner, scenarios
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,18 +40,29 @@ BINARY_ENV = "REUSEBENCH_LLAMA_SERVER"
 # Written by tools/asv_build_llama_server.py into the asv environment of asv.llama.conf.json.
 INSTALLED_FILE = "reusebench-llama-server.json"
 
-# Every measured step of the scenario catalogue, as "scenario/step". Fixed here because
-# asv needs its parameters before anything runs; a run that measures a step missing
-# from this list says so on stderr (and tests/test_asv_flow.py fails).
+# Every measured step of the scenario catalogue, as "scenario/step", in catalogue order.
+# Listed, not derived: asv needs its parameters before anything runs, and their values
+# key the history, so changing one is as deliberate as bumping a `version`. A run that
+# measures a step missing here says so on stderr, and tests/test_asv_flow.py fails.
 STEPS = (
     "first_load/cold",
+    "after_sleep/same prompt after sleeping",
     "resend/same prompt",
+    "chunk_removed/10% cut at 10%",
     "interleave/back to first",
+    "probe_eviction/next turn",
     "reask/new question",
     "edit_middle/line at 50%",
+    "head_insert/summary at the head",
+    "growth/turn 1",
+    "growth/turn 2",
+    "growth/turn 3",
+    "growth/turn 4",
     "restore_disk/resend",
     "restore_disk/reask",
     "restore_disk/extension",
+    "lora_swap/P + more, same LoRA",
+    "lora_swap/P + more, no LoRA",
 )
 
 
@@ -71,9 +84,13 @@ def installed_binary() -> Path | None:
     (environment_type "existing") sees no ASV_* variables.
     """
     env_dir = os.environ.get("ASV_ENV_DIR")
-    info_path = Path(env_dir) / INSTALLED_FILE if env_dir else None
-    if info_path is None or not info_path.is_file():
+    if env_dir is None:
         return None
+    info_path = Path(env_dir) / INSTALLED_FILE
+    if not info_path.is_file():
+        # Falling back to the bundled binary would give every commit the same figures.
+        raise RuntimeError(f"asv built this environment, but {info_path} is missing: the config's install_command "
+                           "must be `python {conf_dir}/tools/asv_build_llama_server.py install ...`")
     info = json.loads(info_path.read_text())
     commit = os.environ.get("ASV_COMMIT")
     if commit and info["commit"] != commit:
@@ -114,20 +131,20 @@ REPEAT = int(os.environ.get("REUSEBENCH_ASV_REPEAT", "1"))
 def _measure() -> dict[str, Any]:
     """Run the selected sessions REPEAT times; figures per (variant, size) and step."""
     results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
-    runs = []
-    for _ in range(REPEAT):
-        profile = profiles.load_profile(PROFILE.path)  # now checked against the binary's --help
-        runs.append(runner.run_profile(profile, results_dir=results_dir, variants=VARIANTS, sizes=SIZE_TOKENS,
-                                       scenario_ids=SCENARIOS, verify=True, out=sys.stderr))
+    profile = profiles.load_profile(PROFILE.path)  # now checked against the binary's --help
+    runs = [runner.run_profile(profile, results_dir=results_dir, variants=VARIANTS, sizes=SIZE_TOKENS,
+                               scenario_ids=SCENARIOS, verify=True, out=sys.stderr) for _ in range(REPEAT)]
     return summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs])
 
 
 def summarise(measured: list[records.Record], records_paths: list[str]) -> dict[str, Any]:
     """Figures for asv from a run's records: medians over repeats for every (variant, size, step)."""
     by_step: dict[tuple[str, str, str], list[records.Record]] = defaultdict(list)
+    sessions: set[tuple[str, str]] = set()
     errors: dict[tuple[str, str], str] = {}
     for r in measured:
         key = (r.variant, report.size_label(r.size))
+        sessions.add(key)
         if r.error:
             errors[key] = f"{r.scenario}/{r.step}: {r.error}"
         if r.role == "measure" and not r.error:
@@ -144,16 +161,20 @@ def summarise(measured: list[records.Record], records_paths: list[str]) -> dict[
             "excess_tokens": statistics.median(r.excess or 0 for r in rs),
             "mismatches": max(int(r.matches_reference is False) for r in rs),  # any repeat that differed
         }
-    return {"figures": figures, "errors": errors, "records": records_paths}
+    return {"figures": figures, "sessions": sessions, "errors": errors, "records": records_paths}
 
 
 def figure(cache: dict[str, Any], size: str, variant: str, step: str, name: str) -> float:
-    """One figure, or an error that says why it is missing (asv then shows n/a for it)."""
+    """One figure. Missing: skipped (n/a) when the session ran cleanly, else a failure that says why."""
     found = cache["figures"].get((variant, size, step))
-    if found is None:
-        why = cache["errors"].get((variant, size), "not measured (did the session stop early? see the asv log)")
-        raise RuntimeError(f"no {name} for {variant} @ {size} {step}: {why}; records: {', '.join(cache['records'])}")
-    return found[name]
+    if found is not None:
+        return found[name]
+    session = (variant, size)
+    if session in cache["sessions"] and session not in cache["errors"]:
+        # e.g. after_sleep on a variant without sleep-idle-seconds: the session says why on stderr.
+        raise SkipNotImplemented(f"{step} does not apply to {variant} @ {size}")
+    why = cache["errors"].get(session, "the session recorded nothing (see its error in the asv log)")
+    raise RuntimeError(f"no {name} for {variant} @ {size} {step}: {why}; records: {', '.join(cache['records'])}")
 
 
 class SessionFigures:

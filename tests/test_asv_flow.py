@@ -1,4 +1,4 @@
-"""The asv suite through asv itself: discovery, and the nightly flow over two "llama.cpp" commits.
+"""The asv suite through asv itself: discovery, its step list, and the nightly flow over two "llama.cpp" commits.
 
 The nightly test stands a throwaway git repository in for llama.cpp. Its CMake
 `llama-server` target "builds" a launcher that execs the bundled llama-server;
@@ -11,7 +11,10 @@ last checkpoint. asv builds both commits with tools/asv_build_llama_server.py
 
 from __future__ import annotations
 
+import ast
+import io
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -23,12 +26,13 @@ import asv
 import pytest
 from asv import util as asv_util
 
-from reusebench import tiny
+from reusebench import profiles, runner, scenarios, tiny
 
 REPO = Path(__file__).resolve().parents[1]
 MACHINE = "reusebench-ci"
 VARIANT = "mmproj=off,cache-reuse=0"
 REASK = "reask/new question"
+AFTER_SLEEP = "after_sleep/same prompt after sleeping"  # needs sleep-idle-seconds, which tiny-qwen35 leaves unset
 
 
 def asv_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
@@ -40,7 +44,6 @@ def asv_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         REUSEBENCH_LLAMA_BUILD_CACHE=str(tmp_path / "builds"),
         REUSEBENCH_ASV_SIZES="2048",
         REUSEBENCH_ASV_VARIANTS=VARIANT,
-        REUSEBENCH_ASV_SCENARIOS="reask",
         **overrides,
     )
     (tmp_path / "home").mkdir(exist_ok=True)
@@ -54,15 +57,19 @@ def run_asv(env: dict[str, str], *args: str, timeout: float = 150) -> str:
     return done.stdout + done.stderr
 
 
+def discover(tmp_path: Path, env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """asv's own discovery command, as `asv run` calls it: {benchmark name: its description}."""
+    out = tmp_path / "benchmarks.json"
+    command = [sys.executable, str(Path(asv.__file__).parent / "benchmark.py"), "discover", str(REPO / "benchmarks"),
+               str(out)]
+    subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=60)
+    return {b["name"]: b for b in json.loads(out.read_text())}
+
+
 def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
     env = asv_env(tmp_path)
     assert "No problems found" in run_asv(env, "check", "--python=same", timeout=60)
-    # asv's own discovery command, as `asv run` calls it.
-    out = tmp_path / "benchmarks.json"
-    discover = [sys.executable, str(Path(asv.__file__).parent / "benchmark.py"), "discover", str(REPO / "benchmarks"),
-                str(out)]
-    subprocess.run(discover, cwd=REPO, env=env, check=True, capture_output=True, timeout=60)
-    found = {b["name"]: b for b in json.loads(out.read_text())}
+    found = discover(tmp_path, env)
     assert set(found) == {
         "reuse.FirstLoad.track_prompt_seconds",
         "reuse.FirstLoad.track_ttft_seconds",
@@ -73,8 +80,23 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "correctness.ReusedOutputMismatch.track_mismatch",
     }
     assert {b["setup_cache_key"] for b in found.values()} == {found["reuse.FirstLoad.track_prompt_seconds"]["setup_cache_key"]}
-    assert found["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"] == [["'2K'"], [repr(VARIANT)], [repr(REASK)]]
+    size, variant, steps = found["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"]
+    assert (size, variant) == (["'2K'"], [repr(VARIANT)])
+    assert repr(REASK) in steps and "'first_load/cold'" not in steps
     assert all(b["version"] == "1" for b in found.values())
+
+
+@pytest.mark.e2e
+def test_every_measured_step_is_a_parameter(tmp_path: Path) -> None:
+    """A step the scenarios measure but benchmarks/common.py's STEPS lacks would never reach asv."""
+    steps = {ast.literal_eval(step)
+             for step in discover(tmp_path, asv_env(tmp_path))["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"][2]}
+    profile = profiles.load_profile("tiny-qwen35")
+    run = runner.run_profile(profile, results_dir=tmp_path, variants=[VARIANT], sizes=[2048],
+                             scenario_ids=scenarios.SCENARIO_IDS, out=io.StringIO())
+    assert run.failed_sessions == 0
+    measured = {f"{r.scenario}/{r.step}" for r in run.records if r.role == "measure"}
+    assert measured - {"first_load/cold"} <= steps
 
 
 # --- the nightly flow ----------------------------------------------------------------------------
@@ -148,7 +170,7 @@ def test_nightly_over_two_commits(tmp_path: Path) -> None:
     first, second = fake_llama_cpp(tmp_path / "llama.cpp")
     config = str(nightly_config(tmp_path, tmp_path / "llama.cpp"))
     # asv imports the environment plugin (".tools.asv_existing_build") relative to the config's directory.
-    env = asv_env(tmp_path, PYTHONPATH=str(REPO))
+    env = asv_env(tmp_path, PYTHONPATH=str(REPO), REUSEBENCH_ASV_SCENARIOS="reask,after_sleep")
     run_asv(env, "machine", "--yes", "--machine", MACHINE, "--config", config)
     run_asv(env, "run", "--machine", MACHINE, "--config", config, f"{first}^!")
     run_asv(env, "run", "--machine", MACHINE, "--config", config, "NEW")
@@ -164,6 +186,8 @@ def test_nightly_over_two_commits(tmp_path: Path) -> None:
     assert before[("reuse.ReprocessedTokens.track_reprocessed_tokens", reask)] <= 600
     assert after[("reuse.ReprocessedTokens.track_reprocessed_tokens", reask)] >= 2048
     assert after[("reuse.ReprocessedTokens.track_excess_over_ideal", reask)] >= 2000
+    # A scenario that does not apply to the variant (no sleep-idle-seconds) is n/a, not a failure.
+    assert math.isnan(after[("reuse.ReprocessedTokens.track_reprocessed_tokens", (*sized, repr(AFTER_SLEEP)))])
     # Both binaries came from the build cache the helper keeps per commit.
     assert {p.name.split("-")[0] for p in (tmp_path / "builds").glob("*-*") if not p.name.startswith("tree-")} == {
         first, second}
