@@ -1,14 +1,15 @@
-"""Command line: ``reusebench run``, ``report``, ``profiles``, ``models``."""
+"""Command line: ``reusebench run``, ``report``, ``check``, ``profiles``, ``models``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from reusebench import corpus, profiles, records, report, runner, scenarios, server, tiny
+from reusebench import corpus, options, profiles, records, report, runner, scenarios, server, tiny
 
 RESULTS_DIR = Path("results")
 
@@ -57,6 +58,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    # --help is compared per option inside the check, so every unknown option gets its own UNSUPPORTED row
+    profile = profiles.load_profile(args.profile, check_binary=False)
+    variants = [profile.variant(name) for name in args.variant] if args.variant else list(profile.variants)
+    reports, failing = [], False
+    for variant in variants:
+        print(f"checking {variant.profile} / {variant.name} ...", file=sys.stderr)
+        verdicts = options.check_variant(variant, progress=lambda message: print(f"  {message}", file=sys.stderr))
+        failing |= any(v.verdict in options.FAILING_VERDICTS for v in verdicts)
+        reports.append({**options.describe_launch(variant), "verdicts": [v.to_dict() for v in verdicts]}
+                       if args.json else options.render_report(variant, verdicts))
+    print(json.dumps(reports, indent=2) if args.json else "\n\n".join(reports))
+    return 1 if failing else 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     for name in profiles.profile_names():
         print(name)
@@ -88,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--results", default=str(RESULTS_DIR))
     rep.add_argument("--json", action="store_true", help="JSON instead of tables")
     rep.set_defaults(func=cmd_report)
+
+    check = sub.add_parser("check", help="is each option really active? a verdict with evidence per option "
+                           "(exit status 1 when one is UNSAFE or UNSUPPORTED)")
+    check.add_argument("profile", help="profile name in server_profiles/ or a path")
+    check.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
+    check.add_argument("--json", action="store_true", help="JSON instead of tables")
+    check.set_defaults(func=cmd_check)
 
     sub.add_parser("profiles", help="list the shipped profiles").set_defaults(func=cmd_profiles)
 
