@@ -134,10 +134,11 @@ def _measure() -> dict[str, Any]:
     profile = profiles.load_profile(PROFILE.path)  # now checked against the binary's --help
     runs = [runner.run_profile(profile, results_dir=results_dir, variants=VARIANTS, sizes=SIZE_TOKENS,
                                scenario_ids=SCENARIOS, verify=True, out=sys.stderr) for _ in range(REPEAT)]
-    return summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs])
+    return summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs],
+                     failed_sessions=sum(run.failed_sessions for run in runs))
 
 
-def summarise(measured: list[records.Record], records_paths: list[str]) -> dict[str, Any]:
+def summarise(measured: list[records.Record], records_paths: list[str], failed_sessions: int) -> dict[str, Any]:
     """Figures for asv from a run's records: medians over repeats for every (variant, size, step)."""
     by_step: dict[tuple[str, str, str], list[records.Record]] = defaultdict(list)
     sessions: set[tuple[str, str]] = set()
@@ -161,7 +162,10 @@ def summarise(measured: list[records.Record], records_paths: list[str]) -> dict[
             "excess_tokens": statistics.median(r.excess or 0 for r in rs),
             "mismatches": max(int(r.matches_reference is False) for r in rs),  # any repeat that differed
         }
-    return {"figures": figures, "sessions": sessions, "errors": errors, "records": records_paths}
+    # A session can stop (e.g. its server died) without a failed request to blame: then no
+    # missing figure can be taken for a scenario that did not apply.
+    clean = sessions - set(errors) if failed_sessions <= len(errors) else set()
+    return {"figures": figures, "clean_sessions": clean, "errors": errors, "records": records_paths}
 
 
 def figure(cache: dict[str, Any], size: str, variant: str, step: str, name: str) -> float:
@@ -170,10 +174,10 @@ def figure(cache: dict[str, Any], size: str, variant: str, step: str, name: str)
     if found is not None:
         return found[name]
     session = (variant, size)
-    if session in cache["sessions"] and session not in cache["errors"]:
+    if session in cache["clean_sessions"]:
         # e.g. after_sleep on a variant without sleep-idle-seconds: the session says why on stderr.
         raise SkipNotImplemented(f"{step} does not apply to {variant} @ {size}")
-    why = cache["errors"].get(session, "the session recorded nothing (see its error in the asv log)")
+    why = cache["errors"].get(session, "a session stopped early (its error is in the asv log)")
     raise RuntimeError(f"no {name} for {variant} @ {size} {step}: {why}; records: {', '.join(cache['records'])}")
 
 
