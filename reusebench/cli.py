@@ -46,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     paths: list[Path] = []
-    for given in args.paths or sorted((Path(args.results) / "runs").glob("*"))[-1:]:
+    for given in args.paths or sorted((Path(args.results) / "runs").glob("*"))[-args.last:]:
         path = Path(given)
         paths.append(path / "records.jsonl" if path.is_dir() else path)
     missing = [p for p in paths if not p.is_file()]
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="tables from recorded runs (default: the latest run)")
     rep.add_argument("paths", nargs="*", help="run directories or records.jsonl files")
     rep.add_argument("--results", default=str(RESULTS_DIR))
+    rep.add_argument("--last", type=int, default=1, metavar="N", help="without paths: the N newest runs (default 1)")
     rep.add_argument("--json", action="store_true", help="JSON instead of tables")
     rep.set_defaults(func=cmd_report)
 
