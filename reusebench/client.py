@@ -151,12 +151,15 @@ class LlamaClient:
         *,
         n_predict: int,
         cache_prompt: bool = True,
+        n_probs: int = 5,
         on_progress: ProgressCallback | None = None,
     ) -> tuple[Completion, str]:
         """Greedy ``/v1/chat/completions``, streamed; returns the measurement and the reply text.
 
-        The reply text is returned only so a growing conversation can append it;
-        callers must not store it.
+        The measurement carries the generated token ids and top logprobs (OpenAI
+        ``logprobs``; llama-server adds the ids), as ``complete`` does. The reply
+        text is returned only so a growing conversation can append it; callers
+        must not store it.
         """
         body = {
             "messages": messages,
@@ -165,6 +168,8 @@ class LlamaClient:
             "top_k": 1,
             "seed": 0,
             "cache_prompt": cache_prompt,
+            "logprobs": True,
+            "top_logprobs": n_probs,
             "stream": True,
             "return_progress": True,
         }
@@ -176,6 +181,9 @@ class LlamaClient:
                 if piece:
                     reply.append(piece)
                     acc.first_token()
+                generated = (choice.get("logprobs") or {}).get("content") or []
+                acc.tokens.extend(int(e["id"]) for e in generated)
+                acc.probs.extend(_token_probs(generated))
             acc.timings = _timings(obj) or acc.timings
 
         completion = self._stream("/v1/chat/completions", body, on_progress, chunk)
@@ -215,6 +223,10 @@ class LlamaClient:
 
     def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
         return list(self._json("POST", "/tokenize", json={"content": text, "add_special": add_special})["tokens"])
+
+    def apply_template(self, messages: list[dict[str, str]]) -> str:
+        """The prompt ``/v1/chat/completions`` builds from ``messages`` (``/apply-template``)."""
+        return str(self._json("POST", "/apply-template", json={"messages": messages})["prompt"])
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return str(self._json("POST", "/detokenize", json={"tokens": list(tokens)})["content"])

@@ -22,20 +22,7 @@ import yaml
 
 from reusebench import binaries
 from reusebench.binaries import Binary, BinaryError
-
-SCENARIO_IDS: tuple[str, ...] = (
-    "first_load",
-    "resend",
-    "reask",
-    "edit_middle",
-    "interleave",
-    "restore_disk",
-    "after_sleep",
-    "lora_swap",
-    "probe_eviction",
-    "growth",
-    "head_insert",
-)
+from reusebench.scenarios import SCENARIO_IDS  # one list: the catalogue's
 
 DEFAULT_N_PREDICT = 8
 MMPROJ_AXIS = "mmproj"  # matrix axis that loads the profile's mmproj (true) or not (false)

@@ -21,9 +21,15 @@ def size_label(size: int) -> str:
 
 
 def _correctness(r: Record) -> str:
+    foreign = r.extra.get("foreign_reused")
+    note = f"; {foreign:,} tokens reused from another prefix or LoRA" if foreign else ""
     if r.matches_reference is None:
-        return "-"
-    return "same" if r.matches_reference else f"DIFFERS ({r.mismatch})"
+        return "-" + note
+    if not r.matches_reference:
+        return f"DIFFERS ({r.mismatch}){note}"
+    delta = r.extra.get("max_logprob_delta")
+    closeness = {None: "", 0.0: " (identical logprobs)"}.get(delta, f" (logprobs within {delta:.1g})")
+    return f"same{closeness}{note}"
 
 
 def _cell(r: Record) -> list[Any]:
@@ -63,17 +69,50 @@ def variant_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
             largest = by_size[max(by_size)]
             line.append((largest.cause or {}).get("summary", ""))
             table.append(line)
-        setup = [r for r in rs if r.role == "setup" and r.endpoint == "/completion"]
-        refs = [r for r in rs if r.role == "reference"]
-        builds = sorted({r.build for r in rs})
-        footer = (
-            f"build {', '.join(builds)}; setup prefills: {len(setup)} ({sum(r.prompt_n or 0 for r in setup):,} tokens); "
-            f"reference prefills for correctness: {len(refs)} ({sum(r.prompt_n or 0 for r in refs):,} tokens, "
-            f"{sum(r.prompt_ms or 0 for r in refs) / 1000:.1f} s)"
-        )
         out.append((f"{profile} [{variant}] ({', '.join(r.model for r in rs[:1])})",
-                    tabulate(table, header, tablefmt="github", disable_numparse=True) + "\n\n" + footer))
+                    tabulate(table, header, tablefmt="github", disable_numparse=True) + "\n\n" + _footer(rs)))
     return out
+
+
+def _footer(rs: list[Record]) -> str:
+    setup = [r for r in rs if r.role == "setup" and r.prompt_n is not None]
+    refs = [r for r in rs if r.role == "reference"]
+    builds = sorted({r.build for r in rs})
+    by_step: dict[str, list[str]] = defaultdict(list)  # one entry per step, its sizes side by side
+    for r in setup:
+        by_step[f"{r.scenario}/{r.step}"].append(f"{r.prompt_n:,}")
+    setup_calls = "; ".join(f"{step} {' / '.join(counts)}" for step, counts in by_step.items())
+    return "\n".join((
+        f"build {', '.join(builds)}",
+        f"setup prefills (not measured): {len(setup)}, {sum(r.prompt_n or 0 for r in setup):,} tokens re-processed"
+        + (f" ({setup_calls})" if setup else ""),
+        f"reference prefills for correctness: {len(refs)} ({sum(r.prompt_n or 0 for r in refs):,} tokens, "
+        f"{sum(r.prompt_ms or 0 for r in refs) / 1000:.1f} s)",
+        miss_rates(rs),
+    ))
+
+
+def miss_rates(records: Iterable[Record]) -> str:
+    """Misses with honest denominators (report B): turns that cannot hit are counted apart from turns that should."""
+    measured = [r for r in records if r.role == "measure" and not r.error]
+    should = [r for r in measured if r.expected_hit is not False]  # unknown (older records) counts as should
+    cannot = [r for r in measured if r.expected_hit is False]
+    missed = sum(not r.cache_n for r in should)
+    all_full = sum(not r.cache_n for r in measured)
+    wrong = sum(r.matches_reference is False for r in measured)
+    foreign = sum(bool(r.extra.get("foreign_reused")) for r in measured)
+    return "\n".join((
+        f"miss rate of turns that should hit: {missed} of {len(should)} re-processed everything "
+        f"({_percent(missed, len(should))}), {sum(r.verdict == 'partial' for r in should)} partial",
+        f"turns that cannot hit, counted apart: {len(cannot)}"
+        + (f" ({', '.join(dict.fromkeys(f'{r.scenario}/{r.step}' for r in cannot))})" if cannot else ""),
+        f"all turns in one denominator (misleading): {all_full} of {len(measured)} ({_percent(all_full, len(measured))})",
+        f"wrong output: {wrong}; reused state computed for another prefix or LoRA: {foreign}",
+    ))
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "n/a"
 
 
 def render_text(records: Iterable[Record]) -> str:
@@ -84,7 +123,7 @@ def summary_json(records: Iterable[Record]) -> str:
     """Measured steps as JSON (for machines): counts, times, verdicts and causes, no text."""
     keep = ("session", "profile", "variant", "build", "size", "scenario", "step", "prompt_tokens", "prompt_n",
             "cache_n", "ideal", "excess", "prompt_ms", "ttft_ms", "wall_ms", "verdict", "matches_reference",
-            "mismatch", "error")
+            "mismatch", "expected_hit", "error")
     rows = [{k: getattr(r, k) for k in keep} | {"cause": (r.cause or {}).get("summary")}
             for r in records if r.role == "measure"]
     return json.dumps(rows, indent=2)

@@ -4,10 +4,15 @@ Each scenario is a function over a ``Steps`` object (the session implements it)
 and reads like the experiment it is. Setup requests prepare a precondition and
 are labelled as such; measured requests are the figures. What a perfect cache
 would re-process is not written here: the session derives it for every request
-from everything the server has already seen under the same LoRA setting.
+from everything the server has already seen under the same LoRA setting. A
+measured turn that no cache could serve (a conversation's first turn, a head
+insert, a turn after the server slept) says so with ``expect_hit=False``, so
+rates count it apart from turns that should hit (report B).
 
 The order in ``CATALOGUE`` is chosen to pay as few extra full prefills as
-possible: each scenario leaves the slot in the state the next one starts from.
+possible: each scenario leaves the slot in the state the next one starts from,
+and the only setup prefills are the ones a scenario is about (another document
+in between, a conversation computed with a LoRA).
 """
 
 from __future__ import annotations
@@ -19,6 +24,18 @@ from typing import Protocol
 from reusebench.client import Completion
 
 Prompt = str | Sequence[int]
+Lora = list[dict[str, float]]
+Messages = list[dict[str, str]]
+
+SAVED_SLOT = "reusebench-first.bin"
+LORA = [{"id": 0, "scale": 0.5}]  # report B's regression test
+# Explicitly off: a request without `lora` runs the server's global adapters, which --lora applies at
+# scale 1 (this build ignores --lora-init-without-apply: /lora-adapters still reports 1.0).
+NO_LORA = [{"id": 0, "scale": 0.0}]
+PROBE_TOKENS = 21  # report B's health check
+GROWTH_TURNS = 4
+# Enough removed text that a stale recurrent state visibly changes the output (one line is within tolerance).
+CHUNK_AT, CHUNK_LENGTH = 0.1, 0.1
 
 
 class Steps(Protocol):
@@ -29,20 +46,26 @@ class Steps(Protocol):
     edited: str
     questions: tuple[str, str]
     summary: str
+    lora_adapters: int  # adapters the server was started with
+
+    def option(self, name: str) -> object | None: ...
 
     def prompt(self, document: str, question: str) -> str: ...
 
     def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True,
-                lora: list[dict[str, float]] | None = None) -> Completion: ...
+                lora: Lora | None = None) -> Completion: ...
 
-    def setup(self, scenario: str, step: str, prompt: Prompt, *,
-              lora: list[dict[str, float]] | None = None) -> Completion: ...
+    def setup(self, scenario: str, step: str, prompt: Prompt, *, lora: Lora | None = None) -> Completion: ...
+
+    def chat(self, scenario: str, step: str, messages: Messages, *, expect_hit: bool = True) -> str: ...
 
     def save_slot(self, scenario: str, filename: str) -> None: ...
 
     def restart(self, scenario: str) -> None: ...
 
     def restore_slot(self, scenario: str, filename: str) -> None: ...
+
+    def wait_until_asleep(self, scenario: str) -> None: ...
 
     def tokens(self, text: str, *, bos: bool = True) -> list[int]: ...
 
@@ -52,10 +75,42 @@ class Scenario:
     id: str
     title: str
     run: Callable[[Steps], None]
-    requires: tuple[str, ...] = ()  # llama-server options the scenario needs in the profile
+    # Why the scenario cannot run on this variant, or None when it can.
+    not_applicable: Callable[[Steps], str | None] = lambda s: None
 
 
-SAVED_SLOT = "reusebench-first.bin"
+def next_turn(s: Steps, prompt: str, answer: Completion, question: str) -> list[int]:
+    """A conversation continuing: the previous prompt, the answer the server generated, a new question."""
+    return [*s.tokens(prompt), *answer.tokens, *s.tokens(question, bos=False)]
+
+
+def remove_lines(document: str, start: float, length: float) -> str:
+    """The document without the whole lines from ``start`` to ``start + length`` (fractions of its length)."""
+    begin, end = int(len(document) * start), int(len(document) * (start + length))
+    line_begin, line_end = document.rfind("\n", 0, begin), document.find("\n", end)
+    return document[: line_begin if line_begin >= 0 else begin] + document[line_end if line_end >= 0 else end :]
+
+
+# -- preconditions ----------------------------------------------------------------------------
+
+
+def needs_sleep(s: Steps) -> str | None:
+    seconds = s.option("sleep-idle-seconds")
+    if seconds is not None and float(str(seconds)) > 0:
+        return None
+    return f"needs sleep-idle-seconds > 0 (this variant: {'unset' if seconds is None else seconds})"
+
+
+def needs_lora_one_slot_ram_cache(s: Steps) -> str | None:
+    missing = [what for ok, what in (
+        (s.lora_adapters > 0, "a LoRA adapter (`lora:`)"),
+        (s.option("parallel") == 1, "one slot (`parallel: 1`)"),
+        (s.option("cache-ram") != 0, "a RAM prompt cache (`cache-ram` not 0)"),
+    ) if not ok]
+    return f"needs {', '.join(missing)}" if missing else None
+
+
+# -- the scenarios ----------------------------------------------------------------------------
 
 
 def first_load(s: Steps) -> None:
@@ -63,9 +118,25 @@ def first_load(s: Steps) -> None:
     s.measure("first_load", "cold", s.prompt(s.document, s.questions[0]), expect_hit=False)
 
 
+def after_sleep(s: Steps) -> None:
+    """Idle past --sleep-idle-seconds, then D + Q1 again (report A assumed the caches go; gotcha 4).
+
+    D + Q1's tokens are known from first_load, so nothing wakes the server before the measured request.
+    """
+    s.wait_until_asleep("after_sleep")
+    s.measure("after_sleep", "same prompt after sleeping", s.prompt(s.document, s.questions[0]), expect_hit=False)
+
+
 def resend(s: Steps) -> None:
     """The identical prompt again: a perfect cache re-processes one token."""
     s.measure("resend", "same prompt", s.prompt(s.document, s.questions[0]))
+
+
+def chunk_removed(s: Steps) -> None:
+    """A chunk near the start of D removed, then resent. With --cache-reuse a hybrid shifts the attention cache
+    but restores a checkpoint whose recurrent state still holds the removed text (gotcha 1)."""
+    cut = remove_lines(s.document, CHUNK_AT, CHUNK_LENGTH)
+    s.measure("chunk_removed", f"{CHUNK_LENGTH:.0%} cut at {CHUNK_AT:.0%}", s.prompt(cut, s.questions[0]))
 
 
 def interleave(s: Steps) -> None:
@@ -81,9 +152,37 @@ def reask(s: Steps) -> None:
     s.measure("reask", "new question", s.prompt(s.document, s.questions[1]))
 
 
+def probe_eviction(s: Steps) -> None:
+    """Report B's side finding: a 21-token health check between two turns of a big conversation. It shares
+    the conversation's opening (as a health check shares the chat template's), so it takes the big slot.
+
+    The conversation is D + Q2, what reask leaves in the slot; it runs after reask because the next turn's
+    checkpoints would otherwise serve reask from closer than report A's 4 + n_ubatch tokens.
+    """
+    first = s.prompt(s.document, s.questions[1])
+    answer = s.setup("probe_eviction", "conversation turn", first)
+    s.setup("probe_eviction", f"{PROBE_TOKENS}-token probe", s.tokens(s.document)[:PROBE_TOKENS])
+    s.measure("probe_eviction", "next turn", next_turn(s, first, answer, s.questions[0]))
+
+
 def edit_middle(s: Steps) -> None:
     """One line inserted at 50% of the document (report A's E3)."""
     s.measure("edit_middle", "line at 50%", s.prompt(s.edited, s.questions[0]))
+
+
+def head_insert(s: Steps) -> None:
+    """A summary inserted at the head (report B's structural miss): every token after it changes."""
+    s.measure("head_insert", "summary at the head", s.prompt(f"{s.summary}\n{s.document}", s.questions[0]),
+              expect_hit=False)
+
+
+def growth(s: Steps) -> None:
+    """A chat that only appends, through /v1/chat/completions: turn k+1 = turn k + the answer + a question."""
+    messages = [{"role": "user", "content": s.prompt(s.document, s.questions[0])}]
+    reply = s.chat("growth", "turn 1", messages, expect_hit=False)  # a conversation's first turn
+    for turn in range(2, GROWTH_TURNS + 1):
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": s.questions[turn % 2]}]
+        reply = s.chat("growth", f"turn {turn}", messages)
 
 
 def restore_disk(s: Steps) -> None:
@@ -97,17 +196,40 @@ def restore_disk(s: Steps) -> None:
     # Only a prompt that extends the saved tokens, generated ones included, can use a
     # restored hybrid state (reference/llama-server.md 3.4).
     s.restore_slot("restore_disk", SAVED_SLOT)
-    extension = [*s.tokens(first), *resent.tokens, *s.tokens(s.questions[1], bos=False)]
-    s.measure("restore_disk", "extension", extension)
+    s.measure("restore_disk", "extension", next_turn(s, first, resent, s.questions[1]))
+
+
+def lora_swap(s: Steps) -> None:
+    """Report B's regression (1 slot, RAM cache), then the wrong output it hides (llama-server.md 3.5).
+
+    Last in the catalogue: it leaves a LoRA-computed state in the slot under a request without LoRA.
+    """
+    conversation = s.prompt(s.document, s.questions[0])
+    other_user = s.questions[1]  # shares only BOS with the conversation, so it takes the only slot by LRU
+    answer = s.setup("lora_swap", "P with LoRA", conversation, lora=LORA)
+    s.setup("lora_swap", "Q without LoRA", other_user, lora=NO_LORA)  # P goes to the RAM cache
+    more = next_turn(s, conversation, answer, s.questions[1])
+    # restored from RAM, then cleared because the slot's LoRA is Q's: report B's cache_n 0
+    s.measure("lora_swap", "P + more, same LoRA", more, lora=LORA)
+    s.setup("lora_swap", "Q without LoRA again", other_user, lora=NO_LORA)
+    # RAM entries carry no LoRA: the LoRA-computed state serves a request without LoRA. A LoRA-aware
+    # cache has never computed P without LoRA, so this turn cannot (rightly) hit.
+    s.measure("lora_swap", "P + more, no LoRA", more, lora=NO_LORA, expect_hit=False)
 
 
 CATALOGUE: tuple[Scenario, ...] = (
     Scenario("first_load", "cold prefill", first_load),
+    Scenario("after_sleep", "idle past sleep-idle-seconds", after_sleep, needs_sleep),
     Scenario("resend", "identical prompt", resend),
+    Scenario("chunk_removed", "a chunk near the start removed", chunk_removed),
     Scenario("interleave", "other document, then back", interleave),
     Scenario("reask", "new question", reask),
+    Scenario("probe_eviction", "a tiny request between two turns", probe_eviction),
     Scenario("edit_middle", "one line inserted at 50%", edit_middle),
+    Scenario("head_insert", "summary inserted at the head", head_insert),
+    Scenario("growth", "chat that only appends", growth),
     Scenario("restore_disk", "save slot, restart, restore", restore_disk),
+    Scenario("lora_swap", "LoRA swap through the RAM cache", lora_swap, needs_lora_one_slot_ram_cache),
 )
 
 SCENARIO_IDS: tuple[str, ...] = tuple(sc.id for sc in CATALOGUE)

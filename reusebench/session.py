@@ -5,7 +5,9 @@ tokenizer, runs the scenarios, and writes one record per HTTP call as soon as it
 ends. For every completion it also works out what a perfect cache would have
 re-processed (``ideal``: the prompt tokens after the longest prefix the server has
 already seen under the same LoRA setting), why the server did what it did (from
-its log), and whether the output equals output computed without reuse.
+its log), and whether the output equals output computed without reuse. A
+scenario that cannot run on the variant (no sleep configured, no LoRA loaded)
+is announced with its reason and records nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from reusebench import corpus as corpus_mod
 from reusebench import host, logs, scenarios
-from reusebench.client import ClientError, Completion, LlamaClient
+from reusebench.client import ClientError, Completion, LlamaClient, ProgressCallback
 from reusebench.gpu import GpuSampler
 from reusebench.profiles import Variant
 from reusebench.records import Record, RecordWriter, text_hash, tokens_hash
@@ -33,16 +35,35 @@ from reusebench.server import LlamaServer, ServerError
 CTX_MARGIN = 1024  # room for question, edit, extension and generated tokens beyond the document
 HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
 LOGPROB_TOLERANCE = 0.05  # absolute, on top-k logprobs; batch shapes differ between cold and reused paths
+SLEEP_POLL_S = 0.25
+SLEEP_GRACE_S = 60.0  # beyond sleep-idle-seconds before a server that does not sleep fails the session
 
 Prompt = str | Sequence[int]
 Lora = list[dict[str, float]] | None
+Messages = scenarios.Messages
 
 
 @dataclass
 class SessionResult:
     session: str
     records: list[Record] = field(default_factory=list)
+    not_applicable: dict[str, str] = field(default_factory=dict)  # scenario id -> why it did not run
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One completion request, ready to send with or without reuse (the reference is the same call)."""
+
+    endpoint: str
+    tokens: list[int]  # the prompt as the server tokenizes it
+    lora: Lora
+    send: Callable[[bool, ProgressCallback | None], tuple[Completion, str]]  # (cache_prompt, progress) -> (c, reply)
+
+
+def reference_key(r: Record) -> tuple[str, str]:
+    """Steps with the same prompt tokens and LoRA share one no-reuse reference."""
+    return r.prompt_hash or "", r.lora or ""
 
 
 def lora_key(lora: Lora) -> str:
@@ -64,12 +85,20 @@ def compare_outputs(got: Completion, ref: Completion, tolerance: float = LOGPROB
             return f"token {i}: id {a} != reference id {b}"
     if len(got.tokens) != len(ref.tokens):
         return f"length {len(got.tokens)} != reference {len(ref.tokens)}"
-    for i, (pa, pb) in enumerate(zip(got.probs, ref.probs)):
-        ref_top = dict(pb.top)
-        for token, logprob in pa.top:
-            if token in ref_top and abs(logprob - ref_top[token]) > tolerance:
-                return f"token {i}: top logprob of id {token} differs by {abs(logprob - ref_top[token]):.3f} (> {tolerance})"
+    for i, token, delta in logprob_deltas(got, ref):
+        if delta > tolerance:
+            return f"token {i}: top logprob of id {token} differs by {delta:.3f} (> {tolerance})"
     return None
+
+
+def logprob_deltas(got: Completion, ref: Completion) -> list[tuple[int, int, float]]:
+    """(position, token id, |logprob difference|) for every top-k token both outputs list at a position."""
+    return [
+        (i, token, abs(logprob - dict(pb.top)[token]))
+        for i, (pa, pb) in enumerate(zip(got.probs, ref.probs))
+        for token, logprob in pa.top
+        if token in dict(pb.top)
+    ]
 
 
 class Session:
@@ -132,6 +161,11 @@ class Session:
             self.build = str(self._api().props().get("build_info", "unknown"))
             self.corpus = corpus_mod.build_corpus(self.spec, self._api(), self.size)
             for scenario in selected:
+                reason = scenario.not_applicable(self)
+                if reason:
+                    self.result.not_applicable[scenario.id] = reason
+                    self._say(f"{scenario.id}: not applicable to this variant, nothing recorded: {reason}")
+                    continue
                 self._say(f"{scenario.id}: {scenario.title}")
                 scenario.run(self)
         except (ClientError, ServerError) as exc:
@@ -184,6 +218,13 @@ class Session:
     def summary(self) -> str:
         return self.spec.summary
 
+    @property
+    def lora_adapters(self) -> int:
+        return len(self.variant.lora)
+
+    def option(self, name: str) -> object | None:
+        return self.variant.option(name)
+
     def prompt(self, document: str, question: str) -> str:
         return corpus_mod.Corpus.prompt(document, question)
 
@@ -194,10 +235,14 @@ class Session:
         return self._tokens[key]
 
     def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True, lora: Lora = None) -> Completion:
-        return self._complete(scenario, step, "measure", prompt, lora=lora, expect_hit=expect_hit)
+        return self._complete(scenario, step, "measure", self._completion(prompt, lora), expect_hit)[0]
 
     def setup(self, scenario: str, step: str, prompt: Prompt, *, lora: Lora = None) -> Completion:
-        return self._complete(scenario, step, "setup", prompt, lora=lora, expect_hit=False)
+        return self._complete(scenario, step, "setup", self._completion(prompt, lora), False)[0]
+
+    def chat(self, scenario: str, step: str, messages: Messages, *, expect_hit: bool = True) -> str:
+        """A measured ``/v1/chat/completions`` turn; returns the reply text for the next turn (never recorded)."""
+        return self._complete(scenario, step, "measure", self._chat(messages), expect_hit)[1]
 
     def save_slot(self, scenario: str, filename: str) -> None:
         self._saved[filename] = self._slot_sequence
@@ -209,6 +254,23 @@ class Session:
                    lambda: self._api().slot_restore(self._last_slot, filename))
         key, sequence = self._saved[filename]
         self._seen.setdefault(key, []).append(sequence)
+
+    def wait_until_asleep(self, scenario: str) -> None:
+        """Stay idle until the server sleeps, asking only ``/props`` (``/slots`` and ``/tokenize`` would wake it)."""
+        seconds = float(str(self.variant.option("sleep-idle-seconds")))
+        self._say(f"  idling until the server sleeps (sleep-idle-seconds {seconds:g})")
+
+        def poll() -> dict[str, Any]:
+            deadline = time.monotonic() + seconds + SLEEP_GRACE_S
+            polls = 1
+            while not self._api().props().get("is_sleeping"):
+                if time.monotonic() > deadline:
+                    raise ServerError(f"the server did not sleep within {seconds + SLEEP_GRACE_S:.0f} s of idling")
+                time.sleep(SLEEP_POLL_S)
+                polls += 1
+            return {"n_polls": polls}
+
+        self._call(scenario, "idle until asleep", "/props", poll)
 
     def restart(self, scenario: str) -> None:
         self._say("  restarting the server (same slot-save directory)")
@@ -260,21 +322,33 @@ class Session:
         record.wall_ms = (record.ended_at - started) * 1000.0
         self.writer.write(record)
 
-    def _complete(self, scenario: str, step: str, role: str, prompt: Prompt, *, lora: Lora, expect_hit: bool) -> Completion:
-        tokens = self._prompt_tokens(prompt)
-        key = lora_key(lora)
-        ideal = self._ideal(tokens, key)
+    def _completion(self, prompt: Prompt, lora: Lora) -> Request:
+        def send(cache_prompt: bool, progress: ProgressCallback | None) -> tuple[Completion, str]:
+            return self._api().complete(prompt, n_predict=self.variant.n_predict, cache_prompt=cache_prompt, lora=lora,
+                                        on_progress=progress), ""
+
+        return Request("/completion", self._prompt_tokens(prompt), lora, send)
+
+    def _chat(self, messages: Messages) -> Request:
+        def send(cache_prompt: bool, progress: ProgressCallback | None) -> tuple[Completion, str]:
+            return self._api().chat(messages, n_predict=self.variant.n_predict, cache_prompt=cache_prompt,
+                                    on_progress=progress)
+
+        # the server's own rendering, tokenized as it does (BOS added), so `ideal` compares what it compares
+        return Request("/v1/chat/completions", self.tokens(self._api().apply_template(messages)), None, send)
+
+    def _complete(self, scenario: str, step: str, role: str, request: Request, expect_hit: bool) -> tuple[Completion, str]:
+        key = lora_key(request.lora)
         started = time.time()
-        record = self._base_record(scenario, step, role, "/completion", started)
-        record.lora, record.prompt_tokens, record.prompt_hash = key, len(tokens), tokens_hash(tokens)
-        record.ideal, record.expect_hit = ideal, expect_hit
+        record = self._base_record(scenario, step, role, request.endpoint, started)
+        record.lora, record.prompt_tokens, record.prompt_hash = key, len(request.tokens), tokens_hash(request.tokens)
+        record.ideal, record.expected_hit = self._ideal(request.tokens, key), expect_hit
         offset = self.server.log_size()
         record.host = self._host_before_load or host.capture().to_dict()
         self._host_before_load = None
         mark = self.sampler.mark()
         try:
-            completion = self._api().complete(prompt, n_predict=self.variant.n_predict, lora=lora,
-                                              on_progress=self._progress(step))
+            completion, reply = request.send(True, self._progress(step))
         except ClientError as exc:
             record.status, record.error, record.ended_at = exc.status, str(exc), time.time()
             record.cause = self._cause(offset)
@@ -283,19 +357,21 @@ class Session:
             raise
         record.gpu = self.sampler.summary_dict(mark, self.sampler.mark())
         self._clear_progress()
-        self._last_slot = completion.id_slot if completion.id_slot is not None else self._last_slot
-        self._slot_sequence = (key, tokens + completion.tokens)
-        self._seen.setdefault(key, []).append(self._slot_sequence[1])
         self._fill(record, completion)
         record.cause = self._cause(offset)
+        if record.slot is None:  # chat responses do not name the slot; the log does
+            record.slot = record.cause.get("slot")
+        self._last_slot = record.slot if record.slot is not None else self._last_slot
+        self._slot_sequence = (key, request.tokens + completion.tokens)
+        self._seen.setdefault(key, []).append(self._slot_sequence[1])
         try:
             if role == "measure":
-                self._judge(record, completion, prompt, key)
+                self._judge(record, completion, request)
         finally:  # a failed reference call must not lose the measurement
             self.writer.write(record)
             self.result.records.append(record)
         self._report_step(record)
-        return completion
+        return completion, reply
 
     def _fill(self, record: Record, c: Completion) -> None:
         record.ended_at = time.time()
@@ -312,33 +388,36 @@ class Session:
             lines = log.read().splitlines()
         return logs.explain(logs.parse_lines(lines)).to_dict()
 
-    def _judge(self, record: Record, c: Completion, prompt: Prompt, key: str) -> None:
+    def _judge(self, record: Record, c: Completion, request: Request) -> None:
         """Speedup, correctness against a no-reuse reference, and the verdict."""
         if record.scenario == "first_load":
             self._first_load_ms = c.prompt_ms
         if self._first_load_ms and c.prompt_ms > 0:
             record.speedup = self._first_load_ms / c.prompt_ms
-        ref_key = (record.prompt_hash or "", key)
+        # More reused than the longest prefix ever computed under this LoRA: state computed for something else
+        # (another LoRA, or a chunk shifted out of its context), whatever the output says.
+        foreign = c.cache_n - ((record.prompt_tokens or 0) - (record.ideal or 0))
+        if foreign > 0:
+            record.extra["foreign_reused"] = foreign
         if c.cache_n == 0:
-            self._references.setdefault(ref_key, c)  # computed without reuse: it is a reference itself
+            self._references.setdefault(reference_key(record), c)  # computed without reuse: a reference itself
         elif self.verify:
-            reference = self._references.get(ref_key) or self._reference(record, prompt, key)
+            reference = self._references.get(reference_key(record)) or self._reference(record, request)
             record.mismatch = compare_outputs(c, reference)
             record.matches_reference = record.mismatch is None
+            # how close "same" was: the tolerance is for batch-shape noise, which is ~1e-5 on CPU
+            record.extra["max_logprob_delta"] = max((d for _, _, d in logprob_deltas(c, reference)), default=0.0)
         record.verdict = verdict(record)
 
-    def _reference(self, measured: Record, prompt: Prompt, key: str) -> Completion:
-        """The same prompt without reuse (``cache_prompt: false``). It leaves the slot holding the same tokens."""
-        started = time.time()
-        record = self._base_record(measured.scenario, measured.step, "reference", "/completion", started)
-        record.lora, record.prompt_tokens, record.prompt_hash = key, measured.prompt_tokens, measured.prompt_hash
-        lora = None if key == "default" else [{"id": i, "scale": s} for i, s in json.loads(key)]
-        reference = self._api().complete(prompt, n_predict=self.variant.n_predict, cache_prompt=False, lora=lora,
-                                         on_progress=self._progress("reference"))
+    def _reference(self, measured: Record, request: Request) -> Completion:
+        """The same request without reuse (``cache_prompt: false``). It leaves the slot holding the same tokens."""
+        record = self._base_record(measured.scenario, measured.step, "reference", request.endpoint, time.time())
+        record.lora, record.prompt_tokens, record.prompt_hash = measured.lora, measured.prompt_tokens, measured.prompt_hash
+        reference, _ = request.send(False, self._progress("reference"))
         self._clear_progress()
         self._fill(record, reference)
         self.writer.write(record)
-        self._references[(measured.prompt_hash or "", key)] = reference
+        self._references[reference_key(measured)] = reference
         return reference
 
     # -- output ---------------------------------------------------------------------------------
@@ -370,11 +449,13 @@ class Session:
 
 
 def verdict(r: Record) -> str:
-    """One word per measured step: hit, partial, miss, full (expected), wrong output."""
+    """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse."""
     if r.matches_reference is False:
         return "WRONG OUTPUT"
-    if not r.expect_hit:
-        return "full (expected)"
+    if r.extra.get("foreign_reused"):
+        return "FOREIGN REUSE"
+    if not r.expected_hit and (r.cache_n or 0) <= HIT_TOLERANCE:
+        return "full (cannot hit)"
     if not r.cache_n:
         return "miss"
     if (r.excess or 0) <= HIT_TOLERANCE:

@@ -1,0 +1,66 @@
+"""Records back into tables: the JSONL a run leaves is enough to rebuild its report, rates included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reusebench import report
+from reusebench.records import Record, RecordWriter, read_records
+from reusebench.session import verdict
+
+
+def record(scenario: str, step: str, *, role: str = "measure", prompt_tokens: int = 1000, cache_n: int = 0,
+           ideal: int = 1, expected_hit: bool = True, **fields: object) -> Record:
+    r = Record(run_id="r", session="p/v@1024", profile="p", variant="v", build="b1-test", model="tiny:x", size=1024,
+               scenario=scenario, step=step, role=role, endpoint="/completion", started_at=0.0, ended_at=1.0,
+               prompt_tokens=prompt_tokens, prompt_n=prompt_tokens - cache_n, cache_n=cache_n, ideal=ideal,
+               excess=prompt_tokens - cache_n - ideal, prompt_ms=10.0, expected_hit=expected_hit,
+               cause={"summary": "no reuse"})
+    for name, value in fields.items():
+        setattr(r, name, value)
+    if role == "measure":
+        r.verdict = verdict(r)
+    return r
+
+
+RECORDS = [
+    record("first_load", "cold", ideal=1000, expected_hit=False),
+    record("resend", "same prompt", cache_n=996, matches_reference=True, extra={"max_logprob_delta": 1e-6}),
+    record("edit_middle", "line at 50%", ideal=500),
+    record("head_insert", "summary at the head", ideal=1000, expected_hit=False),
+    record("lora_swap", "P with LoRA", role="setup", ideal=1000),
+    record("lora_swap", "P + more, same LoRA", ideal=20),
+    record("chunk_removed", "10% cut at 10%", cache_n=800, ideal=900, matches_reference=False,
+           mismatch="token 0: id 5 != reference id 7", extra={"foreign_reused": 700}),
+    record("resend", "same prompt", role="reference"),
+]
+
+
+def test_verdicts_separate_cannot_hit_turns_and_flag_wrong_output():
+    assert [r.verdict for r in RECORDS if r.role == "measure"] == [
+        "full (cannot hit)", "hit", "miss", "full (cannot hit)", "miss", "WRONG OUTPUT"]
+    foreign = record("lora_swap", "P + more, no LoRA", cache_n=996, ideal=999, expected_hit=False,
+                     matches_reference=True, extra={"foreign_reused": 995})
+    assert foreign.verdict == "FOREIGN REUSE"
+
+
+def test_miss_rates_count_turns_that_cannot_hit_apart():
+    text = report.miss_rates(RECORDS)
+    assert "miss rate of turns that should hit: 2 of 4 re-processed everything (50%)" in text
+    assert "turns that cannot hit, counted apart: 2 (first_load/cold, head_insert/summary at the head)" in text
+    assert "all turns in one denominator (misleading): 4 of 6 (67%)" in text
+    assert "wrong output: 1; reused state computed for another prefix or LoRA: 1" in text
+
+
+def test_jsonl_reads_back_into_the_same_tables(tmp_path: Path):
+    path = tmp_path / "records.jsonl"
+    with RecordWriter(path) as writer:
+        for r in RECORDS:
+            writer.write(r)
+    back = read_records(path)
+    assert report.render_text(back) == report.render_text(RECORDS)
+    text = report.render_text(back)
+    assert "setup prefills (not measured): 1, 1,000 tokens re-processed (lora_swap/P with LoRA 1,000)" in text
+    assert "reference prefills for correctness: 1" in text
+    assert "same (logprobs within 1e-06)" in text
+    assert "DIFFERS (token 0: id 5 != reference id 7); 700 tokens reused from another prefix or LoRA" in text

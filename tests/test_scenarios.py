@@ -1,0 +1,253 @@
+"""Every scenario of the catalogue on a real llama-server with generated tiny models, at 2K tokens.
+
+One run per profile (module fixtures), then assertions on the records: the hybrid and the
+pure-attention control over the whole catalogue, report B's LoRA swap on both, sleep off/on,
+and the health-check probe with 1 and 4 slots, RAM cache on and off. The last test reads every
+record and kept log these runs wrote and looks for any sentence of the prompts.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from reusebench import corpus, profiles, runner, scenarios
+from reusebench.records import Record
+
+pytestmark = pytest.mark.e2e
+
+SIZE = 2048
+RUNS: list[runner.RunResult] = []  # every run of this module, for the privacy test
+
+
+@dataclass
+class Run:
+    output: str  # what the session printed
+    records: list[Record]
+
+    def measured(self, variant: str | None = None) -> dict[tuple[str, str], Record]:
+        return {(r.scenario, r.step): r for r in self.records
+                if r.role == "measure" and variant in (None, r.variant)}
+
+    def step(self, scenario: str, step: str, variant: str | None = None, role: str = "measure") -> Record:
+        found = [r for r in self.records if (r.scenario, r.step, r.role) == (scenario, step, role)
+                 and variant in (None, r.variant)]
+        assert len(found) == 1, (scenario, step, variant, role, len(found))
+        return found[0]
+
+
+def run(profile: str, results: Path, scenario_ids: tuple[str, ...] = ()) -> Run:
+    out = io.StringIO()
+    result = runner.run_profile(profiles.load_profile(profile), results_dir=results, sizes=[SIZE],
+                                scenario_ids=scenario_ids, out=out)
+    RUNS.append(result)
+    assert result.failed_sessions == 0, out.getvalue()
+    return Run(out.getvalue(), result.records)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("results")
+
+
+@pytest.fixture(scope="module")
+def hybrid(results: Path) -> Run:
+    """The whole catalogue on the long-memory Mamba2 hybrid with --cache-reuse 256 (gotcha 1's setting)."""
+    return run("tiny-granitehybrid-longmem", results)
+
+
+@pytest.fixture(scope="module")
+def control(results: Path) -> Run:
+    return run("tiny-llama", results)
+
+
+@pytest.fixture(scope="module")
+def lora_hybrid(results: Path) -> Run:
+    return run("tiny-lora", results)
+
+
+@pytest.fixture(scope="module")
+def lora_control(results: Path) -> Run:
+    return run("tiny-lora-llama", results)
+
+
+@pytest.fixture(scope="module")
+def sleep(results: Path) -> Run:
+    return run("tiny-sleep", results)
+
+
+@pytest.fixture(scope="module")
+def probe(results: Path) -> Run:
+    return run("tiny-probe", results)
+
+
+# -- no server -------------------------------------------------------------------------------
+
+
+def test_remove_lines_cuts_whole_lines_near_the_start():
+    document = "\n".join(f" line {i} of the text" for i in range(100))
+    cut = scenarios.remove_lines(document, 0.1, 0.1)
+    kept = cut.split("\n")
+    assert all(line in document.split("\n") for line in kept)  # no line split in two
+    assert " line 5 of the text" in kept and " line 15 of the text" not in kept and " line 30 of the text" in kept
+    assert 0.85 < len(kept) / 100 < 0.95
+
+
+def test_catalogue_is_the_one_scenario_list():
+    assert profiles.SCENARIO_IDS is scenarios.SCENARIO_IDS
+    assert scenarios.SCENARIO_IDS[0] == "first_load"
+    assert scenarios.SCENARIO_IDS[-1] == "lora_swap"  # it leaves a LoRA-computed state in the slot
+
+
+# -- the hybrid and the control over the whole catalogue ------------------------------------------
+
+
+def test_every_scenario_ran_or_said_why_not(hybrid, control):
+    for result in (hybrid, control):
+        ran = {r.scenario for r in result.records if r.role == "measure"}
+        assert ran == set(scenarios.SCENARIO_IDS) - {"after_sleep", "lora_swap"}
+        assert "after_sleep: not applicable to this variant, nothing recorded: needs sleep-idle-seconds > 0" \
+            in result.output
+        assert "lora_swap: not applicable to this variant, nothing recorded: needs a LoRA adapter" in result.output
+        assert not [r for r in result.records if r.scenario in ("after_sleep", "lora_swap")]
+
+
+def test_cache_reuse_after_a_chunk_removed_is_flagged_as_wrong_output_on_the_hybrid(hybrid):
+    cut = hybrid.step("chunk_removed", "10% cut at 10%")
+    assert cut.cache_n > cut.prompt_tokens / 2  # looks like a success ...
+    assert cut.matches_reference is False and cut.verdict == "WRONG OUTPUT"  # ... and is not (gotcha 1)
+    assert cut.cause["cache_reuse_chunks"] and cut.cause["checkpoint_n_tokens"] is not None
+    assert cut.extra["foreign_reused"] > 0
+
+
+def test_plain_resend_and_reask_pass_the_correctness_check(hybrid, control):
+    for result in (hybrid, control):
+        for step in (("resend", "same prompt"), ("reask", "new question"), ("interleave", "back to first")):
+            record = result.step(*step)
+            assert record.cache_n > 0 and record.matches_reference is True, (record.session, step)
+            assert record.extra["max_logprob_delta"] < 1e-3
+
+
+def test_control_without_cache_reuse_keeps_exactly_the_prefix_before_the_cut(control):
+    cut = control.step("chunk_removed", "10% cut at 10%")
+    assert cut.prompt_n == cut.ideal and cut.matches_reference is True
+
+
+def test_probe_between_turns_is_served_from_ram_with_one_slot(hybrid, control):
+    for result in (hybrid, control):
+        probe = result.step("probe_eviction", "21-token probe", role="setup")
+        assert probe.prompt_tokens == scenarios.PROBE_TOKENS
+        assert probe.cause["selection"] == "lcp" and probe.cause["f_sim"] == 1.0  # it took the big slot
+        after = result.step("probe_eviction", "next turn")
+        assert after.prompt_n <= after.ideal + 4 and after.cause["ram_restored"]
+
+
+def test_head_insert_is_a_full_prefill_counted_as_cannot_hit(hybrid, control):
+    for result in (hybrid, control):
+        head = result.step("head_insert", "summary at the head")
+        assert head.expected_hit is False and head.verdict == "full (cannot hit)"
+        assert head.prompt_n >= head.prompt_tokens - 2
+
+
+def test_growing_chat_reprocesses_only_the_appended_tokens(hybrid, control):
+    for result in (hybrid, control):
+        turns = [result.step("growth", f"turn {k}") for k in range(1, scenarios.GROWTH_TURNS + 1)]
+        assert all(t.endpoint == "/v1/chat/completions" for t in turns)
+        assert turns[0].expected_hit is False and turns[0].prompt_n >= turns[0].prompt_tokens - 1
+        for before, turn in zip(turns, turns[1:]):
+            assert turn.ideal == turn.prompt_tokens - before.prompt_tokens - before.predicted_n  # the appended tokens
+            assert turn.prompt_n <= turn.ideal + 4 and turn.verdict == "hit"
+            assert turn.matches_reference is True  # chat outputs are compared too (ids and logprobs)
+
+
+def test_honest_denominators_count_cannot_hit_turns_apart(hybrid):
+    from reusebench.report import render_text
+
+    text = render_text(hybrid.records)
+    assert "turns that cannot hit, counted apart: 3 (first_load/cold, head_insert/summary at the head, growth/turn 1)" \
+        in text
+    assert "setup prefills (not measured): 3" in text and "interleave/other document" in text
+
+
+# -- report B's LoRA swap ----------------------------------------------------------------------
+
+
+def test_lora_swap_reproduces_report_b_on_the_hybrid_and_the_control(lora_hybrid, lora_control):
+    for result in (lora_hybrid, lora_control):
+        regression = result.step("lora_swap", "P + more, same LoRA")
+        assert regression.cache_n == 0 and regression.prompt_n == regression.prompt_tokens
+        assert regression.ideal < 32  # a LoRA-aware cache would re-process only the new turn
+        assert regression.cause["summary"] == "LoRA-change clear after restoring from RAM"
+        assert regression.verdict == "miss"
+
+
+def test_lora_state_served_without_lora_is_flagged(lora_hybrid, lora_control):
+    for result in (lora_hybrid, lora_control):
+        served = result.step("lora_swap", "P + more, no LoRA")
+        assert served.cache_n > served.prompt_tokens - 8 and served.cause["ram_restored"]
+        assert served.expected_hit is False  # never computed without LoRA: a correct cache cannot hit
+        assert served.extra["foreign_reused"] > served.prompt_tokens - 8
+    # The control's adapter moves the output visibly; the tiny hybrid's (one attention layer) stays in tolerance.
+    assert lora_control.step("lora_swap", "P + more, no LoRA").verdict == "WRONG OUTPUT"
+    assert lora_hybrid.step("lora_swap", "P + more, no LoRA").verdict in ("WRONG OUTPUT", "FOREIGN REUSE")
+
+
+# -- sleep -------------------------------------------------------------------------------------
+
+
+def test_after_sleep_the_cache_is_lost_and_the_record_says_the_server_slept(sleep):
+    woke = sleep.step("after_sleep", "same prompt after sleeping", variant="sleep-idle-seconds=3")
+    assert woke.cache_n == 0 and woke.prompt_n == woke.prompt_tokens
+    assert woke.cause["woke"] and woke.cause["summary"].startswith("woke from sleep")
+    assert woke.expected_hit is False and woke.verdict == "full (cannot hit)"
+    wait = sleep.step("after_sleep", "idle until asleep", variant="sleep-idle-seconds=3", role="setup")
+    assert wait.endpoint == "/props" and wait.extra["n_polls"] >= 1
+
+
+def test_after_sleep_is_not_applicable_without_sleep_and_records_nothing(sleep):
+    assert not [r for r in sleep.records if r.scenario == "after_sleep" and r.variant == "sleep-idle-seconds=-1"]
+    assert "after_sleep: not applicable to this variant, nothing recorded: needs sleep-idle-seconds > 0 " \
+           "(this variant: -1)" in sleep.output
+
+
+# -- probe with 1 and 4 slots ------------------------------------------------------------------
+
+
+def test_probe_costs_the_conversation_only_without_a_ram_cache(probe):
+    def next_turn(variant: str) -> Record:
+        return probe.step("probe_eviction", "next turn", variant=variant)
+
+    for slots in ("parallel=1", "parallel=-1"):
+        with_ram = next_turn(f"{slots},cache-ram=8192")
+        assert with_ram.verdict == "hit" and with_ram.cause["ram_restored"]
+        without_ram = next_turn(f"{slots},cache-ram=0")
+        assert without_ram.cache_n <= scenarios.PROBE_TOKENS  # at most the probe's own prefix
+    assert next_turn("parallel=-1,cache-ram=8192").slot != probe.step(
+        "probe_eviction", "conversation turn", variant="parallel=-1,cache-ram=8192", role="setup").slot
+
+
+# -- privacy -----------------------------------------------------------------------------------
+
+
+def prompt_sentences() -> list[str]:
+    spec = corpus.load_spec("tiny-words")
+    lines = [line.strip() for variant in (0, 1) for line in corpus.source_text(spec, variant, 20_000).splitlines()]
+    texts = [*lines[:-1], *spec.questions, spec.edit, spec.summary]  # the last line may be cut short
+    return sorted({t.strip() for t in texts if len(t.strip().split()) >= 6})
+
+
+def test_no_record_and_no_kept_log_contains_a_sentence_of_the_prompts(
+    hybrid, control, lora_hybrid, lora_control, sleep, probe
+):
+    sentences = prompt_sentences()
+    assert len(sentences) > 100
+    files = [f for result in RUNS for f in (result.records_path, *(result.run_dir / "logs").glob("*.log"))]
+    assert len([f for f in files if f.suffix == ".log"]) >= len(RUNS)  # the kept logs exist and are checked
+    for path in files:
+        text = path.read_text()
+        assert text
+        leaked = [s for s in sentences if s in text]
+        assert not leaked, f"{path.name} contains prompt text: {leaked[0][:40]}..."
