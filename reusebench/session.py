@@ -115,6 +115,7 @@ class Session:
         log_dir: Path,
         sampler: GpuSampler,
         verify: bool = True,
+        repeat: int | None = None,
         out: TextIO = sys.stderr,
     ) -> None:
         self.variant = variant
@@ -126,7 +127,8 @@ class Session:
         self.sampler = sampler
         self.verify = verify
         self.out = out
-        self.name = f"{variant.profile}/{variant.name}@{size}"
+        self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
+        self.name = f"{variant.profile}/{variant.name}@{size}" + ("" if repeat is None else f"#r{repeat}")
         self._slot_dir: Path | None = None
         self.server = LlamaServer(variant.binary.path, self._server_args(), env=variant.binary.environment())
         self.client: LlamaClient | None = None
@@ -306,6 +308,7 @@ class Session:
             run_id=self.run_id, session=self.name, profile=self.variant.profile, variant=self.variant.name,
             build=self.build, model=self.variant.model_spec, size=self.size, scenario=scenario, step=step,
             role=role, endpoint=endpoint, started_at=started, ended_at=time.time(), slot=self._last_slot,
+            extra={} if self.repeat is None else {"repeat": self.repeat},
         )
 
     def _call(self, scenario: str, step: str, endpoint: str, action: Callable[[], dict[str, Any]]) -> None:
@@ -313,7 +316,7 @@ class Session:
         record = self._base_record(scenario, step, "setup", endpoint, started)
         try:
             response = action()
-            record.extra = {k: v for k, v in response.items() if k.startswith("n_") or k == "timings"}
+            record.extra |= {k: v for k, v in response.items() if k.startswith("n_") or k == "timings"}
         except ClientError as exc:
             record.status, record.error = exc.status, str(exc)
             self.writer.write(record)
