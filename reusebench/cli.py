@@ -24,11 +24,15 @@ def _size(text: str) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     profile = profiles.load_profile(args.profile)
+    repeats = None if args.repeat_first_load is None else runner.Repeats(
+        args.repeat_first_load, idle_gap_s=args.idle_gap or 0.0, warm_up=args.warm_up)
+    if repeats is None and (args.idle_gap is not None or args.warm_up):
+        raise ValueError("--idle-gap and --warm-up go with --repeat-first-load N")
     started = time.monotonic()
     try:
         result = runner.run_profile(
             profile, results_dir=Path(args.results), variants=args.variant or (), sizes=args.size or (),
-            scenario_ids=args.scenarios or (), corpus_name=args.corpus, verify=not args.no_verify,
+            scenario_ids=args.scenarios or (), corpus_name=args.corpus, verify=not args.no_verify, repeats=repeats,
         )
     except KeyboardInterrupt:
         server.stop_all()
@@ -97,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--corpus", default="tiny-words", help="corpus spec name in corpora/ or a path")
     run.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
     run.add_argument("--no-verify", action="store_true", help="skip the no-reuse reference comparison")
+    run.add_argument("--repeat-first-load", type=int, metavar="N",
+                     help="only the cold first load, N times per variant x size, each on a fresh server; "
+                     "reports the spread with the GPU and page-cache state of each repeat")
+    before = run.add_mutually_exclusive_group()
+    before.add_argument("--idle-gap", type=float, metavar="SECONDS", help="with --repeat-first-load: idle this "
+                        "long before each repeat (does the GPU cool down between loads?)")
+    before.add_argument("--warm-up", action="store_true", help="with --repeat-first-load: prefill a short other "
+                        "text on the same server before each measured load (recorded as a setup call)")
     run.set_defaults(func=cmd_run)
 
     rep = sub.add_parser("report", help="tables from recorded runs (default: the latest run)")

@@ -13,6 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from reusebench import spread
 from reusebench.records import Record
 
 
@@ -55,7 +56,7 @@ def variant_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
         rows: dict[tuple[str, str], dict[int, Record]] = {}
         for r in rs:
             if r.role == "measure":
-                rows.setdefault((r.scenario, r.step), {})[r.size] = r
+                rows.setdefault((r.scenario, _step_label(r)), {})[r.size] = r
         header = ["scenario", "step"]
         for size in sizes:
             label = size_label(size)
@@ -72,6 +73,17 @@ def variant_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
         out.append((f"{profile} [{variant}] ({', '.join(r.model for r in rs[:1])})",
                     tabulate(table, header, tablefmt="github", disable_numparse=True) + "\n\n" + _footer(rs)))
     return out
+
+
+def _step_label(r: Record) -> str:
+    repeat = r.extra.get("repeat")
+    return r.step if repeat is None else f"{r.step} (repeat {repeat})"
+
+
+def repeat_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
+    """[(title, table text)] for each variant x size with repeated first loads: the spread beside each repeat's state."""
+    return [(f"first-load repeats: {profile} [{variant}] @ {size_label(size)}", spread.render(repeats))
+            for (_, profile, variant, size), repeats in spread.first_load_repeats(records).items()]
 
 
 def _footer(rs: list[Record]) -> str:
@@ -116,7 +128,9 @@ def _percent(part: int, whole: int) -> str:
 
 
 def render_text(records: Iterable[Record]) -> str:
-    return "\n\n".join(f"## {title}\n\n{table}" for title, table in variant_tables(records))
+    records = list(records)
+    tables = variant_tables(records) + repeat_tables(records)
+    return "\n\n".join(f"## {title}\n\n{table}" for title, table in tables)
 
 
 def summary_json(records: Iterable[Record]) -> str:
@@ -124,6 +138,6 @@ def summary_json(records: Iterable[Record]) -> str:
     keep = ("session", "profile", "variant", "build", "size", "scenario", "step", "prompt_tokens", "prompt_n",
             "cache_n", "ideal", "excess", "prompt_ms", "ttft_ms", "wall_ms", "verdict", "matches_reference",
             "mismatch", "expected_hit", "error")
-    rows = [{k: getattr(r, k) for k in keep} | {"cause": (r.cause or {}).get("summary")}
+    rows = [{k: getattr(r, k) for k in keep} | {"cause": (r.cause or {}).get("summary"), "repeat": r.extra.get("repeat")}
             for r in records if r.role == "measure"]
     return json.dumps(rows, indent=2)

@@ -1,4 +1,4 @@
-"""Run a profile: every variant x size as one session, all records in one run directory.
+"""Run a profile: every variant x size as one session (or N repeated first loads), all records in one run directory.
 
 Used by ``reusebench run`` and by the asv suite's ``setup_cache``. A run never
 reuses a directory, so a second run cannot overwrite the first.
@@ -6,17 +6,18 @@ reuses a directory, so a second run cannot overwrite the first.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from reusebench import corpus, profiles, records, scenarios
+from reusebench import corpus, profiles, records, scenarios, spread
 from reusebench.gpu import GpuSampler
-from reusebench.session import Session
+from reusebench.session import Session, SessionResult
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,42 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 
 
+SamplerFactory = Callable[[], GpuSampler]
+# Long enough to lift a GPU out of its idle P-state and map the weights in, short against any first load.
+WARM_UP_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """``--repeat-first-load``: `count` cold first loads per variant x size, each on a fresh server.
+
+    A fresh server loads the model every time, so page-cache and GPU state show in the figures.
+    `idle_gap_s` idles before each repeat (to see a GPU cool down); `warm_up` instead prefills
+    another text on the same server before the measured load, recorded as a setup call.
+    """
+
+    count: int
+    idle_gap_s: float = 0.0
+    warm_up: bool = False
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"--repeat-first-load needs at least 1 repeat, got {self.count}")
+        if self.idle_gap_s < 0:
+            raise ValueError(f"--idle-gap must not be negative, got {self.idle_gap_s:g}")
+        if self.warm_up and self.idle_gap_s:
+            raise ValueError("--idle-gap and --warm-up contradict each other: idle to cool down, or warm up")
+
+
+def _warmed_first_load(s: scenarios.Steps) -> None:
+    # The end of another text, without BOS: the measured load shares no prefix with it, so nothing is reused.
+    s.setup("first_load", "warm-up", s.tokens(s.other, bos=False)[-WARM_UP_TOKENS:])
+    scenarios.first_load(s)
+
+
+WARMED_FIRST_LOAD = scenarios.Scenario("first_load", "cold prefill after a warm-up on another text", _warmed_first_load)
+
+
 def run_profile(
     profile: profiles.Profile,
     *,
@@ -44,9 +81,17 @@ def run_profile(
     scenario_ids: Sequence[str] = (),
     corpus_name: str = "tiny-words",
     verify: bool = True,
+    repeats: Repeats | None = None,
+    sampler_factory: SamplerFactory = GpuSampler,
     out: TextIO = sys.stderr,
 ) -> RunResult:
-    """Run the selected variants and sizes (default: all the profile names) and return what was recorded."""
+    """Run the selected variants and sizes (default: all the profile names) and return what was recorded.
+
+    With `repeats`, only repeated first loads run (`scenario_ids` must be empty). `sampler_factory`
+    makes the run's GPU sampler (tests pass one over a fake NVML).
+    """
+    if repeats is not None and scenario_ids:
+        raise ValueError("repeated first loads run first_load only: leave out the scenario selection")
     chosen = [profile.variant(v) for v in variants] if variants else list(profile.variants)
     spec = corpus.load_spec(corpus_name)
     run_id = new_run_id()
@@ -55,13 +100,41 @@ def run_profile(
     records_path = run_dir / "records.jsonl"
     print(f"run {run_id}: profile {profile.name}, {len(chosen)} variant(s), records -> {records_path}", file=out)
     failed = 0
-    with records.RecordWriter(records_path) as writer, GpuSampler() as sampler:
+    with records.RecordWriter(records_path) as writer, sampler_factory() as sampler:
         if sampler.unavailable:
             print(f"GPU state will be null: {sampler.unavailable}", file=out)
+
+        def session(variant: profiles.Variant, size: int, repeat: int | None = None) -> Session:
+            return Session(variant, size, spec, writer, run_id=run_id, log_dir=run_dir / "logs", sampler=sampler,
+                           verify=variant.verify and verify, repeat=repeat, out=out)
+
         for variant in chosen:
-            selected = scenarios.select(scenario_ids or variant.scenarios)
             for size in sizes or variant.sizes:
-                session = Session(variant, size, spec, writer, run_id=run_id, log_dir=run_dir / "logs",
-                                  sampler=sampler, verify=variant.verify and verify, out=out)
-                failed += session.run(selected).error is not None
+                if repeats is None:
+                    selected = scenarios.select(scenario_ids or variant.scenarios)
+                    failed += session(variant, size).run(selected).error is not None
+                else:
+                    failed += _repeat_first_load(functools.partial(session, variant, size), repeats, out)
     return RunResult(run_id, run_dir, records.read_records(records_path), failed)
+
+
+def _repeat_first_load(session: Callable[[int], Session], repeats: Repeats, out: TextIO) -> int:
+    """Run the repeats of one variant x size, one progress line each; returns how many failed."""
+    plan = [WARMED_FIRST_LOAD] if repeats.warm_up else scenarios.select(["first_load"])
+    failed = 0
+    for number in range(1, repeats.count + 1):
+        if repeats.idle_gap_s:
+            print(f"idling {repeats.idle_gap_s:g} s before repeat {number}/{repeats.count}", file=out, flush=True)
+            time.sleep(repeats.idle_gap_s)
+        current = session(number)
+        result = current.run(plan)
+        failed += result.error is not None
+        print(f"repeat {number}/{repeats.count} [{current.name}]: {_repeat_state(result)}", file=out, flush=True)
+    return failed
+
+
+def _repeat_state(result: SessionResult) -> str:
+    measured = spread.session_first_load(result.records)
+    if result.error or measured is None:
+        return f"failed: {result.error or 'nothing measured'}"
+    return "; ".join(f"{name}: {cell}" for name, cell in zip(spread.STATE_COLUMNS, spread.state_cells(measured)))

@@ -9,8 +9,10 @@ throttling or a cold page cache coincides with the slow ones.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tabulate import tabulate
@@ -18,7 +20,9 @@ from tabulate import tabulate
 from reusebench.records import Record
 
 FIRST_RUN_FACTOR = 1.15  # the first repeat is flagged when it is 15% off the median of the rest
-OUTLIER_MADS = 3.0  # robust outliers: beyond 3 median absolute deviations from the median
+OUTLIER_MADS = 3.0  # robust outliers: beyond 3 median absolute deviations from the median ...
+# ... and 15% off it: with few, nearly equal repeats the MAD is tiny and a 0.02 s wobble is not an outlier.
+OUTLIER_FACTOR = FIRST_RUN_FACTOR
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ def spread(repeats: Sequence[Record]) -> Spread:
                 "caches or clocks were cold (compare its page-cache and GPU state); consider a warm-up"
             )
         mad = statistics.median(abs(s - median) for s in seconds)
-        outliers = [i + 1 for i, s in enumerate(seconds) if mad and abs(s - median) > OUTLIER_MADS * mad]
+        outliers = [i + 1 for i, s in enumerate(seconds)
+                    if mad and abs(s - median) > max(OUTLIER_MADS * mad, (OUTLIER_FACTOR - 1) * median)]
         if outliers:
             warnings.append(f"statistical outliers: repeat(s) {', '.join(map(str, outliers))}; "
                             "other programs or power management may have interfered")
@@ -80,19 +85,49 @@ def _fmt(value: float | str | None, spec: str) -> str:
     return "-" if value is None else (value if isinstance(value, str) else format(value, spec))
 
 
+STATE_COLUMNS = ("prefill s", "start temp C", "mean SM MHz", "throttled", "idle before s", "warm/cold",
+                 "model in page cache")
+
+
+def state_cells(r: Record) -> list[str]:
+    """One repeat's seconds and machine state, in STATE_COLUMNS order; "-" where unknown (no GPU)."""
+    return [f"{_seconds(r):.2f}", _fmt(_gpu(r, "start_temperature_c"), ".0f"), _fmt(_gpu(r, "sm_clock_mean_mhz"), ".0f"),
+            _fmt(_gpu(r, "throttled_fraction"), ".2f"), _fmt(_gpu(r, "idle_before_s"), ".0f"), _fmt(_gpu(r, "warmth"), ""),
+            _fmt(_page_cache(r), ".2f")]
+
+
+def session_first_load(session: Sequence[Record]) -> Record | None:
+    """The measured first load of one session's records, with the page-cache state from before its server started.
+
+    After a warm-up the measured call is not the session's first, and only the first call
+    carries the state captured before the model was mapped: the measured record borrows it.
+    """
+    measured = next((r for r in session if r.role == "measure" and r.scenario == "first_load" and not r.error), None)
+    if measured is None or _page_cache(measured) is not None:
+        return measured
+    return dataclasses.replace(measured, host={**(measured.host or {}), "model_page_cache_fraction": _page_cache(session[0])})
+
+
+def first_load_repeats(records: Iterable[Record]) -> dict[tuple[str, str, str, int], list[Record]]:
+    """Measured first loads of repeated sessions by (run, profile, variant, size), in repeat order."""
+    sessions: dict[tuple[str, str], list[Record]] = defaultdict(list)
+    for r in records:
+        if r.extra.get("repeat") is not None:
+            sessions[(r.run_id, r.session)].append(r)
+    groups: dict[tuple[str, str, str, int], list[Record]] = defaultdict(list)
+    for session in sessions.values():
+        measured = session_first_load(session)
+        if measured is not None:
+            groups[(measured.run_id, measured.profile, measured.variant, measured.size)].append(measured)
+    return {key: sorted(rs, key=lambda r: r.extra["repeat"]) for key, rs in groups.items()}
+
+
 def render(repeats: Sequence[Record]) -> str:
     """Each repeat's seconds beside its start temperature, mean SM clock, throttling and page-cache state."""
     result = spread(repeats)
-    rows = [
-        [i + 1, f"{_seconds(r):.2f}", _fmt(_gpu(r, "start_temperature_c"), ".0f"), _fmt(_gpu(r, "sm_clock_mean_mhz"), ".0f"),
-         _fmt(_gpu(r, "throttled_fraction"), ".2f"), _fmt(_gpu(r, "idle_before_s"), ".0f"), _fmt(_gpu(r, "warmth"), ""),
-         _fmt(_page_cache(r), ".2f")]
-        for i, r in enumerate(repeats)
-    ]
-    header = ["repeat", "prefill s", "start temp C", "mean SM MHz", "throttled", "idle before s", "warm/cold",
-              "model in page cache"]
+    rows = [[str(r.extra.get("repeat", i + 1)), *state_cells(r)] for i, r in enumerate(repeats)]
     lines = [
-        tabulate(rows, header, tablefmt="github", disable_numparse=True),
+        tabulate(rows, ["repeat", *STATE_COLUMNS], tablefmt="github", disable_numparse=True),
         "",
         f"min {result.minimum:.2f} s, median {result.median:.2f} s, max {result.maximum:.2f} s "
         f"(spread {100 * result.relative:.0f}%)",
