@@ -114,7 +114,7 @@ class LlamaClient:
         prompt: Prompt,
         *,
         n_predict: int,
-        cache_prompt: bool = True,
+        cache_prompt: bool | None = True,
         lora: list[dict[str, float]] | None = None,
         id_slot: int | None = None,
         n_probs: int = 5,
@@ -125,7 +125,8 @@ class LlamaClient:
         """Greedy ``/completion``, streamed. ``prompt`` is text or token ids.
 
         ``timeout_s`` bounds the whole call (prefill and generation); a server that
-        stops sending (hung, stopped) fails it at the latest then.
+        stops sending (hung, stopped) fails it at the latest then. ``cache_prompt=None``
+        leaves the field out, so the server's ``--cache-prompt`` default decides.
         """
         body: dict[str, Any] = {
             "prompt": prompt if isinstance(prompt, str) else list(prompt),
@@ -138,6 +139,8 @@ class LlamaClient:
             "stream": True,
             "return_progress": True,
         }
+        if cache_prompt is None:
+            del body["cache_prompt"]
         if lora is not None:
             body["lora"] = lora
         if id_slot is not None:
@@ -153,6 +156,7 @@ class LlamaClient:
         cache_prompt: bool = True,
         n_probs: int = 5,
         on_progress: ProgressCallback | None = None,
+        timeout_s: float | None = None,
     ) -> tuple[Completion, str]:
         """Greedy ``/v1/chat/completions``, streamed; returns the measurement and the reply text.
 
@@ -186,7 +190,7 @@ class LlamaClient:
                 acc.probs.extend(_token_probs(generated))
             acc.timings = _timings(obj) or acc.timings
 
-        completion = self._stream("/v1/chat/completions", body, on_progress, chunk)
+        completion = self._stream("/v1/chat/completions", body, on_progress, chunk, timeout_s)
         return completion, "".join(reply)
 
     def _stream(
@@ -248,11 +252,13 @@ class LlamaClient:
         """Prometheus ``/metrics`` as {name: value}; needs ``--metrics``; does not wake the server."""
         return parse_prometheus(self._request("GET", "/metrics").text)
 
-    def slot_save(self, slot: int, filename: str) -> dict[str, Any]:
-        return dict(self._json("POST", f"/slots/{slot}", params={"action": "save"}, json={"filename": filename}))
+    def slot_save(self, slot: int, filename: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        return dict(self._json("POST", f"/slots/{slot}", params={"action": "save"}, json={"filename": filename},
+                               **_timeout(timeout_s)))
 
-    def slot_restore(self, slot: int, filename: str) -> dict[str, Any]:
-        return dict(self._json("POST", f"/slots/{slot}", params={"action": "restore"}, json={"filename": filename}))
+    def slot_restore(self, slot: int, filename: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        return dict(self._json("POST", f"/slots/{slot}", params={"action": "restore"}, json={"filename": filename},
+                               **_timeout(timeout_s)))
 
     def slot_erase(self, slot: int) -> dict[str, Any]:
         return dict(self._json("POST", f"/slots/{slot}", params={"action": "erase"}))
@@ -325,6 +331,10 @@ def _sse_objects(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
         if "error" in obj:
             raise ClientError(f"server error in stream: {obj['error'].get('message', obj['error'])}")
         yield obj
+
+
+def _timeout(timeout_s: float | None) -> dict[str, Any]:
+    return {} if timeout_s is None else {"timeout": httpx.Timeout(timeout_s, connect=5.0)}
 
 
 def _error_message(response: httpx.Response) -> str:

@@ -271,16 +271,7 @@ class ProbeContext:
 
     def complete_with_server_default(self, prompt: Sequence[int], id_slot: int = -1) -> Completion:
         """A completion without a ``cache_prompt`` field, so the server's --cache-prompt default decides."""
-        body = {"prompt": list(prompt), "n_predict": PROBE_N_PREDICT, "temperature": 0.0, "top_k": 1, "seed": 0,
-                "id_slot": id_slot}
-        reply = self.client.http.post("/completion", json=body)
-        if reply.status_code >= 400:
-            raise ClientError(f"POST /completion: HTTP {reply.status_code}: {reply.text[:200]}", reply.status_code)
-        t = reply.json()["timings"]
-        return Completion(prompt_n=int(t["prompt_n"]), cache_n=int(t["cache_n"]), prompt_ms=float(t["prompt_ms"]),
-                          predicted_n=int(t["predicted_n"]), predicted_ms=float(t["predicted_ms"]),
-                          tokens_evaluated=len(prompt), id_slot=reply.json().get("id_slot"), ttft_ms=None,
-                          wall_ms=0.0)
+        return self.complete(prompt, cache_prompt=None, id_slot=id_slot)
 
     # the log
 
