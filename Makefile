@@ -5,6 +5,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
+# The embedded default: report A's six steps on the tiny Qwen3.5-class hybrid with its
+# mmproj and --cache-reuse 256 (report A's launch line) at 32K and 128K, the
+# pure-attention control at 32K, the option verdicts of all four mmproj x cache-reuse
+# variants, then the asv site from the hybrid run's records.
+REPORT_A := first_load resend interleave reask edit_middle restore_disk
+HYBRID_VARIANT := mmproj=on,cache-reuse=256
+HYBRID_SIZES ?= --size 32K --size 128K
+CONTROL_SIZES ?= --size 32K
+
 .PHONY: setup bench test models clean-results
 
 setup: $(STAMP)
@@ -18,6 +27,17 @@ $(STAMP): pyproject.toml
 
 models: setup
 	$(BIN)/reusebench models
+
+bench: setup
+	$(BIN)/reusebench check tiny-qwen35
+	$(BIN)/reusebench run --profile tiny-llama $(CONTROL_SIZES) --scenarios $(REPORT_A)
+	$(BIN)/reusebench run --profile tiny-qwen35 --variant $(HYBRID_VARIANT) $(HYBRID_SIZES) --scenarios $(REPORT_A)
+	$(BIN)/asv machine --yes > /dev/null
+	REUSEBENCH_ASV_RECORDS=$$(ls -d results/runs/*/ | tail -1)records.jsonl \
+	  $(BIN)/asv run --python=same --set-commit-hash=$$(git rev-parse HEAD)
+	$(BIN)/asv publish
+	$(BIN)/reusebench report --last 2
+	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/python -m http.server --bind 127.0.0.1 8080 --directory results/html)"
 
 test: setup
 	$(BIN)/python -m pytest -q

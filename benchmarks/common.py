@@ -15,6 +15,9 @@ Environment variables (asv has no other way to pass settings to benchmarks):
   first_load always runs)
 - ``REUSEBENCH_ASV_REPEAT``: sessions per commit; seconds are the median (default: 1)
 - ``REUSEBENCH_RESULTS``: where raw records go, under ``runs/`` (default: results/)
+- ``REUSEBENCH_ASV_RECORDS``: a ``records.jsonl`` of a ``reusebench run`` to publish instead of
+  measuring again (``make bench``: one measurement, shown live, then tracked); the profile,
+  sizes, variants and scenarios then come from those records
 """
 
 from __future__ import annotations
@@ -116,20 +119,33 @@ def _load_profile() -> profiles.Profile:
     return profile
 
 
-PROFILE = _load_profile()
-SIZE_TOKENS = [_size(word) for word in _words("REUSEBENCH_ASV_SIZES", DEFAULT_SIZES)]
+RECORDS_FILE = os.environ.get("REUSEBENCH_ASV_RECORDS")
+IMPORTED = records.read_records(Path(RECORDS_FILE)) if RECORDS_FILE else []
+if RECORDS_FILE and not IMPORTED:
+    raise RuntimeError(f"REUSEBENCH_ASV_RECORDS: no records in {RECORDS_FILE}")
+if IMPORTED:
+    PROFILE = profiles.load_profile(IMPORTED[0].profile, check_binary=False)
+    SIZE_TOKENS = sorted({r.size for r in IMPORTED})
+    VARIANTS = list(dict.fromkeys(r.variant for r in IMPORTED))
+    SCENARIOS = list(dict.fromkeys(r.scenario for r in IMPORTED))
+else:
+    PROFILE = _load_profile()
+    SIZE_TOKENS = [_size(word) for word in _words("REUSEBENCH_ASV_SIZES", DEFAULT_SIZES)]
+    VARIANTS = _words("REUSEBENCH_ASV_VARIANTS", " ".join(v.name for v in PROFILE.variants), r"\s+")
+    SCENARIOS = _words("REUSEBENCH_ASV_SCENARIOS", ",".join(scenarios.SCENARIO_IDS))
 SIZES = [report.size_label(tokens) for tokens in SIZE_TOKENS]  # asv parameter values: "32K", "128K"
-VARIANTS = _words("REUSEBENCH_ASV_VARIANTS", " ".join(v.name for v in PROFILE.variants), r"\s+")
 for _name in VARIANTS:
     PROFILE.variant(_name)  # a clear error now, not inside setup_cache
-SCENARIOS = _words("REUSEBENCH_ASV_SCENARIOS", ",".join(scenarios.SCENARIO_IDS))
 # Steps after the cold first load, of the selected scenarios only: a narrowed run has no failures to show.
 REUSE_STEPS = [step for step in STEPS[1:] if step.split("/")[0] in SCENARIOS]
 REPEAT = int(os.environ.get("REUSEBENCH_ASV_REPEAT", "1"))
 
 
 def _measure() -> dict[str, Any]:
-    """Run the selected sessions REPEAT times; figures per (variant, size) and step."""
+    """Run the selected sessions REPEAT times (or take REUSEBENCH_ASV_RECORDS); figures per (variant, size) and step."""
+    if IMPORTED:
+        failed = len({r.session for r in IMPORTED if r.error})
+        return summarise(IMPORTED, [str(RECORDS_FILE)], failed_sessions=failed)
     results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
     profile = profiles.load_profile(PROFILE.path)  # now checked against the binary's --help
     runs = [runner.run_profile(profile, results_dir=results_dir, variants=VARIANTS, sizes=SIZE_TOKENS,
