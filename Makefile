@@ -33,7 +33,7 @@ bench: setup
 	$(BIN)/reusebench run --profile tiny-llama $(CONTROL_SIZES) --scenarios $(REPORT_A)
 	$(BIN)/reusebench run --profile tiny-qwen35 --variant $(HYBRID_VARIANT) $(HYBRID_SIZES) --scenarios $(REPORT_A)
 	$(BIN)/asv machine --yes > /dev/null
-	REUSEBENCH_ASV_RECORDS=$$(ls -d results/runs/*/ | tail -1)records.jsonl \
+	REUSEBENCH_ASV_RECORDS=$(CURDIR)/$$(ls -d results/runs/*/ | tail -1)records.jsonl \
 	  $(BIN)/asv run --python=same --set-commit-hash=$$(git rev-parse HEAD)
 	$(BIN)/asv publish
 	$(BIN)/reusebench report --last 2
