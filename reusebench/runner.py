@@ -83,7 +83,7 @@ def run_profile(
     verify: bool = True,
     repeats: Repeats | None = None,
     sampler_factory: SamplerFactory = GpuSampler,
-    out: TextIO = sys.stderr,
+    out: TextIO | None = None,
 ) -> RunResult:
     """Run the selected variants and sizes (default: all the profile names) and return what was recorded.
 
@@ -92,6 +92,7 @@ def run_profile(
     """
     if repeats is not None and scenario_ids:
         raise ValueError("repeated first loads run first_load only: leave out the scenario selection")
+    out = out or sys.stderr  # looked up now: a redirected stderr (tests, redirect_stderr) is honoured
     chosen = [profile.variant(v) for v in variants] if variants else list(profile.variants)
     spec = corpus.load_spec(corpus_name)
     run_id = new_run_id()

@@ -1,0 +1,144 @@
+"""Repeated cold first loads (--repeat-first-load) on a real llama-server: records, progress, the spread report.
+
+The no-GPU path is the one this CPU machine (and CI) runs; the GPU path drives the sampler
+with the fake NVML and throttles one repeat's server for real, as a throttled GPU would.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+import warnings
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from fake_nvml import FakeGpu, FakeNvml, Reading
+from reusebench import cli, profiles, records, report, runner, server
+from reusebench.gpu import GpuSampler
+from reusebench.spread import spread
+from test_spread import repeat
+
+PROFILE, VARIANT = "tiny-qwen35", "mmproj=off,cache-reuse=0"
+FAST_HZ = 200.0  # the fake answers at once
+BUSY = Reading()
+THROTTLED = Reading(sm_mhz=1100, temp_c=88, reasons=pynvml.nvmlClocksEventReasonSwThermalSlowdown)
+STOPPED_S, RUNNING_S = 0.04, 0.01  # the throttled server runs a fifth of the time
+
+
+def has_gpu() -> bool:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+def test_report_a_fast_first_repeat_after_standby_is_flagged():
+    warnings = spread([repeat(1053.5, temp=30.0), repeat(1290.0), repeat(1452.0)]).warnings
+    assert any("first repeat took 1053.50 s against 1371.00 s" in w and "rested machine" in w for w in warnings)
+
+
+def test_a_first_repeat_within_the_range_of_the_rest_is_not_flagged():
+    # 0.27 s would be the median of one fast and one slow repeat, not a typical one
+    assert not any("first repeat" in w for w in spread([repeat(0.10), repeat(0.45), repeat(0.10)]).warnings)
+
+
+@pytest.mark.e2e
+def test_repeat_run_on_cpu_records_host_state_and_reports_the_spread(tmp_path: Path, capfd: pytest.CaptureFixture[str]):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # acceptance: no warnings beyond the one no-GPU line
+        status = cli.main(["run", "--profile", PROFILE, "--variant", VARIANT, "--size", "2K",
+                           "--repeat-first-load", "3", "--results", str(tmp_path)])
+    out, err = capfd.readouterr()
+    assert status == 0
+    progress = [line.split(":")[0] for line in err.splitlines() if line.startswith("repeat ")]
+    assert progress == [f"repeat {n}/3 [{PROFILE}/{VARIANT}@2048#r{n}]" for n in (1, 2, 3)]
+    gpu = has_gpu()
+    if not gpu:
+        assert len([line for line in err.splitlines() if "no NVIDIA GPU found" in line]) == 1
+    assert not [line for line in err.splitlines() if "warn" in line.lower()]
+
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    loads = [r for r in records.read_records(run_dir / "records.jsonl") if r.role == "measure"]
+    assert [(r.scenario, r.step, r.extra["repeat"]) for r in loads] == [("first_load", "cold", n) for n in (1, 2, 3)]
+    assert len({r.session for r in loads}) == 3  # a fresh server each time
+    for r in loads:
+        assert r.host["model_page_cache_fraction"] is not None
+        assert r.host["cpu_count"] and r.host["load_avg_1m"] is not None
+        assert r.prompt_n == r.prompt_tokens  # cold: nothing reused
+        if not gpu:
+            assert set(r.gpu.values()) == {None}
+
+    assert cli.main(["report", str(run_dir)]) == 0
+    reported = capfd.readouterr().out
+    for text in (out, reported, (run_dir / "report.md").read_text()):
+        assert f"## first-load repeats: {PROFILE} [{VARIANT}] @ 2K" in text
+        assert "| repeat   | prefill s   | start temp C   | mean SM MHz" in text
+        assert "min " in text and ", median " in text and ", max " in text
+    assert "cold (repeat 3)" in reported
+
+
+class FollowsThrottle(FakeGpu):
+    """A GPU that reports thermal throttling while `throttling` is set, full speed otherwise."""
+
+    def __init__(self, throttling: threading.Event) -> None:
+        super().__init__([BUSY])
+        self.throttling = throttling
+
+    @property
+    def current(self) -> Reading:
+        return THROTTLED if self.throttling.is_set() else BUSY
+
+
+def duty_cycle(pid: int, until: threading.Event) -> None:
+    """Stop and continue the server's process group in turn: its prefill slows as a throttled GPU's would."""
+    try:
+        while not until.is_set():
+            os.killpg(pid, signal.SIGSTOP)
+            until.wait(STOPPED_S)
+            os.killpg(pid, signal.SIGCONT)
+            until.wait(RUNNING_S)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.e2e
+def test_throttling_on_the_slow_repeat_is_flagged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    throttled_repeat, starts = 2, []
+    throttling, released = threading.Event(), threading.Event()
+    start, stop = server.LlamaServer.start, server.LlamaServer.stop
+
+    def start_and_throttle(self: server.LlamaServer) -> server.LlamaServer:
+        started = start(self)
+        starts.append(self.pid)
+        if len(starts) == throttled_repeat:  # throttled from health to stop, the measured load included
+            throttling.set()
+            threading.Thread(target=duty_cycle, args=(self.pid, released), daemon=True).start()
+        return started
+
+    def release_and_stop(self: server.LlamaServer) -> int | None:
+        if throttling.is_set() and self.pid == starts[throttled_repeat - 1]:
+            released.set()
+            throttling.clear()
+        return stop(self)
+
+    monkeypatch.setattr(server.LlamaServer, "start", start_and_throttle)
+    monkeypatch.setattr(server.LlamaServer, "stop", release_and_stop)
+    result = runner.run_profile(
+        profiles.load_profile(PROFILE), results_dir=tmp_path, variants=[VARIANT], sizes=[1024],
+        repeats=runner.Repeats(3), sampler_factory=lambda: GpuSampler(FAST_HZ, nvml=FakeNvml([FollowsThrottle(throttling)])),
+        out=io.StringIO(),
+    )
+    assert result.failed_sessions == 0 and len(starts) == 3
+    loads = [r for r in result.records if r.role == "measure"]
+    assert [r.gpu["throttled_fraction"] for r in loads] == [0.0, 1.0, 0.0]
+    assert loads[1].gpu["throttle_reasons"] == ["SwThermalSlowdown"]
+    assert loads[1].gpu["start_temperature_c"] == 88 and loads[0].gpu["sm_clock_mean_mhz"] == 1980
+    text = report.render_text(result.records)
+    assert "throttling coincides with the slow repeat(s) 2" in text
+    assert "| 2        |" in text and "| 88             | 1100          | 1.00" in text
