@@ -23,11 +23,13 @@ Environment variables (asv has no other way to pass settings to benchmarks):
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,15 @@ def _measure() -> dict[str, Any]:
                      failed_sessions=sum(run.failed_sessions for run in runs))
 
 
+GPU_STATE = ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s")
+
+
+def _median_known(values: Iterable[float | None]) -> float:
+    """Median of the known values; NaN, which asv shows as n/a (None would read "failed"), when none is known."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else math.nan
+
+
 def summarise(measured: list[records.Record], records_paths: list[str], failed_sessions: int) -> dict[str, Any]:
     """Figures for asv from a run's records: medians over repeats for every (variant, size, step)."""
     by_step: dict[tuple[str, str, str], list[records.Record]] = defaultdict(list)
@@ -171,12 +182,19 @@ def summarise(measured: list[records.Record], records_paths: list[str], failed_s
         print(f"benchmarks/common.py: steps measured but not tracked (add them to STEPS): {unknown}", file=sys.stderr)
     figures: dict[tuple[str, str, str], dict[str, float]] = {}
     for key, rs in by_step.items():
+        seconds = [(r.prompt_ms or 0.0) / 1000 for r in rs]
         figures[key] = {
-            "prompt_seconds": statistics.median((r.prompt_ms or 0.0) / 1000 for r in rs),
+            "prompt_seconds": statistics.median(seconds),
+            "prompt_seconds_min": min(seconds),  # the spread over repeats (benchmarks/gpu_state.py)
+            "prompt_seconds_max": max(seconds),
+            "repeats": len(rs),
             "ttft_seconds": statistics.median((r.ttft_ms or 0.0) / 1000 for r in rs),
             "reprocessed_tokens": statistics.median(r.prompt_n or 0 for r in rs),
             "excess_tokens": statistics.median(r.excess or 0 for r in rs),
             "mismatches": max(int(r.matches_reference is False) for r in rs),  # any repeat that differed
+            # the machine state beside the figures (benchmarks/gpu_state.py)
+            **{name: _median_known((r.gpu or {}).get(name) for r in rs) for name in GPU_STATE},
+            "model_page_cache_fraction": _median_known((r.host or {}).get("model_page_cache_fraction") for r in rs),
         }
     # A session can stop (e.g. its server died) without a failed request to blame: then no
     # missing figure can be taken for a scenario that did not apply.
