@@ -78,6 +78,10 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "reuse.ReprocessedTokens.track_reprocessed_tokens",
         "reuse.ReprocessedTokens.track_excess_over_ideal",
         "correctness.ReusedOutputMismatch.track_mismatch",
+        *(f"gpu_state.FirstLoadGpuState.track_first_load_{name}"
+          for name in ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s",
+                       "model_page_cache_fraction")),
+        *(f"gpu_state.FirstLoadSpread.track_first_load_{name}_seconds" for name in ("min", "median", "max")),
     }
     assert {b["setup_cache_key"] for b in found.values()} == {found["reuse.FirstLoad.track_prompt_seconds"]["setup_cache_key"]}
     size, variant, steps = found["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"]

@@ -7,6 +7,7 @@ with the fake NVML and throttles one repeat's server for real, as a throttled GP
 from __future__ import annotations
 
 import io
+import math
 import os
 import signal
 import threading
@@ -20,6 +21,7 @@ from fake_nvml import FakeGpu, FakeNvml, Reading
 from reusebench import cli, profiles, records, report, runner, server
 from reusebench.gpu import GpuSampler
 from reusebench.spread import spread
+from test_asv_flow import REPO, asv_env, discover
 from test_spread import repeat
 
 PROFILE, VARIANT = "tiny-qwen35", "mmproj=off,cache-reuse=0"
@@ -49,7 +51,9 @@ def test_a_first_repeat_within_the_range_of_the_rest_is_not_flagged():
 
 
 @pytest.mark.e2e
-def test_repeat_run_on_cpu_records_host_state_and_reports_the_spread(tmp_path: Path, capfd: pytest.CaptureFixture[str]):
+def test_repeat_run_on_cpu_records_host_state_and_reports_the_spread(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # acceptance: no warnings beyond the one no-GPU line
         status = cli.main(["run", "--profile", PROFILE, "--variant", VARIANT, "--size", "2K",
@@ -81,6 +85,31 @@ def test_repeat_run_on_cpu_records_host_state_and_reports_the_spread(tmp_path: P
         assert "| repeat   | prefill s   | start temp C   | mean SM MHz" in text
         assert "min " in text and ", median " in text and ", max " in text
     assert "cold (repeat 3)" in reported
+    check_asv_tracks(loads, monkeypatch)
+
+
+def check_asv_tracks(loads: list[records.Record], monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/gpu_state.py on the repeats' records: n/a (NaN) for GPU state on a CPU, the spread in order."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from benchmarks import common, gpu_state
+
+    cache = common.summarise(loads, ["records.jsonl"], failed_sessions=0)
+    state, spread_ = gpu_state.FirstLoadGpuState(), gpu_state.FirstLoadSpread()
+    args = (cache, "2K", VARIANT)
+    assert math.isnan(state.track_first_load_start_temperature_c(*args))
+    assert state.track_first_load_model_page_cache_fraction(*args) is not None
+    low, middle, high = (track(*args) for track in (spread_.track_first_load_min_seconds,
+                                                    spread_.track_first_load_median_seconds,
+                                                    spread_.track_first_load_max_seconds))
+    assert 0 < low <= middle <= high
+
+
+def test_asv_discovers_the_gpu_state_units(tmp_path: Path):
+    found = discover(tmp_path, asv_env(tmp_path))
+    units = {name.rsplit(".", 1)[1]: b["unit"] for name, b in found.items() if name.startswith("gpu_state.")}
+    assert units["track_first_load_start_temperature_c"] == "degrees C"
+    assert units["track_first_load_sm_clock_mean_mhz"] == "MHz"
+    assert units["track_first_load_max_seconds"] == "seconds"
 
 
 class FollowsThrottle(FakeGpu):
