@@ -7,7 +7,9 @@ edit inserted at 50%, and a summary for the head-insert case. Sources:
 
 - ``words``: seeded words from the tiny models' vocabulary (one token per word);
 - ``stdlib``: this Python's standard-library sources, concatenated in sorted order;
-- ``file``: any UTF-8 text file (``path:``), repeated if it is too short.
+- ``file``: any UTF-8 text file (``path:``), never repeated: a file with fewer
+  tokens than the requested size is an error that names it and both sizes
+  (a repeated text would let a cache match the document against itself).
 
 Sizing takes a handful of tokenizer calls, never one per word: estimate the
 characters per token on a sample, cut, tokenize, then cut exactly at the wanted
@@ -134,11 +136,15 @@ def source_text(spec: CorpusSpec, variant: int, n_chars: int) -> str:
         return _words(spec.seed + variant, n_chars)
     if spec.source == "stdlib":
         return _repeat(_stdlib_text(reverse=variant == 1), n_chars)
+    return _file_text(spec, variant)
+
+
+def _file_text(spec: CorpusSpec, variant: int) -> str:
     assert spec.file is not None
     text = spec.file.read_text(encoding="utf-8", errors="replace")
-    if variant == 1:
-        text = "\n".join(reversed(text.splitlines()))
-    return _repeat(text, n_chars)
+    if not text.strip():
+        raise CorpusError(f"{spec.path}: path: {spec.file} is empty")
+    return "\n".join(reversed(text.splitlines())) if variant == 1 else text
 
 
 def _words(seed: int, n_chars: int) -> str:
@@ -172,11 +178,15 @@ def exact_document(spec: CorpusSpec, tokenizer: Tokenizer, size: int, *, variant
     chars_per_token = len(sample) / max(1, len(tokenizer.tokenize(sample)))
     want_chars = int(size * chars_per_token * 1.05) + 64
     while True:
-        text = source_text(spec, variant, want_chars)[:want_chars]
+        source = source_text(spec, variant, want_chars)
+        text = source[:want_chars]
         calls += 1
         tokens = tokenizer.tokenize(text)
         if len(tokens) >= size:
             break
+        if spec.source == "file" and len(text) == len(source):  # the whole file, and still too short
+            raise CorpusError(f"{spec.path}: path: corpus file {spec.file} has {len(tokens):,} tokens, fewer than the "
+                              f"requested size of {size:,} (use a longer file or a smaller size)")
         if calls >= MAX_TOKENIZER_CALLS - 1:
             raise CorpusError(f"{spec.path}: could not reach {size} tokens in {calls} tokenizer calls")
         want_chars = int(want_chars * size / max(1, len(tokens)) * 1.05) + 64

@@ -501,6 +501,13 @@ def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
     path = expanded if expanded.is_absolute() else origins.path(where).parent / expanded
     if not path.is_file():
         raise ProfileError(f"{origins.file(where)}: {where}: {path} does not exist")
+    if path.suffix == ".gguf":  # a corrupt or truncated model: an error naming file and field, before any launch
+        from reusebench.gguf_check import GgufError, check_gguf
+
+        try:
+            check_gguf(path)
+        except GgufError as error:
+            raise ProfileError(f"{origins.file(where)}: {where}: {error}") from error
     return path
 
 

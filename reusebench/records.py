@@ -4,6 +4,12 @@ Records never hold prompt or output text: lengths and hashes only (report B: the
 point of a content-free signal is that it can be written anywhere). A run that is
 interrupted keeps every line it wrote; the reader skips a truncated last line
 with a warning instead of failing.
+
+The file is append-only, so a measured step is written before it is verified
+when its no-reuse reference is computed later in the session (deferred, or
+taken from a later cold computation of the same prompt). The record that
+serves as the reference then lists what it verified in ``extra["verifies"]``,
+and the reader applies those verdicts back to the measured records.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any, TextIO
 SCHEMA_VERSION = 1
 
 ROLES = ("setup", "measure", "reference")
+HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
 
 
 def text_hash(text: str) -> str:
@@ -102,6 +109,84 @@ class RecordWriter:
         self.close()
 
 
+def verdict(r: Record) -> str:
+    """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse."""
+    if r.matches_reference is False:
+        return "WRONG OUTPUT"
+    if r.extra.get("foreign_reused"):
+        return "FOREIGN REUSE"
+    if not r.expected_hit and (r.cache_n or 0) <= HIT_TOLERANCE:
+        return "full (cannot hit)"
+    if not r.cache_n:
+        return "miss"
+    if (r.excess or 0) <= HIT_TOLERANCE:
+        return "hit"
+    return "partial"
+
+
+def step_id(r: Record) -> dict[str, Any]:
+    """What names one measured record inside its session, for ``extra["verifies"]``."""
+    return {"scenario": r.scenario, "step": r.step, "started_at": r.started_at}
+
+
+def apply_verification(measured: Record, check: dict[str, Any]) -> None:
+    """Set a measured record's correctness fields from one entry of a reference's ``extra["verifies"]``."""
+    measured.matches_reference = check["matches_reference"]
+    measured.mismatch = check.get("mismatch")
+    measured.extra["max_logprob_delta"] = check.get("max_logprob_delta")
+    measured.extra["verified_by"] = check.get("by")
+    measured.verdict = verdict(measured)
+
+
+def resolve_verifications(records: Sequence[Record]) -> None:
+    """Apply every deferred verdict (``extra["verifies"]`` of a later record) to the measured record it names."""
+    index = {(r.run_id, r.session, r.scenario, r.step, r.started_at): r for r in records if r.role == "measure"}
+    for reference in records:
+        for check in reference.extra.get("verifies") or ():
+            target = index.get((reference.run_id, reference.session, check["scenario"], check["step"],
+                                check["started_at"]))
+            if target is not None:
+                apply_verification(target, check)
+
+
+@dataclass(frozen=True)
+class PrefillBudget:
+    """Prompt tokens a session made the server prefill, by role, against what its measured steps needed."""
+
+    session: str
+    measured: int
+    setup: int
+    reference: int
+
+    @property
+    def total(self) -> int:
+        return self.measured + self.setup + self.reference
+
+    @property
+    def extra(self) -> int:
+        """Tokens prefilled beyond what the measured steps required (setup and reference prefills)."""
+        return self.setup + self.reference
+
+    @property
+    def ratio(self) -> float | None:
+        return self.total / self.measured if self.measured else None
+
+    def line(self) -> str:
+        ratio = "n/a" if self.ratio is None else f"{self.ratio:.2f}"
+        return (f"{self.session}: prefill budget {ratio} ({self.total:,} tokens prefilled for {self.measured:,} "
+                f"measured; setup {self.setup:,}, reference {self.reference:,})")
+
+
+def prefill_budgets(records: Iterable[Record]) -> list[PrefillBudget]:
+    """One budget per session, in the order first seen (records without a prompt_n, e.g. failed calls, add 0)."""
+    sums: dict[str, dict[str, int]] = {}
+    for r in records:
+        by_role = sums.setdefault(r.session, dict.fromkeys(ROLES, 0))
+        if r.prompt_n is not None and r.role in by_role:
+            by_role[r.role] += r.prompt_n
+    return [PrefillBudget(session, s["measure"], s["setup"], s["reference"]) for session, s in sums.items()]
+
+
 def read_records(path: Path) -> list[Record]:
     """Read a JSONL file back; a damaged line (e.g. cut by power loss) is skipped with a warning."""
     known = {f.name for f in dataclasses.fields(Record)}
@@ -116,6 +201,7 @@ def read_records(path: Path) -> list[Record]:
                 warnings.warn(f"{path}:{number}: skipped a damaged record line ({len(line)} bytes)", stacklevel=2)
                 continue
             records.append(Record(**{k: v for k, v in data.items() if k in known}))
+    resolve_verifications(records)
     return records
 
 

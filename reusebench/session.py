@@ -8,12 +8,30 @@ already seen under the same LoRA setting), why the server did what it did (from
 its log), and whether the output equals output computed without reuse. A
 scenario that cannot run on the variant (no sleep configured, no LoRA loaded)
 is announced with its reason and records nothing.
+
+Faults: every completion has a deadline scaled from the prefill rate the first
+load measured and the prompt's size; a call that fails (the server died, hung,
+answered an error) is recorded with the server's exit status and a scrubbed log
+tail, the process group of a hung server is killed, and the session stops
+(``on_failure="stop"``, the default) or restarts the server and goes on with
+the next scenario (``"continue"``). Every record written before stays as it is.
+
+References: a reused step whose prompt has no no-reuse computation yet is
+written at once and verified later: by any later call that computes the same
+prompt and LoRA with nothing reused (a cold measured step is a reference), or
+by a ``cache_prompt: false`` call at the end of the session. The record that
+verifies lists the steps in ``extra["verifies"]``; ``records.read_records``
+applies the verdicts. This keeps the prefill budget (all prefilled tokens over
+the measured steps' own) as low as verification allows, and a reference never
+changes the server state a later scenario starts from.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,14 +47,35 @@ from reusebench import host, logs, scenarios
 from reusebench.client import ClientError, Completion, LlamaClient, ProgressCallback
 from reusebench.gpu import GpuSampler
 from reusebench.profiles import Variant
-from reusebench.records import Record, RecordWriter, text_hash, tokens_hash
+from reusebench.records import (
+    HIT_TOLERANCE,
+    PrefillBudget,
+    Record,
+    RecordWriter,
+    apply_verification,
+    step_id,
+    text_hash,
+    tokens_hash,
+    verdict,
+)
 from reusebench.server import LlamaServer, ServerError
 
+__all__ = ["HIT_TOLERANCE", "Session", "SessionResult", "verdict"]
+
 CTX_MARGIN = 1024  # room for question, edit, extension and generated tokens beyond the document
-HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
 LOGPROB_TOLERANCE = 0.05  # absolute, on top-k logprobs; batch shapes differ between cold and reused paths
 SLEEP_POLL_S = 0.25
 SLEEP_GRACE_S = 60.0  # beyond sleep-idle-seconds before a server that does not sleep fails the session
+# Deadline of one completion: max(HANG_FLOOR_S, HANG_FACTOR x prompt tokens / prefill rate + HANG_MARGIN_S).
+# The rate is the first load's; before it is measured, UNMEASURED_RATE (tokens/s) stands in: report A's
+# slowest 128K first load ran at ~90 tokens/s, so 100 gives a 128K first load ~87 minutes.
+HANG_FLOOR_S = 60.0
+HANG_FACTOR = 4.0
+HANG_MARGIN_S = 30.0
+UNMEASURED_RATE = 100.0
+CALL_TIMEOUT_S = 300.0  # any other call (tokenize, props, templates); a slot save/restore gets a deadline as above
+LOG_TAIL_LINES = 12  # scrubbed server log lines kept on a failed record
+ON_FAILURE = ("stop", "continue")
 
 Prompt = str | Sequence[int]
 Lora = list[dict[str, float]] | None
@@ -48,7 +87,23 @@ class SessionResult:
     session: str
     records: list[Record] = field(default_factory=list)
     not_applicable: dict[str, str] = field(default_factory=dict)  # scenario id -> why it did not run
-    error: str | None = None
+    error: str | None = None  # the first failure (with on_failure="continue" the session went on after it)
+    failures: list[str] = field(default_factory=list)
+    budget: PrefillBudget | None = None
+    timing: dict[str, float] = field(default_factory=dict)  # wall, server, load, wait, overhead seconds
+
+    @property
+    def overhead_fraction(self) -> float | None:
+        wall = self.timing.get("wall_s")
+        return self.timing["overhead_s"] / wall if wall else None
+
+    def summary_line(self) -> str:
+        """The prefill budget and the harness overhead, one line."""
+        budget = self.budget.line() if self.budget else f"{self.session}: prefill budget n/a"
+        fraction = self.overhead_fraction
+        overhead = "" if fraction is None else (f"; harness overhead {self.timing['overhead_s']:.2f} s of "
+                                                f"{self.timing['wall_s']:.1f} s ({100 * fraction:.1f}%)")
+        return budget + overhead
 
 
 @dataclass(frozen=True)
@@ -58,7 +113,21 @@ class Request:
     endpoint: str
     tokens: list[int]  # the prompt as the server tokenizes it
     lora: Lora
-    send: Callable[[bool, ProgressCallback | None], tuple[Completion, str]]  # (cache_prompt, progress) -> (c, reply)
+    send: Callable[[bool, ProgressCallback | None, float], tuple[Completion, str]]  # (cache_prompt, progress,
+    # timeout_s) -> (completion, reply)
+
+
+# Fault injection and progress watching: (scenario, step, role, processed, cached, total) on every prompt-progress
+# event. Tests pass one that kills or stops the real server when a prefill passes some fraction.
+ProgressHook = Callable[[str, str, str, int, int, int], None]
+
+
+@dataclass
+class Pending:
+    """Measured steps waiting for a no-reuse reference of their prompt (same tokens and LoRA)."""
+
+    request: Request
+    steps: list[tuple[Record, Completion]] = field(default_factory=list)
 
 
 def reference_key(r: Record) -> tuple[str, str]:
@@ -116,8 +185,12 @@ class Session:
         sampler: GpuSampler,
         verify: bool = True,
         repeat: int | None = None,
+        on_failure: str = "stop",
+        progress_hook: ProgressHook | None = None,
         out: TextIO = sys.stderr,
     ) -> None:
+        if on_failure not in ON_FAILURE:
+            raise ValueError(f"on_failure: must be one of {', '.join(ON_FAILURE)}, got {on_failure!r}")
         self.variant = variant
         self.size = size
         self.spec = spec
@@ -126,6 +199,8 @@ class Session:
         self.log_dir = log_dir
         self.sampler = sampler
         self.verify = verify
+        self.on_failure = on_failure
+        self.progress_hook = progress_hook
         self.out = out
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
         self.name = f"{variant.profile}/{variant.name}@{size}" + ("" if repeat is None else f"#r{repeat}")
@@ -135,8 +210,12 @@ class Session:
         self.build = "unknown"
         self._tokens: dict[str, list[int]] = {}
         self._seen: dict[str, list[list[int]]] = {}  # lora key -> sequences the server has processed
-        self._references: dict[tuple[str, str], Completion] = {}
+        self._references: dict[tuple[str, str], tuple[Completion, str]] = {}  # key -> (completion, "scenario/step")
+        self._pending: dict[tuple[str, str], Pending] = {}
         self._first_load_ms: float | None = None
+        self._rate: float | None = None  # prefill tokens per second of the first load
+        self._prefilled = dict.fromkeys(("setup", "measure", "reference"), 0)
+        self._seconds = dict.fromkeys(("server", "load", "wait"), 0.0)
         self._last_slot = 0
         self._slot_sequence: tuple[str, list[int]] = ("default", [])  # what the last slot used holds
         self._saved: dict[str, tuple[str, list[int]]] = {}
@@ -156,7 +235,9 @@ class Session:
         return args
 
     def run(self, selected: Sequence[scenarios.Scenario]) -> SessionResult:
+        started = time.monotonic()
         try:
+            self._check_slot_dir()
             # page-cache residency of the model means something only before the server maps it
             self._host_before_load = host.capture(self.variant.model).to_dict()
             self._start_server()
@@ -169,21 +250,70 @@ class Session:
                     self._say(f"{scenario.id}: not applicable to this variant, nothing recorded: {reason}")
                     continue
                 self._say(f"{scenario.id}: {scenario.title}")
-                scenario.run(self)
-        except (ClientError, ServerError) as exc:
-            self.result.error = f"{type(exc).__name__}: {exc}"
-            self._say(f"session stopped: {self.result.error}")
+                try:
+                    scenario.run(self)
+                except (ClientError, ServerError) as exc:
+                    self._failed(f"{scenario.id}: {type(exc).__name__}: {exc}")
+                    if self.on_failure == "stop":
+                        break
+                    self._recover()
+            self._deferred_references()
+        except (ClientError, ServerError) as exc:  # a CorpusError (bad input) ends the run: see cli
+            self._failed(f"{type(exc).__name__}: {exc}")
         finally:
             self.close()
+            self._account(time.monotonic() - started)
         return self.result
+
+    def _failed(self, error: str) -> None:
+        self.result.failures.append(error)
+        self.result.error = self.result.error or error
+        what = "going on with the next scenario" if self.on_failure == "continue" else "session stopped"
+        self._say(f"{what}: {error}")
+
+    def _recover(self) -> None:
+        """After a failed scenario (on_failure="continue"): a fresh server if the old one is gone."""
+        if self.server.is_running():
+            return
+        self._say("  restarting the server after the failure")
+        self._stop_server()
+        self._start_server()
+        self._seen.clear()
+        self._slot_sequence, self._last_slot = ("default", []), 0
 
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
         self._keep_log()
+        stopping = time.monotonic()
         self.server.close()
+        self._seconds["load"] += time.monotonic() - stopping
         if self._slot_dir is not None:
             shutil.rmtree(self._slot_dir, ignore_errors=True)
+
+    def _account(self, wall_s: float) -> None:
+        """The prefill budget and the harness overhead: wall time not spent by the server or waiting on purpose."""
+        self.result.budget = PrefillBudget(self.name, self._prefilled["measure"], self._prefilled["setup"],
+                                           self._prefilled["reference"])
+        busy = self._seconds["server"] + self._seconds["load"] + self._seconds["wait"]
+        self.result.timing = {"wall_s": wall_s, **{f"{k}_s": v for k, v in self._seconds.items()},
+                              "overhead_s": max(0.0, wall_s - busy)}
+        self._say(self.result.summary_line().removeprefix(f"{self.name}: "))
+
+    def _check_slot_dir(self) -> None:
+        """A configured --slot-save-path must be a writable directory: say so before launch, not at the first save."""
+        configured = self.variant.option("slot-save-path")
+        if configured is None:
+            return
+        path = Path(str(configured))
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".reusebench-write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise ServerError(f"options.slot-save-path: {path} is not a writable directory "
+                              f"({exc.strerror or exc}); nothing was started") from exc
 
     def _keep_log(self) -> None:
         """Keep the scrubbed server log (numbers-only lines) beside the records."""
@@ -248,12 +378,19 @@ class Session:
 
     def save_slot(self, scenario: str, filename: str) -> None:
         self._saved[filename] = self._slot_sequence
-        self._call(scenario, "save slot", f"/slots/{self._last_slot}?action=save",
-                   lambda: self._api().slot_save(self._last_slot, filename))
+        timeout = self._deadline(len(self._slot_sequence[1]))
+        try:
+            self._call(scenario, "save slot", f"/slots/{self._last_slot}?action=save",
+                       lambda: self._api().slot_save(self._last_slot, filename, timeout_s=timeout),
+                       explain=lambda: self._save_failure(filename))
+        except ClientError:
+            del self._saved[filename]
+            raise
 
     def restore_slot(self, scenario: str, filename: str) -> None:
+        timeout = self._deadline(len(self._saved.get(filename, ("", []))[1]))
         self._call(scenario, "restore slot", f"/slots/{self._last_slot}?action=restore",
-                   lambda: self._api().slot_restore(self._last_slot, filename))
+                   lambda: self._api().slot_restore(self._last_slot, filename, timeout_s=timeout))
         key, sequence = self._saved[filename]
         self._seen.setdefault(key, []).append(sequence)
 
@@ -263,22 +400,24 @@ class Session:
         self._say(f"  idling until the server sleeps (sleep-idle-seconds {seconds:g})")
 
         def poll() -> dict[str, Any]:
-            deadline = time.monotonic() + seconds + SLEEP_GRACE_S
+            started = time.monotonic()
+            deadline = started + seconds + SLEEP_GRACE_S
             polls = 1
-            while not self._api().props().get("is_sleeping"):
-                if time.monotonic() > deadline:
-                    raise ServerError(f"the server did not sleep within {seconds + SLEEP_GRACE_S:.0f} s of idling")
-                time.sleep(SLEEP_POLL_S)
-                polls += 1
+            try:
+                while not self._api().props().get("is_sleeping"):
+                    if time.monotonic() > deadline:
+                        raise ServerError(f"the server did not sleep within {seconds + SLEEP_GRACE_S:.0f} s of idling")
+                    time.sleep(SLEEP_POLL_S)
+                    polls += 1
+            finally:
+                self._seconds["wait"] += time.monotonic() - started  # a deliberate wait, not harness overhead
             return {"n_polls": polls}
 
         self._call(scenario, "idle until asleep", "/props", poll)
 
     def restart(self, scenario: str) -> None:
         self._say("  restarting the server (same slot-save directory)")
-        assert self.client is not None
-        self.client.close()
-        self.server.stop()
+        self._stop_server()
         self._host_before_load = host.capture(self.variant.model).to_dict()
         self._start_server()
         self._seen.clear()  # a perfect cache keeps only what was saved to disk across a restart
@@ -286,9 +425,26 @@ class Session:
     # -- internals ------------------------------------------------------------------------------
 
     def _start_server(self) -> None:
-        self.server.start()
+        started = time.monotonic()
+        try:
+            self.server.start()
+        finally:
+            self._seconds["load"] += time.monotonic() - started
         self.sampler.pid = self.server.pid
-        self.client = LlamaClient(self.server.base_url, self.server.api_key)
+        self.client = LlamaClient(self.server.base_url, self.server.api_key, timeout_s=CALL_TIMEOUT_S)
+
+    def _stop_server(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        started = time.monotonic()
+        self.server.stop()
+        self._seconds["load"] += time.monotonic() - started
+
+    def _deadline(self, n_tokens: int) -> float:
+        """Seconds one call on ``n_tokens`` prompt tokens may take before the server counts as hung."""
+        rate = self._rate or UNMEASURED_RATE
+        return max(HANG_FLOOR_S, HANG_FACTOR * n_tokens / rate + HANG_MARGIN_S + self.variant.n_predict)
 
     def _api(self) -> LlamaClient:
         if self.client is None:
@@ -311,31 +467,86 @@ class Session:
             extra={} if self.repeat is None else {"repeat": self.repeat},
         )
 
-    def _call(self, scenario: str, step: str, endpoint: str, action: Callable[[], dict[str, Any]]) -> None:
+    def _call(self, scenario: str, step: str, endpoint: str, action: Callable[[], dict[str, Any]],
+              explain: Callable[[], str] | None = None) -> None:
         started = time.time()
         record = self._base_record(scenario, step, "setup", endpoint, started)
         try:
             response = action()
             record.extra |= {k: v for k, v in response.items() if k.startswith("n_") or k == "timings"}
         except ClientError as exc:
-            record.status, record.error = exc.status, str(exc)
+            why = explain() if explain and self.server.is_running() else ""
+            raise self._fail(record, exc, why) from exc
+        except ServerError as exc:
+            record.status, record.error, record.ended_at = None, f"ServerError: {exc}", time.time()
             self.writer.write(record)
             raise
         record.ended_at = time.time()
         record.wall_ms = (record.ended_at - started) * 1000.0
+        # slot files are server work: their time is not harness overhead
+        timings = response.get("timings") or {}
+        self._seconds["server"] += sum(float(v) for k, v in timings.items() if k.endswith("_ms")) / 1000.0
         self.writer.write(record)
 
+    def _fail(self, record: Record, exc: ClientError, why: str = "") -> ClientError:
+        """Record a failed call with what the server says about it; the error to raise.
+
+        A call that timed out means a hung server: its process group is killed (no grace, it would not
+        answer SIGTERM either). A server that is gone gives its exit status and a scrubbed log tail.
+        """
+        record.ended_at = time.time()
+        record.wall_ms = (record.ended_at - record.started_at) * 1000.0
+        message = str(exc) + (f" ({why})" if why else "")
+        if "timed out" in str(exc) and self.server.is_running():
+            self.server.kill_hard()
+            record.extra["hung"] = True
+            message += "; the server hung: its process group was killed"
+        code = self._exit_status(2.0 if exc.status is None else 0.0)  # no HTTP answer: the server may be dying
+        if code is not None:
+            record.extra["exit_status"] = code
+            message += f"; llama-server exited with status {code}"
+        record.extra["log_tail"] = self.server.log_tail(LOG_TAIL_LINES)
+        record.status, record.error = exc.status, message
+        self.writer.write(record)
+        return ClientError(message, exc.status)
+
+    def _exit_status(self, wait_s: float = 2.0) -> int | None:
+        """The server's exit status, waiting briefly for a process that is dying (a dropped connection comes first)."""
+        if self.server.process is None:
+            return None
+        try:
+            return self.server.process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:  # still running
+            return None
+
+    def _save_failure(self, filename: str) -> str:
+        """Why a slot save failed, as far as the harness can tell: a full disk, and no half-written file kept."""
+        directory = self._slot_dir or Path(str(self.variant.option("slot-save-path")))
+        partial = directory / filename
+        kept = partial.stat().st_size if partial.is_file() else 0
+        if kept:
+            partial.unlink()  # a truncated slot file would only fail a later restore
+        try:
+            free = shutil.disk_usage(directory).free
+        except OSError as exc:
+            return f"slot-save directory {directory}: {exc.strerror}"
+        state = "disk full" if free < max(kept, 1 << 20) else "not a full disk"
+        return (f"slot-save directory {directory}: {free:,} bytes free ({state}); "
+                f"removed the partial slot file of {kept:,} bytes" if kept else
+                f"slot-save directory {directory}: {free:,} bytes free ({state})")
+
     def _completion(self, prompt: Prompt, lora: Lora) -> Request:
-        def send(cache_prompt: bool, progress: ProgressCallback | None) -> tuple[Completion, str]:
+        def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
             return self._api().complete(prompt, n_predict=self.variant.n_predict, cache_prompt=cache_prompt, lora=lora,
-                                        on_progress=progress), ""
+                                        on_progress=progress, timeout_s=timeout_s), ""
 
         return Request("/completion", self._prompt_tokens(prompt), lora, send)
 
     def _chat(self, messages: Messages) -> Request:
-        def send(cache_prompt: bool, progress: ProgressCallback | None) -> tuple[Completion, str]:
+        messages = [dict(m) for m in messages]  # a deferred reference must send this turn, not a later one
+        def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
             return self._api().chat(messages, n_predict=self.variant.n_predict, cache_prompt=cache_prompt,
-                                    on_progress=progress)
+                                    on_progress=progress, timeout_s=timeout_s)
 
         # the server's own rendering, tokenized as it does (BOS added), so `ideal` compares what it compares
         return Request("/v1/chat/completions", self.tokens(self._api().apply_template(messages)), None, send)
@@ -350,14 +561,19 @@ class Session:
         record.host = self._host_before_load or host.capture().to_dict()
         self._host_before_load = None
         mark = self.sampler.mark()
+        timeout = self._deadline(len(request.tokens))
         try:
-            completion, reply = request.send(True, self._progress(step))
-        except ClientError as exc:
-            record.status, record.error, record.ended_at = exc.status, str(exc), time.time()
+            completion, reply = request.send(True, self._progress(scenario, step, role), timeout)
+        except (ClientError, KeyboardInterrupt) as exc:
+            self._clear_progress()
             record.cause = self._cause(offset)
             record.gpu = self.sampler.summary_dict(mark, self.sampler.mark())
-            self.writer.write(record)
-            raise
+            record.extra["timeout_s"] = round(timeout, 1)
+            if isinstance(exc, KeyboardInterrupt):  # keep what the step got to, then stop
+                record.status, record.error, record.ended_at = None, "interrupted (Ctrl-C)", time.time()
+                self.writer.write(record)
+                raise
+            raise self._fail(record, exc) from exc
         record.gpu = self.sampler.summary_dict(mark, self.sampler.mark())
         self._clear_progress()
         self._fill(record, completion)
@@ -367,7 +583,10 @@ class Session:
         self._last_slot = record.slot if record.slot is not None else self._last_slot
         self._slot_sequence = (key, request.tokens + completion.tokens)
         self._seen.setdefault(key, []).append(self._slot_sequence[1])
+        self._prefilled[role] += completion.prompt_n
         try:
+            if completion.cache_n == 0:  # computed without reuse: a reference itself, for earlier steps too
+                self._use_as_reference(record, completion)
             if role == "measure":
                 self._judge(record, completion, request)
         finally:  # a failed reference call must not lose the measurement
@@ -382,6 +601,7 @@ class Session:
         record.prompt_n, record.cache_n, record.prompt_ms = c.prompt_n, c.cache_n, c.prompt_ms
         record.predicted_n, record.predicted_ms = c.predicted_n, c.predicted_ms
         record.ttft_ms, record.wall_ms = c.ttft_ms, c.wall_ms
+        self._seconds["server"] += (c.prompt_ms + c.predicted_ms) / 1000.0
         record.output_hash = tokens_hash(c.tokens)
         record.excess = None if record.ideal is None else c.prompt_n - record.ideal
 
@@ -392,9 +612,11 @@ class Session:
         return logs.explain(logs.parse_lines(lines)).to_dict()
 
     def _judge(self, record: Record, c: Completion, request: Request) -> None:
-        """Speedup, correctness against a no-reuse reference, and the verdict."""
+        """Speedup, correctness against a no-reuse reference (now or deferred), and the verdict."""
         if record.scenario == "first_load":
             self._first_load_ms = c.prompt_ms
+            if c.prompt_ms > 0 and c.prompt_n > 0:
+                self._rate = c.prompt_n / (c.prompt_ms / 1000.0)
         if self._first_load_ms and c.prompt_ms > 0:
             record.speedup = self._first_load_ms / c.prompt_ms
         # More reused than the longest prefix ever computed under this LoRA: state computed for something else
@@ -402,40 +624,82 @@ class Session:
         foreign = c.cache_n - ((record.prompt_tokens or 0) - (record.ideal or 0))
         if foreign > 0:
             record.extra["foreign_reused"] = foreign
-        if c.cache_n == 0:
-            self._references.setdefault(reference_key(record), c)  # computed without reuse: a reference itself
-        elif self.verify:
-            reference = self._references.get(reference_key(record)) or self._reference(record, request)
-            record.mismatch = compare_outputs(c, reference)
-            record.matches_reference = record.mismatch is None
-            # how close "same" was: the tolerance is for batch-shape noise, which is ~1e-5 on CPU
-            record.extra["max_logprob_delta"] = max((d for _, _, d in logprob_deltas(c, reference)), default=0.0)
         record.verdict = verdict(record)
+        if c.cache_n == 0 or not self.verify:
+            return
+        key = reference_key(record)
+        if key in self._references:
+            reference, by = self._references[key]
+            apply_verification(record, self._check(record, c, reference, by))
+        else:  # written now, verified by a later computation of the same prompt without reuse
+            self._pending.setdefault(key, Pending(request)).steps.append((record, c))
+            record.extra["reference"] = "deferred"
 
-    def _reference(self, measured: Record, request: Request) -> Completion:
-        """The same request without reuse (``cache_prompt: false``). It leaves the slot holding the same tokens."""
-        record = self._base_record(measured.scenario, measured.step, "reference", request.endpoint, time.time())
-        record.lora, record.prompt_tokens, record.prompt_hash = measured.lora, measured.prompt_tokens, measured.prompt_hash
-        reference, _ = request.send(False, self._progress("reference"))
-        self._clear_progress()
-        self._fill(record, reference)
-        self.writer.write(record)
-        self._references[reference_key(measured)] = reference
-        return reference
+    def _check(self, record: Record, c: Completion, reference: Completion, by: str) -> dict[str, Any]:
+        """One entry of ``extra["verifies"]``: the measured step, and whether its output equals the reference."""
+        mismatch = compare_outputs(c, reference)
+        # how close "same" was: the tolerance is for batch-shape noise, which is ~1e-5 on CPU
+        delta = max((d for _, _, d in logprob_deltas(c, reference)), default=0.0)
+        return {**step_id(record), "matches_reference": mismatch is None, "mismatch": mismatch,
+                "max_logprob_delta": delta, "by": by}
+
+    def _use_as_reference(self, record: Record, c: Completion) -> None:
+        """A call that reused nothing is the reference of its prompt; it verifies the steps waiting for one."""
+        key = reference_key(record)
+        by = f"{record.scenario}/{record.step}" + ("" if record.role == "measure" else f" ({record.role})")
+        self._references.setdefault(key, (c, by))
+        pending = self._pending.pop(key, None)
+        if pending is None:
+            return
+        checks = [self._check(measured, got, c, by) for measured, got in pending.steps]
+        for (measured, _), check in zip(pending.steps, checks):
+            apply_verification(measured, check)  # the in-memory record; the file gets it via `verifies`
+        record.extra["verifies"] = checks
+        for measured, _ in pending.steps:
+            self._say(f"  {measured.scenario}/{measured.step}: verified by {by}: {measured.verdict}")
+
+    def _deferred_references(self) -> None:
+        """The references nothing computed along the way: one ``cache_prompt: false`` call per prompt and LoRA."""
+        if self._pending and not self.server.is_running():
+            waiting = sum(len(p.steps) for p in self._pending.values())
+            self._say(f"{waiting} measured step(s) left unverified: the server is gone before their references")
+            return
+        for key in list(self._pending):
+            pending = self._pending[key]
+            first = pending.steps[0][0]
+            record = self._base_record(first.scenario, first.step, "reference", pending.request.endpoint, time.time())
+            record.lora, record.prompt_tokens, record.prompt_hash = first.lora, first.prompt_tokens, first.prompt_hash
+            timeout = self._deadline(len(pending.request.tokens))
+            try:
+                reference, _ = pending.request.send(False, self._progress(first.scenario, first.step, "reference"),
+                                                    timeout)
+            except ClientError as exc:
+                self._clear_progress()
+                raise self._fail(record, exc) from exc
+            self._clear_progress()
+            self._fill(record, reference)
+            self._prefilled["reference"] += reference.prompt_n
+            self._use_as_reference(record, reference)
+            self.writer.write(record)
 
     # -- output ---------------------------------------------------------------------------------
 
     def _say(self, text: str) -> None:
         print(f"[{self.name}] {text}", file=self.out, flush=True)
 
-    def _progress(self, step: str) -> Callable[[int, int, int], None] | None:
-        if not self.out.isatty():
+    def _progress(self, scenario: str, step: str, role: str) -> Callable[[int, int, int], None] | None:
+        tty, hook = self.out.isatty(), self.progress_hook
+        if not tty and hook is None:
             return None
 
         def show(processed: int, cached: int, total: int) -> None:
-            pct = 100.0 * processed / total if total else 100.0
-            self.out.write(f"\r  {step}: prefill {pct:5.1f}% ({processed:,}/{total:,} tokens, {cached:,} cached)")
-            self.out.flush()
+            if hook is not None:
+                hook(scenario, step, role, processed, cached, total)
+            if tty:
+                pct = 100.0 * processed / total if total else 100.0
+                label = step if role != "reference" else f"{step} (reference)"
+                self.out.write(f"\r  {label}: prefill {pct:5.1f}% ({processed:,}/{total:,} tokens, {cached:,} cached)")
+                self.out.flush()
 
         return show
 
@@ -450,17 +714,3 @@ class Session:
             f"(ideal {r.ideal:,}) in {(r.prompt_ms or 0) / 1000:.2f} s  [{label}]  {r.cause['summary'] if r.cause else ''}"
         )
 
-
-def verdict(r: Record) -> str:
-    """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse."""
-    if r.matches_reference is False:
-        return "WRONG OUTPUT"
-    if r.extra.get("foreign_reused"):
-        return "FOREIGN REUSE"
-    if not r.expected_hit and (r.cache_n or 0) <= HIT_TOLERANCE:
-        return "full (cannot hit)"
-    if not r.cache_n:
-        return "miss"
-    if (r.excess or 0) <= HIT_TOLERANCE:
-        return "hit"
-    return "partial"

@@ -16,6 +16,17 @@ from reusebench.profiles import ProfileError, load_profile
 GPU_MODEL_ENV = ("REUSEBENCH_GLM_MODEL", "REUSEBENCH_QWEN35_MODEL", "REUSEBENCH_QWEN35_MMPROJ")
 
 
+def placeholder_gguf(path: Path) -> None:
+    """A valid GGUF file without tensors: profiles check a model's header before any launch."""
+    import gguf
+
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 @pytest.fixture(autouse=True)
 def run_from_repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
     """Messages show paths relative to the working directory; from the repo root, temp files show absolute."""
@@ -29,17 +40,17 @@ def real_binary() -> binaries.Binary:
 
 @pytest.fixture
 def gpu_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Point the GPU profiles' model variables at empty files and use the bundled binary."""
+    """Point the GPU profiles' model variables at placeholder files and use the bundled binary."""
     monkeypatch.delenv("REUSEBENCH_LLAMA_SERVER", raising=False)
     for name in GPU_MODEL_ENV:
         placeholder = tmp_path / f"{name.lower()}.gguf"
-        placeholder.touch()
+        placeholder_gguf(placeholder)
         monkeypatch.setenv(name, str(placeholder))
 
 
 @pytest.fixture
 def profile_dir(tmp_path: Path) -> Path:
-    (tmp_path / "model.gguf").touch()
+    placeholder_gguf(tmp_path / "model.gguf")
     return tmp_path
 
 
@@ -150,7 +161,7 @@ def test_profiles_dir_can_be_overridden(profile_dir: Path, monkeypatch: pytest.M
 
 
 def test_extends_deep_merges_and_matrix_expands(profile_dir: Path) -> None:
-    (profile_dir / "proj.gguf").touch()
+    placeholder_gguf(profile_dir / "proj.gguf")
     write(
         profile_dir,
         "base",
