@@ -33,11 +33,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = runner.run_profile(
             profile, results_dir=Path(args.results), variants=args.variant or (), sizes=args.size or (),
             scenario_ids=args.scenarios or (), corpus_name=args.corpus, verify=not args.no_verify, repeats=repeats,
+            on_failure=args.on_failure,
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         server.stop_all()
-        print("\ninterrupted: every server stopped; the records written so far are kept under "
-              f"{Path(args.results) / 'runs'} (newest run)", file=sys.stderr)
+        print("\n" + (exc.summary() if isinstance(exc, runner.Interrupted) else
+                      f"interrupted: every server stopped; records kept under {Path(args.results) / 'runs'}"),
+              file=sys.stderr)
         return 130
     text = report.render_text(result.records)
     (result.run_dir / "report.md").write_text(f"# reusebench run {result.run_id}\n\n{text}\n")
@@ -101,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--corpus", default="tiny-words", help="corpus spec name in corpora/ or a path")
     run.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
     run.add_argument("--no-verify", action="store_true", help="skip the no-reuse reference comparison")
+    run.add_argument("--on-failure", choices=("stop", "continue"), default="stop",
+                     help="after a failed step: stop that session (default) or restart its server and go on; "
+                          "the run goes on with the next session either way")
     run.add_argument("--repeat-first-load", type=int, metavar="N",
                      help="only the cold first load, N times per variant x size, each on a fresh server; "
                      "reports the spread with the GPU and page-cache state of each repeat")

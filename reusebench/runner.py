@@ -32,6 +32,17 @@ class RunResult:
         return self.run_dir / "records.jsonl"
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: the sessions stopped their servers; every record written is kept."""
+
+    def __init__(self, records_path: Path, kept: int) -> None:
+        super().__init__()
+        self.records_path, self.kept = records_path, kept
+
+    def summary(self) -> str:
+        return f"interrupted: every server stopped; {self.kept} records kept in {self.records_path}"
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 
@@ -83,12 +94,15 @@ def run_profile(
     verify: bool = True,
     repeats: Repeats | None = None,
     sampler_factory: SamplerFactory = GpuSampler,
+    on_failure: str = "stop",
     out: TextIO | None = None,
 ) -> RunResult:
     """Run the selected variants and sizes (default: all the profile names) and return what was recorded.
 
     With `repeats`, only repeated first loads run (`scenario_ids` must be empty). `sampler_factory`
-    makes the run's GPU sampler (tests pass one over a fake NVML).
+    makes the run's GPU sampler (tests pass one over a fake NVML). `on_failure`: a session whose step failed
+    stops ("stop") or restarts its server and goes on ("continue"); the run goes on with the next session.
+    Ends with one prefill-budget line per session.
     """
     if repeats is not None and scenario_ids:
         raise ValueError("repeated first loads run first_load only: leave out the scenario selection")
@@ -101,22 +115,28 @@ def run_profile(
     records_path = run_dir / "records.jsonl"
     print(f"run {run_id}: profile {profile.name}, {len(chosen)} variant(s), records -> {records_path}", file=out)
     failed = 0
-    with records.RecordWriter(records_path) as writer, sampler_factory() as sampler:
-        if sampler.unavailable:
-            print(f"GPU state will be null: {sampler.unavailable}", file=out)
+    try:
+        with records.RecordWriter(records_path) as writer, sampler_factory() as sampler:
+            if sampler.unavailable:
+                print(f"GPU state will be null: {sampler.unavailable}", file=out)
 
-        def session(variant: profiles.Variant, size: int, repeat: int | None = None) -> Session:
-            return Session(variant, size, spec, writer, run_id=run_id, log_dir=run_dir / "logs", sampler=sampler,
-                           verify=variant.verify and verify, repeat=repeat, out=out)
+            def session(variant: profiles.Variant, size: int, repeat: int | None = None) -> Session:
+                return Session(variant, size, spec, writer, run_id=run_id, log_dir=run_dir / "logs", sampler=sampler,
+                               verify=variant.verify and verify, repeat=repeat, on_failure=on_failure, out=out)
 
-        for variant in chosen:
-            for size in sizes or variant.sizes:
-                if repeats is None:
-                    selected = scenarios.select(scenario_ids or variant.scenarios)
-                    failed += session(variant, size).run(selected).error is not None
-                else:
-                    failed += _repeat_first_load(functools.partial(session, variant, size), repeats, out)
-    return RunResult(run_id, run_dir, records.read_records(records_path), failed)
+            for variant in chosen:
+                for size in sizes or variant.sizes:
+                    if repeats is None:
+                        selected = scenarios.select(scenario_ids or variant.scenarios)
+                        failed += session(variant, size).run(selected).error is not None
+                    else:
+                        failed += _repeat_first_load(functools.partial(session, variant, size), repeats, out)
+    except KeyboardInterrupt:  # each session stopped its server on the way out; the writer flushed every record
+        raise Interrupted(records_path, len(records.read_records(records_path))) from None
+    kept = records.read_records(records_path)
+    for budget in records.prefill_budgets(kept):
+        print(budget.line(), file=out)
+    return RunResult(run_id, run_dir, kept, failed)
 
 
 def _repeat_first_load(session: Callable[[int], Session], repeats: Repeats, out: TextIO) -> int:
