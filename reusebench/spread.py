@@ -42,6 +42,10 @@ def _seconds(r: Record) -> float:
     return (r.prompt_ms or 0.0) / 1000.0
 
 
+def _number(index: int, r: Record) -> int:
+    return r.extra.get("repeat", index + 1)
+
+
 def _gpu(r: Record, key: str) -> float | str | None:
     return (r.gpu or {}).get(key)
 
@@ -55,21 +59,22 @@ def spread(repeats: Sequence[Record]) -> Spread:
     if not repeats:
         raise ValueError("no first-load repeats to summarise")
     seconds = [_seconds(r) for r in repeats]
+    numbers = [_number(i, r) for i, r in enumerate(repeats)]  # as recorded: a failed repeat leaves a gap
     median = statistics.median(seconds)
     warnings: list[str] = []
     if len(seconds) >= 3:
         warnings += _first_repeat_apart(seconds)
         mad = statistics.median(abs(s - median) for s in seconds)
-        outliers = [i + 1 for i, s in enumerate(seconds)
+        outliers = [numbers[i] for i, s in enumerate(seconds)
                     if mad and abs(s - median) > max(OUTLIER_MADS * mad, (OUTLIER_FACTOR - 1) * median)]
         if outliers:
             warnings.append(f"statistical outliers: repeat(s) {', '.join(map(str, outliers))}; "
                             "other programs or power management may have interfered")
-    slow = {i + 1 for i, s in enumerate(seconds) if s > median}
-    throttled = {i + 1 for i, r in enumerate(repeats) if (_gpu(r, "throttled_fraction") or 0) > 0}
+    slow = {numbers[i] for i, s in enumerate(seconds) if s > median}
+    throttled = {numbers[i] for i, r in enumerate(repeats) if (_gpu(r, "throttled_fraction") or 0) > 0}
     if throttled and throttled <= slow:
         warnings.append(f"throttling coincides with the slow repeat(s) {', '.join(map(str, sorted(throttled)))}")
-    cold_disk = [i + 1 for i, r in enumerate(repeats) if (fraction := _page_cache(r)) is not None and fraction < 0.5]
+    cold_disk = [numbers[i] for i, r in enumerate(repeats) if (fraction := _page_cache(r)) is not None and fraction < 0.5]
     if cold_disk:
         warnings.append(f"the model file was mostly not in the page cache before repeat(s) "
                         f"{', '.join(map(str, cold_disk))} (cold disk)")
@@ -136,7 +141,7 @@ def first_load_repeats(records: Iterable[Record]) -> dict[tuple[str, str, str, i
 def render(repeats: Sequence[Record]) -> str:
     """Each repeat's seconds beside its start temperature, mean SM clock, throttling and page-cache state."""
     result = spread(repeats)
-    rows = [[str(r.extra.get("repeat", i + 1)), *state_cells(r)] for i, r in enumerate(repeats)]
+    rows = [[str(_number(i, r)), *state_cells(r)] for i, r in enumerate(repeats)]
     lines = [
         tabulate(rows, ["repeat", *STATE_COLUMNS], tablefmt="github", disable_numparse=True),
         "",
