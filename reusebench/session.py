@@ -66,13 +66,15 @@ CTX_MARGIN = 1024  # room for question, edit, extension and generated tokens bey
 LOGPROB_TOLERANCE = 0.05  # absolute, on top-k logprobs; batch shapes differ between cold and reused paths
 SLEEP_POLL_S = 0.25
 SLEEP_GRACE_S = 60.0  # beyond sleep-idle-seconds before a server that does not sleep fails the session
-# Deadline of one completion: max(HANG_FLOOR_S, HANG_FACTOR x prompt tokens / prefill rate + HANG_MARGIN_S).
+# Deadline of one completion: max(HANG_FLOOR_S, HANG_FACTOR x prompt tokens / prefill rate + HANG_MARGIN_S
+# + HANG_PER_TOKEN_S x n_predict).
 # The rate is the first load's; before it is measured, UNMEASURED_RATE (tokens/s) stands in: report A's
 # slowest 128K first load ran at ~90 tokens/s, so 100 gives a 128K first load ~87 minutes.
 HANG_FLOOR_S = 60.0
 HANG_FACTOR = 4.0
 HANG_MARGIN_S = 30.0
 UNMEASURED_RATE = 100.0
+HANG_PER_TOKEN_S = 1.0  # per generated token
 CALL_TIMEOUT_S = 300.0  # any other call (tokenize, props, templates); a slot save/restore gets a deadline as above
 LOG_TAIL_LINES = 12  # scrubbed server log lines kept on a failed record
 ON_FAILURE = ("stop", "continue")
@@ -444,7 +446,8 @@ class Session:
     def _deadline(self, n_tokens: int) -> float:
         """Seconds one call on ``n_tokens`` prompt tokens may take before the server counts as hung."""
         rate = self._rate or UNMEASURED_RATE
-        return max(HANG_FLOOR_S, HANG_FACTOR * n_tokens / rate + HANG_MARGIN_S + self.variant.n_predict)
+        return max(HANG_FLOOR_S, HANG_FACTOR * n_tokens / rate + HANG_MARGIN_S
+                   + HANG_PER_TOKEN_S * self.variant.n_predict)
 
     def _api(self) -> LlamaClient:
         if self.client is None:
@@ -523,17 +526,17 @@ class Session:
         """Why a slot save failed, as far as the harness can tell: a full disk, and no half-written file kept."""
         directory = self._slot_dir or Path(str(self.variant.option("slot-save-path")))
         partial = directory / filename
-        kept = partial.stat().st_size if partial.is_file() else 0
-        if kept:
-            partial.unlink()  # a truncated slot file would only fail a later restore
         try:
             free = shutil.disk_usage(directory).free
         except OSError as exc:
             return f"slot-save directory {directory}: {exc.strerror}"
-        state = "disk full" if free < max(kept, 1 << 20) else "not a full disk"
-        return (f"slot-save directory {directory}: {free:,} bytes free ({state}); "
-                f"removed the partial slot file of {kept:,} bytes" if kept else
-                f"slot-save directory {directory}: {free:,} bytes free ({state})")
+        kept = partial.stat().st_size if partial.is_file() else 0
+        state = "disk full" if free < (1 << 20) else "not a full disk"
+        why = f"slot-save directory {directory}: {free:,} bytes free ({state})"
+        if kept:
+            partial.unlink()  # a truncated slot file would only fail a later restore
+            why += f"; removed the partial slot file of {kept:,} bytes"
+        return why
 
     def _completion(self, prompt: Prompt, lora: Lora) -> Request:
         def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:

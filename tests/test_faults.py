@@ -1,0 +1,342 @@
+"""Faults and bad input, end to end against the real llama-server: each gives one clear error, before or
+instead of a half-run, and keeps every record written before it.
+
+Faults are injected into the real server, not a fake one: a progress hook (called on every prompt-progress
+event of the streamed completion) sends SIGKILL or SIGSTOP to the server's process group once a chosen
+prefill passes 30%. A full disk is a real 64 KiB tmpfs (needs root and mount rights; skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from reusebench import cli, corpus, logs, profiles, records, runner, scenarios, session, tiny
+from reusebench.gpu import GpuSampler
+from reusebench.records import Record, RecordWriter
+from reusebench.session import Session
+
+from conftest import child_llama_servers
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+SIZE = 4096
+CONTROL = profiles.load_profile("tiny-llama")
+
+
+def process_group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class Fault:
+    """A progress hook that signals the server's process group once `scenario`'s prefill passes `fraction`."""
+
+    def __init__(self, sig: signal.Signals, scenario: str, fraction: float = 0.3) -> None:
+        self.sig, self.scenario, self.fraction = sig, scenario, fraction
+        self.session: Session | None = None
+        self.fired_at: tuple[int, int] | None = None
+        self.pgid: int | None = None
+
+    def __call__(self, scenario: str, step: str, role: str, processed: int, cached: int, total: int) -> None:
+        if self.fired_at or scenario != self.scenario or not total or processed / total < self.fraction:
+            return
+        assert self.session is not None and self.session.server.pid is not None
+        self.fired_at, self.pgid = (processed, total), self.session.server.pid
+        os.killpg(self.pgid, self.sig)
+
+
+def run_session(tmp_path: Path, fault: Fault, ids: tuple[str, ...], *, on_failure: str = "stop") -> tuple[
+        Session, list[Record], str]:
+    out = io.StringIO()
+    path = tmp_path / "records.jsonl"
+    with RecordWriter(path) as writer, GpuSampler() as sampler:
+        s = Session(CONTROL.variants[0], SIZE, corpus.load_spec("tiny-words"), writer, run_id="fault",
+                    log_dir=tmp_path / "logs", sampler=sampler, on_failure=on_failure, progress_hook=fault, out=out)
+        fault.session = s
+        s.run(scenarios.select(ids))
+    return s, records.read_records(path), out.getvalue()
+
+
+# -- the server dies or hangs mid-prefill -------------------------------------------------------------
+
+
+def test_server_killed_mid_prefill_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
+    """kill -9 at 30% of the other document's prefill: that step fails with the exit status and a scrubbed log
+    tail, the session stops, the records before it are intact, the next session of the run is complete, and
+    asv gets a failure (not a hang, not a silent n/a) for the steps the first session never reached."""
+    sys.path.insert(0, str(REPO))
+    monkeypatch.setenv("REUSEBENCH_ASV_PROFILE", "tiny-probe")
+    from benchmarks import common  # noqa: E402  (asv's module, imported as asv does)
+
+    faults: list[Fault] = []
+
+    class FaultySession(Session):
+        def __init__(self, *args, **kwargs):
+            first = not faults
+            faults.append(Fault(signal.SIGKILL, "interleave" if first else "never"))
+            super().__init__(*args, progress_hook=faults[-1], **kwargs)
+            faults[-1].session = self
+
+    monkeypatch.setattr(runner, "Session", FaultySession)
+    out = io.StringIO()
+    variants = ["parallel=1,cache-ram=8192", "parallel=1,cache-ram=0"]
+    result = runner.run_profile(profiles.load_profile("tiny-probe"), results_dir=tmp_path, variants=variants,
+                                sizes=[SIZE], scenario_ids=("resend", "interleave", "reask"), out=out)
+    assert faults[0].fired_at is not None and faults[0].fired_at[0] < faults[0].fired_at[1]
+    assert result.failed_sessions == 1
+    first, second = ([r for r in result.records if r.variant == v] for v in variants)
+    failed = [r for r in first if r.error]
+    assert len(failed) == 1 and (failed[0].scenario, failed[0].step) == ("interleave", "other document")
+    assert failed[0].extra["exit_status"] == -signal.SIGKILL
+    assert "llama-server exited with status -9" in failed[0].error
+    tail = failed[0].extra["log_tail"].splitlines()
+    assert tail and all(logs.scrub_line(line) == line for line in tail)  # scrubbed: allowlisted, numbers-only lines
+    assert [(r.scenario, r.prompt_n is not None) for r in first if r.role == "measure"] == [
+        ("first_load", True), ("resend", True)]  # intact; nothing after the failure
+    assert not process_group_alive(faults[0].pgid)
+    assert {(r.scenario, r.step) for r in second if r.role == "measure"} >= {
+        ("first_load", "cold"), ("resend", "same prompt"), ("interleave", "back to first"), ("reask", "new question")}
+    assert not [r for r in second if r.error]
+    assert "session stopped: interleave: ClientError" in out.getvalue()
+
+    cache = common.summarise(result.records, [str(result.records_path)], result.failed_sessions)
+    assert common.figure(cache, "4K", variants[0], "resend/same prompt", "reprocessed_tokens") >= 1
+    with pytest.raises(RuntimeError, match="interleave/other document: .*exited with status -9"):
+        common.figure(cache, "4K", variants[0], "reask/new question", "prompt_seconds")
+    assert common.figure(cache, "4K", variants[1], "reask/new question", "reprocessed_tokens") >= 1
+
+
+def test_on_failure_continue_restarts_the_server_and_runs_the_next_scenarios(tmp_path):
+    fault = Fault(signal.SIGKILL, "interleave")
+    s, kept, output = run_session(tmp_path, fault, ("resend", "interleave", "reask"), on_failure="continue")
+    assert fault.fired_at and s.result.error and s.result.error.startswith("interleave: ClientError")
+    assert "going on with the next scenario" in output and "restarting the server after the failure" in output
+    reask = [r for r in kept if (r.scenario, r.role) == ("reask", "measure")]
+    assert len(reask) == 1 and not reask[0].error and reask[0].prompt_n
+    assert s.server.starts == 2
+
+
+def test_hung_server_hits_a_deadline_scaled_from_the_first_load(tmp_path, monkeypatch):
+    """SIGSTOP at 30% of a prefill: the deadline (from the first load's rate and the prompt size) fires,
+    the stopped process group is killed, the failure is recorded."""
+    monkeypatch.setattr(session, "HANG_FLOOR_S", 1.0)
+    monkeypatch.setattr(session, "HANG_MARGIN_S", 1.0)
+    monkeypatch.setattr(session, "HANG_PER_TOKEN_S", 0.0)
+    fault = Fault(signal.SIGSTOP, "interleave")
+    started = time.monotonic()
+    s, kept, output = run_session(tmp_path, fault, ("interleave",))
+    elapsed = time.monotonic() - started
+    assert fault.fired_at is not None
+    hung = [r for r in kept if r.error]
+    assert len(hung) == 1 and hung[0].extra["hung"] is True
+    rate = kept[0].prompt_n / (kept[0].prompt_ms / 1000)  # first load: the rate the deadline is scaled from
+    assert hung[0].extra["timeout_s"] == pytest.approx(4 * hung[0].prompt_tokens / rate + 1.0, abs=0.2)
+    assert "timed out" in hung[0].error and "process group was killed" in hung[0].error
+    assert hung[0].extra["exit_status"] == -signal.SIGKILL
+    assert not process_group_alive(fault.pgid)
+    assert elapsed < 30, elapsed
+
+
+def test_deadline_before_the_first_load_is_generous():
+    s = Session.__new__(Session)
+    s._rate, s.variant = None, CONTROL.variants[0]
+    assert s._deadline(128 * 1024) > 80 * 60  # report A's slowest 128K first load took 24 minutes
+    s._rate = 10_000.0
+    assert s._deadline(2048) == session.HANG_FLOOR_S
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_mid_prefill_keeps_the_records_stops_the_server_and_exits_130(tmp_path):
+    command = [sys.executable, "-m", "reusebench", "run", "--profile", "tiny-qwen35", "--variant",
+               "mmproj=off,cache-reuse=0", "--size", "8K", "--scenarios", "edit_middle", "--results", str(tmp_path)]
+    proc = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    reached = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "edit_middle: one line inserted" in line:
+                reached.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert reached.wait(120), "".join(lines)
+        servers = children(proc.pid, "llama-server")
+        assert len(servers) == 1
+        time.sleep(0.3)  # into the 8K prefill of the edited document
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(5)
+    summary = lines[-1].strip()
+    match = re.fullmatch(r"interrupted: every server stopped; (\d+) records kept in (\S+)", summary)
+    assert match, "".join(lines[-5:])
+    kept = records.read_records(Path(match.group(2)))
+    assert len(kept) == int(match.group(1)) >= 2
+    assert kept[0].scenario == "first_load" and kept[0].prompt_n
+    assert kept[-1].scenario == "edit_middle" and kept[-1].error == "interrupted (Ctrl-C)"
+    assert not Path(f"/proc/{servers[0]}").exists()  # stopped and reaped, not orphaned
+
+
+def children(pid: int, name: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid and argv0.endswith(name.encode()):
+                found.append(int(entry.name))
+    return found
+
+
+# -- slot files -----------------------------------------------------------------------------------------
+
+
+def profile_file(tmp_path: Path, text: str, name: str = "p") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"extends: {REPO / 'server_profiles' / 'tiny-llama.yaml'}\nsizes: [2048]\n{text}")
+    return path
+
+
+def test_slot_save_directory_under_a_regular_file_fails_before_launch(tmp_path):
+    """As root, permissions do not stop a write; a path under a regular file does (ENOTDIR), for anyone."""
+    (tmp_path / "plain-file").write_text("")
+    slots = tmp_path / "plain-file" / "slots"
+    path = profile_file(tmp_path, f"options:\n  slot-save-path: {slots}\n")
+    out = io.StringIO()
+    result = runner.run_profile(profiles.load_profile(path), results_dir=tmp_path, out=out)
+    assert result.failed_sessions == 1 and result.records == []
+    assert f"options.slot-save-path: {slots} is not a writable directory (Not a directory); nothing was started" \
+        in out.getvalue()
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path):
+    mount = tmp_path / "tiny-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a 64 KiB tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_disk_full_while_saving_a_slot_is_named_and_leaves_no_partial_file(tmp_path, full_disk):
+    path = profile_file(tmp_path, f"options:\n  slot-save-path: {full_disk}\n")
+    out = io.StringIO()
+    result = runner.run_profile(profiles.load_profile(path), results_dir=tmp_path,
+                                scenario_ids=("interleave", "restore_disk"), out=out)
+    assert result.failed_sessions == 1
+    failed = [r for r in result.records if r.error]
+    assert len(failed) == 1 and failed[0].step == "save slot" and failed[0].status == 500
+    assert re.search(rf"Unable to save slot \(slot-save directory {full_disk}: 0 bytes free \(disk full\); "
+                     r"removed the partial slot file of [\d,]+ bytes\)", failed[0].error), failed[0].error
+    assert not [r for r in result.records if r.scenario == "restore_disk"]
+    assert list(full_disk.iterdir()) == []
+
+
+# -- bad input: one clear error, exit status 2, no server left -------------------------------------------
+
+
+def cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert cli.main(["run", *argv]) == 2
+    assert not child_llama_servers()
+    return capsys.readouterr().err.strip()
+
+
+def test_corrupt_model_is_an_error_naming_file_and_field_before_launch(tmp_path, capsys):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(tiny.model_path("llama").read_bytes()[:100_000])
+    path = profile_file(tmp_path, f"model: {broken}\n")
+    err = cli_error(capsys, "--profile", str(path), "--results", str(tmp_path))
+    assert re.fullmatch(rf"reusebench: .*p\.yaml: model: {broken}: .*(truncated|corrupt).*", err), err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("case", ["missing", "not executable"])
+def test_binary_missing_or_not_executable(tmp_path, capsys, case):
+    binary = tmp_path / "llama-server"
+    if case == "not executable":
+        binary.write_text("#!/bin/sh\n")
+        binary.chmod(0o644)
+    path = profile_file(tmp_path, f"binary: {binary}\n")
+    err = cli_error(capsys, "--profile", str(path), "--results", str(tmp_path))
+    assert re.fullmatch(rf"reusebench: .*p\.yaml: binary: {binary} ({'does not exist' if case == 'missing' else 'is not executable'})", err), err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("options: {parallel: 1\n", r"p\.yaml:\d+:\d+: invalid YAML: "),
+    ("n_predict: eight\n", r"p\.yaml: n_predict: expected an integer"),
+])
+def test_malformed_profile_is_exit_2_naming_file_and_field(tmp_path, capsys, text, message):
+    path = profile_file(tmp_path, text)
+    err = cli_error(capsys, "--profile", str(path), "--results", str(tmp_path))
+    assert re.search(message, err), err
+
+
+def test_corpus_smaller_than_the_size_is_an_error_naming_file_and_sizes(tmp_path, capsys):
+    text = tmp_path / "short.txt"
+    text.write_text("\n".join(" the river and the bridge" for _ in range(50)))
+    spec = tmp_path / "short.yaml"
+    spec.write_text("source: file\npath: short.txt\nquestions: [' what is it', ' where is it']\n"
+                    "edit: ' a new line'\nsummary: ' a summary'\n")
+    err = cli_error(capsys, "--profile", "tiny-llama", "--size", "2048", "--scenarios", "resend",
+                    "--corpus", str(spec), "--results", str(tmp_path))
+    assert re.search(rf"short\.yaml: path: corpus file {text} has \d+ tokens, fewer than the requested size of 2,048",
+                     err), err
+
+
+# -- records ---------------------------------------------------------------------------------------------
+
+
+def test_a_truncated_last_line_is_skipped_with_a_warning(tmp_path):
+    path = tmp_path / "records.jsonl"
+    whole = Record(run_id="r", session="s", profile="p", variant="v", build="b", model="m", size=1, scenario="x",
+                   step="y", role="measure", endpoint="/completion", started_at=0.0, ended_at=1.0, prompt_n=5)
+    with RecordWriter(path) as writer:
+        writer.write(whole)
+        writer.write(whole)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 40])  # power loss in the middle of the second line
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        back = records.read_records(path)
+    assert [r.prompt_n for r in back] == [5]
+    assert any("records.jsonl:2: skipped a damaged record line" in str(w.message) for w in caught)
+
+
+def test_a_second_run_never_overwrites_the_first(tmp_path):
+    ids = {runner.new_run_id() for _ in range(20)}
+    assert len(ids) == 20
+    first = tmp_path / "runs" / next(iter(ids))
+    first.mkdir(parents=True)
+    with pytest.raises(FileExistsError):
+        first.mkdir(parents=True, exist_ok=False)  # what run_profile does with its directory
