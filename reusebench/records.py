@@ -26,7 +26,10 @@ from typing import Any, TextIO
 
 SCHEMA_VERSION = 1
 
-ROLES = ("setup", "measure", "reference")
+ROLES = ("setup", "measure", "reference")  # of the records of HTTP calls
+# One record per session that is no HTTP call: its timing (wall, server, loads, waits, harness overhead,
+# corpus building) and prefill tokens by role, in ``extra``.
+SESSION_ROLE = "session"
 HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
 
 

@@ -49,6 +49,7 @@ from reusebench.gpu import GpuSampler
 from reusebench.profiles import Variant
 from reusebench.records import (
     HIT_TOLERANCE,
+    SESSION_ROLE,
     PrefillBudget,
     Record,
     RecordWriter,
@@ -218,6 +219,7 @@ class Session:
         self._rate: float | None = None  # prefill tokens per second of the first load
         self._prefilled = dict.fromkeys(("setup", "measure", "reference"), 0)
         self._seconds = dict.fromkeys(("server", "load", "wait"), 0.0)
+        self._corpus: dict[str, float] = {}
         self._last_slot = 0
         self._slot_sequence: tuple[str, list[int]] = ("default", [])  # what the last slot used holds
         self._saved: dict[str, tuple[str, list[int]]] = {}
@@ -237,14 +239,16 @@ class Session:
         return args
 
     def run(self, selected: Sequence[scenarios.Scenario]) -> SessionResult:
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         try:
             self._check_slot_dir()
             # page-cache residency of the model means something only before the server maps it
             self._host_before_load = host.capture(self.variant.model).to_dict()
             self._start_server()
             self.build = str(self._api().props().get("build_info", "unknown"))
+            building = time.monotonic()
             self.corpus = corpus_mod.build_corpus(self.spec, self._api(), self.size)
+            self._corpus = {"corpus_s": time.monotonic() - building, "corpus_tokenizer_calls": self.corpus.tokenizer_calls}
             for scenario in selected:
                 reason = scenario.not_applicable(self)
                 if reason:
@@ -264,7 +268,7 @@ class Session:
             self._failed(f"{type(exc).__name__}: {exc}")
         finally:
             self.close()
-            self._account(time.monotonic() - started)
+            self._account(started_at, time.monotonic() - started)
         return self.result
 
     def _failed(self, error: str) -> None:
@@ -293,14 +297,23 @@ class Session:
         if self._slot_dir is not None:
             shutil.rmtree(self._slot_dir, ignore_errors=True)
 
-    def _account(self, wall_s: float) -> None:
-        """The prefill budget and the harness overhead: wall time not spent by the server or waiting on purpose."""
+    def _account(self, started_at: float, wall_s: float) -> None:
+        """The prefill budget and the harness overhead (wall time not spent by the server or waiting on purpose),
+        said in one line and kept as the session's summary record (role "session", no HTTP call)."""
         self.result.budget = PrefillBudget(self.name, self._prefilled["measure"], self._prefilled["setup"],
                                            self._prefilled["reference"])
         busy = self._seconds["server"] + self._seconds["load"] + self._seconds["wait"]
         self.result.timing = {"wall_s": wall_s, **{f"{k}_s": v for k, v in self._seconds.items()},
-                              "overhead_s": max(0.0, wall_s - busy)}
+                              "overhead_s": max(0.0, wall_s - busy), **self._corpus}
         self._say(self.result.summary_line().removeprefix(f"{self.name}: "))
+        if self.server.starts == 0:
+            return  # failed before launch: no call was made, nothing to sum up
+        record = self._base_record(SESSION_ROLE, "summary", SESSION_ROLE, "", started_at)
+        record.status = None  # the failures are in extra: `error` is for the call that failed
+        record.wall_ms = wall_s * 1000.0
+        record.extra |= {"timing": self.result.timing, "prefill": self._prefilled,
+                         "failures": self.result.failures, "not_applicable": self.result.not_applicable}
+        self.writer.write(record)
 
     def _check_slot_dir(self) -> None:
         """A configured --slot-save-path must be a writable directory: say so before launch, not at the first save."""

@@ -82,6 +82,12 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
           for name in ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s",
                        "model_page_cache_fraction")),
         *(f"gpu_state.FirstLoadSpread.track_first_load_{name}_seconds" for name in ("min", "median", "max")),
+        "harness.PrefillBudget.track_prefill_budget_ratio",
+        "harness.PrefillBudget.track_extra_prefill_tokens",
+        *(f"harness.HarnessOverhead.track_{name}" for name in ("overhead_seconds", "overhead_percent",
+                                                                "ttft_minus_prompt_seconds")),
+        "harness.CorpusBuilding.track_corpus_seconds",
+        "harness.CorpusBuilding.track_corpus_tokenizer_calls",
     }
     assert {b["setup_cache_key"] for b in found.values()} == {found["reuse.FirstLoad.track_prompt_seconds"]["setup_cache_key"]}
     size, variant, steps = found["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"]

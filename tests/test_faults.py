@@ -197,7 +197,10 @@ def test_ctrl_c_mid_prefill_keeps_the_records_stops_the_server_and_exits_130(tmp
     kept = records.read_records(Path(match.group(2)))
     assert len(kept) == int(match.group(1)) >= 2
     assert kept[0].scenario == "first_load" and kept[0].prompt_n
-    assert kept[-1].scenario == "edit_middle" and kept[-1].error == "interrupted (Ctrl-C)"
+    interrupted = [r for r in kept if r.error]
+    assert len(interrupted) == 1 and interrupted[0].scenario == "edit_middle"
+    assert interrupted[0].error == "interrupted (Ctrl-C)" and interrupted[0].prompt_tokens > 8000
+    assert kept[-1].role == "session" and kept[-1].extra["timing"]["wall_s"] > 0  # the summary, written on the way out
     assert not Path(f"/proc/{servers[0]}").exists()  # stopped and reaped, not orphaned
 
 

@@ -1,0 +1,129 @@
+"""The harness itself: how much it costs beyond what it measures.
+
+From the same run as every other module (``common.SessionFigures``: one run per commit),
+read back from its records: each session ends with a summary record (role "session")
+that holds its timing and the prompt tokens it made the server prefill, by role.
+
+- **Prefill budget**: all prompt tokens the session made the server prefill (setup,
+  measured and reference calls) over the measured steps' own. Tracked as the ratio
+  (dimensionless, lower is better, comparable across sizes, and it is the figure the
+  targets are set in: at most 1.25 with verification, 1.05 without) and as the extra
+  tokens themselves (setup + reference: what the ratio costs at this size).
+- **Harness overhead**: session wall time minus the server's prompt and generation
+  time, model loads, restarts and stops, and deliberate waits (sleep scenarios); in
+  seconds and as a percentage of the session (target: under 3%).
+- **Client TTFT - server prompt time**: the median per request (loopback target: 5 ms).
+- **Corpus building**: seconds and tokenizer calls for the session's documents (two
+  documents of the session's size; target for one 128K document: 2 s and 5 calls).
+
+Seconds, tokens, counts and lower-is-better ratios only (asv takes lower as better);
+medians over repeats (``REUSEBENCH_ASV_REPEAT``).
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from reusebench import records, report
+
+from . import common
+
+
+@functools.lru_cache(maxsize=4)
+def _read(paths: tuple[str, ...]) -> list[records.Record]:
+    return [r for path in paths for r in records.read_records(Path(path))]
+
+
+def _session_records(cache: dict[str, Any], size: str, variant: str) -> list[records.Record]:
+    return [r for r in _read(tuple(cache["records"])) if r.variant == variant and report.size_label(r.size) == size]
+
+
+def summary_figure(cache: dict[str, Any], size: str, variant: str, value: Callable[[dict[str, Any]], float]) -> float:
+    """The median over the sessions' summary records of ``value(extra)``."""
+    summaries = [r.extra for r in _session_records(cache, size, variant) if r.role == records.SESSION_ROLE]
+    if not summaries:
+        if (variant, size) in cache["clean_sessions"] or not _session_records(cache, size, variant):
+            raise SkipNotImplemented(f"no session summary for {variant} @ {size} (records from before summaries)")
+        raise RuntimeError(f"no session summary for {variant} @ {size}: {cache['errors'].get((variant, size), '')}")
+    return statistics.median(value(extra) for extra in summaries)
+
+
+def budget_ratio(extra: dict[str, Any]) -> float:
+    prefill = extra["prefill"]
+    if not prefill["measure"]:
+        raise RuntimeError("no measured prefill: the session failed before its first measured step")
+    return (prefill["measure"] + prefill["setup"] + prefill["reference"]) / prefill["measure"]
+
+
+class PrefillBudget(common.SessionFigures):
+    """Prompt tokens prefilled per session beyond the measured steps' own (setup and no-reuse references)."""
+
+    params = (common.SIZES, common.VARIANTS)
+    param_names = ["size", "variant"]
+    version = "1"
+
+    def track_prefill_budget_ratio(self, cache, size, variant):
+        """All prefilled prompt tokens over the measured steps' (1.0: nothing extra)."""
+        return summary_figure(cache, size, variant, budget_ratio)
+
+    track_prefill_budget_ratio.unit = "ratio"
+
+    def track_extra_prefill_tokens(self, cache, size, variant):
+        """Setup and reference prompt tokens: what verification and preconditions cost."""
+        return summary_figure(cache, size, variant, lambda e: e["prefill"]["setup"] + e["prefill"]["reference"])
+
+    track_extra_prefill_tokens.unit = "tokens"
+
+
+class HarnessOverhead(common.SessionFigures):
+    """Time the harness spends beyond the server's own work."""
+
+    params = (common.SIZES, common.VARIANTS)
+    param_names = ["size", "variant"]
+    version = "1"
+
+    def track_overhead_seconds(self, cache, size, variant):
+        """Session wall time minus server prompt/generation time, loads/restarts/stops and deliberate waits."""
+        return summary_figure(cache, size, variant, lambda e: e["timing"]["overhead_s"])
+
+    track_overhead_seconds.unit = "seconds"
+
+    def track_overhead_percent(self, cache, size, variant):
+        """The same as a percentage of the session's wall time (target: under 3)."""
+        return summary_figure(cache, size, variant, lambda e: 100 * e["timing"]["overhead_s"] / e["timing"]["wall_s"])
+
+    track_overhead_percent.unit = "percent"
+
+    def track_ttft_minus_prompt_seconds(self, cache, size, variant):
+        """Median over the session's completions of client TTFT minus the server's prompt time."""
+        gaps = [(r.ttft_ms - r.prompt_ms) / 1000 for r in _session_records(cache, size, variant)
+                if r.ttft_ms is not None and r.prompt_ms is not None and not r.error]
+        if not gaps:
+            return common.figure(cache, size, variant, "first_load/cold", "ttft_seconds")  # fails or skips as it does
+        return statistics.median(gaps)
+
+    track_ttft_minus_prompt_seconds.unit = "seconds"
+
+
+class CorpusBuilding(common.SessionFigures):
+    """Building the session's documents of exact token size with the server's tokenizer (two documents)."""
+
+    params = (common.SIZES, common.VARIANTS)
+    param_names = ["size", "variant"]
+    version = "1"
+
+    def track_corpus_seconds(self, cache, size, variant):
+        return summary_figure(cache, size, variant, lambda e: e["timing"]["corpus_s"])
+
+    track_corpus_seconds.unit = "seconds"
+
+    def track_corpus_tokenizer_calls(self, cache, size, variant):
+        return summary_figure(cache, size, variant, lambda e: e["timing"]["corpus_tokenizer_calls"])
+
+    track_corpus_tokenizer_calls.unit = "calls"
