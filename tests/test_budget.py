@@ -1,0 +1,125 @@
+"""The prefill budget: every prompt token the suite makes the server prefill, against what the measured steps
+themselves required; deferred and shared references; and the harness's own cost, at 2K on the real server.
+
+Measured here (2-core CPU, 2K tokens, whole catalogue): the hybrid (granitehybrid-longmem, cache-reuse 256)
+2.09 with verification and 1.16 without; the pure-attention control 3.51 and 1.23. Verification costs one
+full prefill per distinct reused prompt, while a good cache makes the measured steps cheap: the better the
+cache, the higher the ratio, so the 1.25 target is out of reach without skipping verification (see the
+bounds asserted below). Without verification, the only extra prefill left is the interleave scenario's other
+document (a setup call): 1.16 / 1.23 with it, ~1.00 if it counted as a measured cold load.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from reusebench import profiles, records, runner
+from reusebench.records import Record
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+SIZE = 2048
+
+
+def run(profile: str, results: Path, verify: bool) -> tuple[runner.RunResult, str]:
+    out = io.StringIO()
+    result = runner.run_profile(profiles.load_profile(profile), results_dir=results, sizes=[SIZE], verify=verify,
+                                out=out)
+    assert result.failed_sessions == 0, out.getvalue()
+    return result, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory: pytest.TempPathFactory) -> tuple[runner.RunResult, str]:
+    return run("tiny-granitehybrid-longmem", tmp_path_factory.mktemp("results"), verify=True)
+
+
+@pytest.fixture(scope="module")
+def hybrid_unverified(tmp_path_factory: pytest.TempPathFactory) -> tuple[runner.RunResult, str]:
+    return run("tiny-granitehybrid-longmem", tmp_path_factory.mktemp("results"), verify=False)
+
+
+def step(result: runner.RunResult, scenario: str, name: str, role: str = "measure") -> Record:
+    (found,) = [r for r in result.records if (r.scenario, r.step, r.role) == (scenario, name, role)]
+    return found
+
+
+def budget(result: runner.RunResult) -> records.PrefillBudget:
+    (only,) = records.prefill_budgets(result.records)
+    return only
+
+
+def test_the_budget_counts_every_prefilled_token_and_is_printed_per_session(hybrid):
+    result, output = hybrid
+    b = budget(result)
+    calls = [r for r in result.records if r.prompt_n is not None]
+    assert b.total == sum(r.prompt_n for r in calls)
+    assert b.measured == sum(r.prompt_n for r in calls if r.role == "measure")
+    assert b.setup == step(result, "interleave", "other document", "setup").prompt_n + sum(
+        r.prompt_n for r in calls if r.scenario == "probe_eviction" and r.role == "setup")
+    (summary,) = [r for r in result.records if r.role == records.SESSION_ROLE]
+    assert summary.extra["prefill"] == {"measure": b.measured, "setup": b.setup, "reference": b.reference}
+    assert output.rstrip().splitlines()[-1] == b.line()  # the run ends with one budget line per session
+    assert f"prefill budget {b.ratio:.2f}" in output
+    # One reference per distinct reused prompt, none for prompts some call computed without reuse:
+    # 2.09 measured on this machine; the bound leaves room for a build that reuses differently.
+    assert b.ratio is not None and 1.8 < b.ratio < 2.3
+
+
+def test_a_later_cold_computation_verifies_an_earlier_step_instead_of_a_reference_call(hybrid):
+    result, output = hybrid
+    reask = step(result, "reask", "new question")
+    assert reask.extra["reference"] == "deferred"  # written before it was verified ...
+    assert reask.matches_reference is True and reask.verdict == "partial"  # ... the reader applied the verdict
+    assert reask.extra["verified_by"] == "restore_disk/reask"
+    verifier = step(result, "restore_disk", "reask")
+    assert verifier.cache_n == 0 and verifier.extra["verifies"][0]["step"] == "new question"
+    assert not [r for r in result.records if r.role == "reference" and r.prompt_hash == reask.prompt_hash]
+    # D + Q1 was computed cold by the first load: resend and interleave share it, no reference call
+    first = step(result, "first_load", "cold")
+    assert not [r for r in result.records if r.role == "reference" and r.prompt_hash == first.prompt_hash]
+    assert step(result, "resend", "same prompt").matches_reference is True
+    assert "reask/new question: verified by restore_disk/reask: partial" in output
+
+
+def test_deferred_references_run_at_the_end_and_carry_their_verdicts(hybrid):
+    result, _ = hybrid
+    references = [r for r in result.records if r.role == "reference"]
+    last_measured = max(r.ended_at for r in result.records if r.role == "measure")
+    assert references and all(r.started_at > last_measured for r in references)
+    assert all(len(r.extra["verifies"]) >= 1 for r in references)
+    cut = step(result, "chunk_removed", "10% cut at 10%")
+    assert cut.verdict == "WRONG OUTPUT" and cut.mismatch  # gotcha 1 still caught, now from the deferred reference
+    text = (result.run_dir / "records.jsonl").read_text()
+    assert '"matches_reference":null' in text  # the measured line itself was written unverified (append-only)
+
+
+def test_without_verification_only_setup_prefills_are_extra(hybrid_unverified):
+    result, _ = hybrid_unverified
+    b = budget(result)
+    assert b.reference == 0
+    assert b.setup == step(result, "interleave", "other document", "setup").prompt_n + 25  # + probe_eviction's setup
+    assert 1.10 < b.ratio < 1.20  # 1.16: the other document is the only real extra prefill
+
+
+def test_harness_figures_for_asv(hybrid, monkeypatch):
+    result, _ = hybrid
+    sys.path.insert(0, str(REPO))
+    from benchmarks import common, harness
+
+    cache = common.summarise(result.records, [str(result.records_path)], failed_sessions=0)
+    variant, size = "default", "2K"
+    ratio = harness.PrefillBudget().track_prefill_budget_ratio(cache, size, variant)
+    assert ratio == pytest.approx(budget(result).ratio)
+    assert harness.PrefillBudget().track_extra_prefill_tokens(cache, size, variant) == budget(result).extra
+    overhead = harness.HarnessOverhead()
+    assert 0 < overhead.track_overhead_seconds(cache, size, variant) < 5
+    assert 0 < overhead.track_overhead_percent(cache, size, variant) < 50
+    assert 0 < overhead.track_ttft_minus_prompt_seconds(cache, size, variant) < 0.1
+    assert harness.CorpusBuilding().track_corpus_tokenizer_calls(cache, size, variant) == 6  # 3 per document
+    assert harness.CorpusBuilding().track_corpus_seconds(cache, size, variant) < 2
