@@ -29,7 +29,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ STEPS = (
     "lora_swap/P + more, same LoRA",
     "lora_swap/P + more, no LoRA",
 )
+FIRST_LOAD = STEPS[0]
 
 
 def _words(name: str, default: str, separators: str = r"[\s,]+") -> list[str]:
@@ -213,6 +214,25 @@ def figure(cache: dict[str, Any], size: str, variant: str, step: str, name: str)
         raise SkipNotImplemented(f"{step} does not apply to {variant} @ {size}")
     why = cache["errors"].get(session, "a session stopped early (its error is in the asv log)")
     raise RuntimeError(f"no {name} for {variant} @ {size} {step}: {why}; records: {', '.join(cache['records'])}")
+
+
+def track(name: str, step: str | None = None, *, unit: str | None = None,
+          doc: str | None = None) -> Callable[..., float]:
+    """A ``track_*`` method that returns figure ``name`` of ``step`` (params: size, variant), or,
+    when ``step`` is None, of the class's step parameter (params: size, variant, step).
+
+    ``unit``, when given, is the method's own and wins over the class's; ``doc`` is its description.
+    """
+    if step is None:
+        def track_figure(self, cache, size, variant, step):
+            return figure(cache, size, variant, step, name)
+    else:
+        def track_figure(self, cache, size, variant):
+            return figure(cache, size, variant, step, name)
+    track_figure.__doc__ = doc
+    if unit is not None:
+        track_figure.unit = unit  # type: ignore[attr-defined]
+    return track_figure
 
 
 class SessionFigures:

@@ -15,5 +15,4 @@ class ReusedOutputMismatch(common.SessionFigures):
     unit = "mismatches"
     version = "1"
 
-    def track_mismatch(self, cache, size, variant, step):
-        return common.figure(cache, size, variant, step, "mismatches")
+    track_mismatch = common.track("mismatches")

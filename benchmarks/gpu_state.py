@@ -16,7 +16,14 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from . import common
 
-FIRST_LOAD = "first_load/cold"
+
+def _spread(name):
+    """A track of figure `name` over the repeated first loads: n/a (skipped) with one repeat."""
+    def track_spread(self, cache, size, variant):
+        if common.figure(cache, size, variant, common.FIRST_LOAD, "repeats") < 2:
+            raise SkipNotImplemented("one first load has no spread: set REUSEBENCH_ASV_REPEAT=3")
+        return common.figure(cache, size, variant, common.FIRST_LOAD, name)
+    return track_spread
 
 
 class FirstLoadGpuState(common.SessionFigures):
@@ -26,35 +33,21 @@ class FirstLoadGpuState(common.SessionFigures):
     param_names = ["size", "variant"]
     version = "1"
 
-    def track_first_load_start_temperature_c(self, cache, size, variant):
-        """GPU temperature when the first load began (context: a cool GPU boosts higher)."""
-        return common.figure(cache, size, variant, FIRST_LOAD, "start_temperature_c")
-
-    track_first_load_start_temperature_c.unit = "degrees C"
-
-    def track_first_load_sm_clock_mean_mhz(self, cache, size, variant):
-        """Mean SM clock during the first load (context: lower clocks make a slower load)."""
-        return common.figure(cache, size, variant, FIRST_LOAD, "sm_clock_mean_mhz")
-
-    track_first_load_sm_clock_mean_mhz.unit = "MHz"
-
-    def track_first_load_throttled_fraction(self, cache, size, variant):
-        """Fraction of GPU samples during the first load with a throttle reason (lower is better here)."""
-        return common.figure(cache, size, variant, FIRST_LOAD, "throttled_fraction")
-
-    track_first_load_throttled_fraction.unit = "fraction"
-
-    def track_first_load_idle_before_s(self, cache, size, variant):
-        """Seconds the GPU had been idle before the first load (context: a long idle means low clocks at the start)."""
-        return common.figure(cache, size, variant, FIRST_LOAD, "idle_before_s")
-
-    track_first_load_idle_before_s.unit = "seconds"
-
-    def track_first_load_model_page_cache_fraction(self, cache, size, variant):
-        """Fraction of the model file in the page cache before the server started (context: 0 means read from disk)."""
-        return common.figure(cache, size, variant, FIRST_LOAD, "model_page_cache_fraction")
-
-    track_first_load_model_page_cache_fraction.unit = "fraction"
+    track_first_load_start_temperature_c = common.track(
+        "start_temperature_c", common.FIRST_LOAD, unit="degrees C",
+        doc="GPU temperature when the first load began (context: a cool GPU boosts higher).")
+    track_first_load_sm_clock_mean_mhz = common.track(
+        "sm_clock_mean_mhz", common.FIRST_LOAD, unit="MHz",
+        doc="Mean SM clock during the first load (context: lower clocks make a slower load).")
+    track_first_load_throttled_fraction = common.track(
+        "throttled_fraction", common.FIRST_LOAD, unit="fraction",
+        doc="Fraction of GPU samples during the first load with a throttle reason (lower is better here).")
+    track_first_load_idle_before_s = common.track(
+        "idle_before_s", common.FIRST_LOAD, unit="seconds",
+        doc="Seconds the GPU had been idle before the first load (context: a long idle means low clocks at the start).")
+    track_first_load_model_page_cache_fraction = common.track(
+        "model_page_cache_fraction", common.FIRST_LOAD, unit="fraction",
+        doc="Fraction of the model file in the page cache before the server started (context: 0 means read from disk).")
 
 
 class FirstLoadSpread(common.SessionFigures):
@@ -65,17 +58,6 @@ class FirstLoadSpread(common.SessionFigures):
     unit = "seconds"
     version = "1"
 
-    def track_first_load_min_seconds(self, cache, size, variant):
-        return _spread(cache, size, variant, "prompt_seconds_min")
-
-    def track_first_load_median_seconds(self, cache, size, variant):
-        return _spread(cache, size, variant, "prompt_seconds")
-
-    def track_first_load_max_seconds(self, cache, size, variant):
-        return _spread(cache, size, variant, "prompt_seconds_max")
-
-
-def _spread(cache, size, variant, name):
-    if common.figure(cache, size, variant, FIRST_LOAD, "repeats") < 2:
-        raise SkipNotImplemented("one first load has no spread: set REUSEBENCH_ASV_REPEAT=3")
-    return common.figure(cache, size, variant, FIRST_LOAD, name)
+    track_first_load_min_seconds = _spread("prompt_seconds_min")
+    track_first_load_median_seconds = _spread("prompt_seconds")
+    track_first_load_max_seconds = _spread("prompt_seconds_max")

@@ -54,6 +54,16 @@ def summary_figure(cache: dict[str, Any], size: str, variant: str, value: Callab
     return statistics.median(value(extra) for extra in summaries)
 
 
+def summary_track(value: Callable[[dict[str, Any]], float], unit: str,
+                  doc: str | None = None) -> Callable[..., float]:
+    """A ``track_*`` method (params: size, variant) that returns ``summary_figure`` of ``value``."""
+    def track_summary(self, cache, size, variant):
+        return summary_figure(cache, size, variant, value)
+    track_summary.__doc__ = doc
+    track_summary.unit = unit  # type: ignore[attr-defined]
+    return track_summary
+
+
 def budget_ratio(extra: dict[str, Any]) -> float:
     prefill = extra["prefill"]
     if not prefill["measure"]:
@@ -68,17 +78,11 @@ class PrefillBudget(common.SessionFigures):
     param_names = ["size", "variant"]
     version = "1"
 
-    def track_prefill_budget_ratio(self, cache, size, variant):
-        """All prefilled prompt tokens over the measured steps' (1.0: nothing extra)."""
-        return summary_figure(cache, size, variant, budget_ratio)
-
-    track_prefill_budget_ratio.unit = "ratio"
-
-    def track_extra_prefill_tokens(self, cache, size, variant):
-        """Setup and reference prompt tokens: what verification and preconditions cost."""
-        return summary_figure(cache, size, variant, lambda e: e["prefill"]["setup"] + e["prefill"]["reference"])
-
-    track_extra_prefill_tokens.unit = "tokens"
+    track_prefill_budget_ratio = summary_track(
+        budget_ratio, "ratio", "All prefilled prompt tokens over the measured steps' (1.0: nothing extra).")
+    track_extra_prefill_tokens = summary_track(
+        lambda e: e["prefill"]["setup"] + e["prefill"]["reference"], "tokens",
+        "Setup and reference prompt tokens: what verification and preconditions cost.")
 
 
 class HarnessOverhead(common.SessionFigures):
@@ -88,24 +92,19 @@ class HarnessOverhead(common.SessionFigures):
     param_names = ["size", "variant"]
     version = "1"
 
-    def track_overhead_seconds(self, cache, size, variant):
-        """Session wall time minus server prompt/generation time, loads/restarts/stops and deliberate waits."""
-        return summary_figure(cache, size, variant, lambda e: e["timing"]["overhead_s"])
-
-    track_overhead_seconds.unit = "seconds"
-
-    def track_overhead_percent(self, cache, size, variant):
-        """The same as a percentage of the session's wall time (target: under 3)."""
-        return summary_figure(cache, size, variant, lambda e: 100 * e["timing"]["overhead_s"] / e["timing"]["wall_s"])
-
-    track_overhead_percent.unit = "percent"
+    track_overhead_seconds = summary_track(
+        lambda e: e["timing"]["overhead_s"], "seconds",
+        "Session wall time minus server prompt/generation time, loads/restarts/stops and deliberate waits.")
+    track_overhead_percent = summary_track(
+        lambda e: 100 * e["timing"]["overhead_s"] / e["timing"]["wall_s"], "percent",
+        "The same as a percentage of the session's wall time (target: under 3).")
 
     def track_ttft_minus_prompt_seconds(self, cache, size, variant):
         """Median over the session's completions of client TTFT minus the server's prompt time."""
         gaps = [(r.ttft_ms - r.prompt_ms) / 1000 for r in _session_records(cache, size, variant)
                 if r.ttft_ms is not None and r.prompt_ms is not None and not r.error]
         if not gaps:
-            return common.figure(cache, size, variant, "first_load/cold", "ttft_seconds")  # fails or skips as it does
+            return common.figure(cache, size, variant, common.FIRST_LOAD, "ttft_seconds")  # fails or skips as it does
         return statistics.median(gaps)
 
     track_ttft_minus_prompt_seconds.unit = "seconds"
@@ -118,12 +117,5 @@ class CorpusBuilding(common.SessionFigures):
     param_names = ["size", "variant"]
     version = "1"
 
-    def track_corpus_seconds(self, cache, size, variant):
-        return summary_figure(cache, size, variant, lambda e: e["timing"]["corpus_s"])
-
-    track_corpus_seconds.unit = "seconds"
-
-    def track_corpus_tokenizer_calls(self, cache, size, variant):
-        return summary_figure(cache, size, variant, lambda e: e["timing"]["corpus_tokenizer_calls"])
-
-    track_corpus_tokenizer_calls.unit = "calls"
+    track_corpus_seconds = summary_track(lambda e: e["timing"]["corpus_s"], "seconds")
+    track_corpus_tokenizer_calls = summary_track(lambda e: e["timing"]["corpus_tokenizer_calls"], "calls")

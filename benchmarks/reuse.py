@@ -16,11 +16,8 @@ class FirstLoad(common.SessionFigures):
     unit = "seconds"
     version = "1"
 
-    def track_prompt_seconds(self, cache, size, variant):
-        return common.figure(cache, size, variant, "first_load/cold", "prompt_seconds")
-
-    def track_ttft_seconds(self, cache, size, variant):
-        return common.figure(cache, size, variant, "first_load/cold", "ttft_seconds")
+    track_prompt_seconds = common.track("prompt_seconds", common.FIRST_LOAD)
+    track_ttft_seconds = common.track("ttft_seconds", common.FIRST_LOAD)
 
 
 class ReusedPromptSeconds(common.SessionFigures):
@@ -31,11 +28,8 @@ class ReusedPromptSeconds(common.SessionFigures):
     unit = "seconds"
     version = "1"
 
-    def track_prefill_seconds(self, cache, size, variant, step):
-        return common.figure(cache, size, variant, step, "prompt_seconds")
-
-    def track_ttft_seconds(self, cache, size, variant, step):
-        return common.figure(cache, size, variant, step, "ttft_seconds")
+    track_prefill_seconds = common.track("prompt_seconds")
+    track_ttft_seconds = common.track("ttft_seconds")
 
 
 class ReprocessedTokens(common.SessionFigures):
@@ -46,8 +40,5 @@ class ReprocessedTokens(common.SessionFigures):
     unit = "tokens"
     version = "1"
 
-    def track_reprocessed_tokens(self, cache, size, variant, step):
-        return common.figure(cache, size, variant, step, "reprocessed_tokens")
-
-    def track_excess_over_ideal(self, cache, size, variant, step):
-        return common.figure(cache, size, variant, step, "excess_tokens")
+    track_reprocessed_tokens = common.track("reprocessed_tokens")
+    track_excess_over_ideal = common.track("excess_tokens")
