@@ -19,6 +19,7 @@ import httpx
 
 Prompt = str | Sequence[int]
 ProgressCallback = Callable[[int, int, int], None]  # (processed, cached, total)
+CONNECT_TIMEOUT_S = 5.0  # a loopback server that does not accept within this is not answering
 
 
 class ClientError(RuntimeError):
@@ -80,7 +81,7 @@ class LlamaClient:
         headers = {"Connection": "close"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self.http = httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0))
+        self.http = httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
 
     def close(self) -> None:
         self.http.close()
@@ -203,9 +204,8 @@ class LlamaClient:
     ) -> Completion:
         acc = _Accumulator(time.perf_counter())
         deadline = None if timeout_s is None else acc.t0 + timeout_s
-        timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else httpx.Timeout(timeout_s, connect=5.0)
         try:
-            with self.http.stream("POST", path, json=body, timeout=timeout) as response:
+            with self.http.stream("POST", path, json=body, **_timeout(timeout_s)) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise ClientError(f"POST {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
@@ -334,7 +334,7 @@ def _sse_objects(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
 
 
 def _timeout(timeout_s: float | None) -> dict[str, Any]:
-    return {} if timeout_s is None else {"timeout": httpx.Timeout(timeout_s, connect=5.0)}
+    return {} if timeout_s is None else {"timeout": httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)}
 
 
 def _error_message(response: httpx.Response) -> str:
