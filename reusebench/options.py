@@ -41,6 +41,7 @@ from reusebench.client import ClientError, Completion, LlamaClient
 from reusebench.logs import Event
 from reusebench.profiles import OptionValue, Variant
 from reusebench.server import LlamaServer, ServerError
+from reusebench.session import common_prefix, token_difference
 
 
 class Verdict(str, Enum):
@@ -171,11 +172,9 @@ def first_difference(got: Completion, reference: Completion, logprob_tolerance: 
 
     Tokens only by default: a reused and a cold computation batch differently, so their logprobs differ a little.
     """
-    for position, (a, b) in enumerate(zip(got.tokens, reference.tokens)):
-        if a != b:
-            return f"token {position}: id {a} != reference id {b}"
-    if len(got.tokens) != len(reference.tokens):
-        return f"length {len(got.tokens)} != reference {len(reference.tokens)}"
+    differs = token_difference(got, reference)
+    if differs is not None:
+        return differs
     for position, (a, b) in enumerate(zip(got.probs, reference.probs)):
         if logprob_tolerance is not None and abs(a.logprob - b.logprob) > logprob_tolerance:
             return f"token {position}: logprob {a.logprob:.4f} != reference {b.logprob:.4f}"
@@ -605,7 +604,7 @@ def probe_slot_save_path(ctx: ProbeContext, setting: Setting) -> list[OptionVerd
             restored = ctx.client.slot_restore(slot, filename)["n_restored"]
             mark = ctx.mark()
             reply = ctx.complete(follow_up, id_slot=slot)
-            shared = _common_prefix(prompt + first.tokens, follow_up)
+            shared = common_prefix(prompt + first.tokens, follow_up)
             evidence = [f"saved {saved} tokens, restarted, restored {restored}; {reply.prompt_n + reply.cache_n}-token "
                         f"prompt sharing {shared}: {timings(reply)}",
                         *map(quote, of_kind(ctx.events_since(mark), "forced_full_reprocess", "checkpoint_restored"))]
@@ -614,10 +613,6 @@ def probe_slot_save_path(ctx: ProbeContext, setting: Setting) -> list[OptionVerd
         return verdicts
     finally:
         (Path(str(setting.value)) / filename).unlink(missing_ok=True)
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def probe_sleep_idle_seconds(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:

@@ -150,13 +150,21 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if diff.size else n
 
 
-def compare_outputs(got: Completion, ref: Completion, tolerance: float = LOGPROB_TOLERANCE) -> str | None:
-    """None when the outputs agree; otherwise where they first differ (positions and ids only, no text)."""
+def token_difference(got: Completion, ref: Completion) -> str | None:
+    """Where two outputs' token ids first differ, or their lengths do; None when the ids are the same."""
     for i, (a, b) in enumerate(zip(got.tokens, ref.tokens)):
         if a != b:
             return f"token {i}: id {a} != reference id {b}"
     if len(got.tokens) != len(ref.tokens):
         return f"length {len(got.tokens)} != reference {len(ref.tokens)}"
+    return None
+
+
+def compare_outputs(got: Completion, ref: Completion, tolerance: float = LOGPROB_TOLERANCE) -> str | None:
+    """None when the outputs agree; otherwise where they first differ (positions and ids only, no text)."""
+    differs = token_difference(got, ref)
+    if differs is not None:
+        return differs
     for i, token, delta in logprob_deltas(got, ref):
         if delta > tolerance:
             return f"token {i}: top logprob of id {token} differs by {delta:.3f} (> {tolerance})"
