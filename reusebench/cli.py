@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from reusebench import corpus, options, profiles, records, report, runner, scenarios, server, tiny
+from reusebench import corpus, options, profiles, records, report, runner, scenarios, server, session, tiny
 
 RESULTS_DIR = Path("results")
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--corpus", default="tiny-words", help="corpus spec name in corpora/ or a path")
     run.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
     run.add_argument("--no-verify", action="store_true", help="skip the no-reuse reference comparison")
-    run.add_argument("--on-failure", choices=("stop", "continue"), default="stop",
+    run.add_argument("--on-failure", choices=session.ON_FAILURE, default="stop",
                      help="after a failed step: stop that session (default) or restart its server and go on; "
                           "the run goes on with the next session either way")
     run.add_argument("--repeat-first-load", type=int, metavar="N",
