@@ -64,11 +64,16 @@ def summary_track(value: Callable[[dict[str, Any]], float], unit: str,
     return track_summary
 
 
-def budget_ratio(extra: dict[str, Any]) -> float:
+def prefill_budget(extra: dict[str, Any]) -> records.PrefillBudget:
     prefill = extra["prefill"]
-    if not prefill["measure"]:
+    return records.PrefillBudget("", prefill["measure"], prefill["setup"], prefill["reference"])
+
+
+def budget_ratio(extra: dict[str, Any]) -> float:
+    ratio = prefill_budget(extra).ratio
+    if ratio is None:
         raise RuntimeError("no measured prefill: the session failed before its first measured step")
-    return (prefill["measure"] + prefill["setup"] + prefill["reference"]) / prefill["measure"]
+    return ratio
 
 
 class PrefillBudget(common.SessionFigures):
@@ -81,7 +86,7 @@ class PrefillBudget(common.SessionFigures):
     track_prefill_budget_ratio = summary_track(
         budget_ratio, "ratio", "All prefilled prompt tokens over the measured steps' (1.0: nothing extra).")
     track_extra_prefill_tokens = summary_track(
-        lambda e: e["prefill"]["setup"] + e["prefill"]["reference"], "tokens",
+        lambda e: prefill_budget(e).extra, "tokens",
         "Setup and reference prompt tokens: what verification and preconditions cost.")
 
 
