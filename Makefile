@@ -40,7 +40,7 @@ bench: setup
 	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/python -m http.server --bind 127.0.0.1 8080 --directory results/html)"
 
 test: setup
-	$(BIN)/python -m pytest -q
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q
 
 clean-results:
 	rm -rf results/asv results/html results/runs

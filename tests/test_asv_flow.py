@@ -16,7 +16,6 @@ import io
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -175,7 +174,6 @@ def stored(results_dir: Path, commit: str) -> dict[tuple[str, tuple[str, ...]], 
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(shutil.which("cmake") is None, reason="the nightly build step runs CMake")
 def test_nightly_over_two_commits(tmp_path: Path) -> None:
     first, second = fake_llama_cpp(tmp_path / "llama.cpp")
     config = str(nightly_config(tmp_path, tmp_path / "llama.cpp"))
