@@ -87,8 +87,13 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
                                                                 "ttft_minus_prompt_seconds")),
         "harness.CorpusBuilding.track_corpus_seconds",
         "harness.CorpusBuilding.track_corpus_tokenizer_calls",
+        "verdicts.OptionVerdict.track_verdict_code",
     }
-    assert {b["setup_cache_key"] for b in found.values()} == {found["reuse.FirstLoad.track_prompt_seconds"]["setup_cache_key"]}
+    # One session per commit feeds every figure; the option check is its own short run.
+    session_keys = {b["setup_cache_key"] for name, b in found.items() if not name.startswith("verdicts.")}
+    assert session_keys == {found["reuse.FirstLoad.track_prompt_seconds"]["setup_cache_key"]}
+    variants, checked = found["verdicts.OptionVerdict.track_verdict_code"]["params"]
+    assert variants == [repr(VARIANT)] and {"'cache-reuse'", "'ctx-checkpoints'", "'cache-ram'"} <= set(checked)
     size, variant, steps = found["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"]
     assert (size, variant) == (["'2K'"], [repr(VARIANT)])
     assert repr(REASK) in steps and "'first_load/cold'" not in steps
@@ -194,6 +199,10 @@ def test_nightly_over_two_commits(tmp_path: Path) -> None:
     assert before[("reuse.ReprocessedTokens.track_reprocessed_tokens", reask)] <= 600
     assert after[("reuse.ReprocessedTokens.track_reprocessed_tokens", reask)] >= 2048
     assert after[("reuse.ReprocessedTokens.track_excess_over_ideal", reask)] >= 2000
+    # The option check sees the same change: checkpoints set to 32 in the profile, then disabled by the build.
+    checkpoints = (repr(VARIANT), "'ctx-checkpoints'")
+    assert before[("verdicts.OptionVerdict.track_verdict_code", checkpoints)] == 1  # ACTIVE
+    assert after[("verdicts.OptionVerdict.track_verdict_code", checkpoints)] != 1
     # A scenario that does not apply to the variant (no sleep-idle-seconds) is n/a, not a failure.
     assert math.isnan(after[("reuse.ReprocessedTokens.track_reprocessed_tokens", (*sized, repr(AFTER_SLEEP)))])
     # Both binaries came from the build cache the helper keeps per commit.
