@@ -289,10 +289,7 @@ class Session:
         """After a failed scenario (on_failure="continue"): a fresh server if the old one is gone."""
         if self.server.is_running():
             return
-        self._say("  restarting the server after the failure")
-        self._stop_server()
-        self._start_server()
-        self._seen.clear()
+        self._restart_server("restarting the server after the failure")
         self._slot_sequence, self._last_slot = ("default", []), 0
 
     def close(self) -> None:
@@ -439,7 +436,10 @@ class Session:
         self._call(scenario, "idle until asleep", "/props", poll)
 
     def restart(self, scenario: str) -> None:
-        self._say("  restarting the server (same slot-save directory)")
+        self._restart_server("restarting the server (same slot-save directory)")
+
+    def _restart_server(self, message: str) -> None:
+        self._say(f"  {message}")
         self._stop_server()
         self._host_before_load = host.capture(self.variant.model).to_dict()
         self._start_server()
