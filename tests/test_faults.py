@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest

