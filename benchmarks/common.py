@@ -35,15 +35,14 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import profiles, records, report, runner, scenarios
+from reusebench import build, profiles, records, report, runner, scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = "32K,128K"
 DEFAULT_PROFILE = "tiny-qwen35"
 BUILT_PROFILE = "nightly-tiny-qwen35"  # takes its binary from ${REUSEBENCH_LLAMA_SERVER}
 BINARY_ENV = "REUSEBENCH_LLAMA_SERVER"
-# Written by tools/asv_build_llama_server.py into the asv environment of asv.llama.conf.json.
-INSTALLED_FILE = "reusebench-llama-server.json"
+INSTALLED_FILE = build.INSTALLED_FILE  # written into asv's environment by `reusebench build --asv-env`
 
 # Every measured step of the scenario catalogue, as "scenario/step", in catalogue order.
 # Listed, not derived: asv needs its parameters before anything runs, and their values
@@ -96,7 +95,7 @@ def installed_binary() -> Path | None:
     if not info_path.is_file():
         # Falling back to the bundled binary would give every commit the same figures.
         raise RuntimeError(f"asv built this environment, but {info_path} is missing: the config's install_command "
-                           "must be `python {conf_dir}/tools/asv_build_llama_server.py install ...`")
+                           "must be `python -m reusebench build --tree {build_dir} --commit {commit} --asv-env {env_dir}`")
     info = json.loads(info_path.read_text())
     commit = os.environ.get("ASV_COMMIT")
     if commit and info["commit"] != commit:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from reusebench import corpus, options, profiles, records, report, runner, scenarios, server, session, tiny
+from reusebench import build, corpus, options, profiles, records, report, runner, scenarios, server, session, tiny
 
 RESULTS_DIR = Path("results")
 
@@ -91,6 +91,30 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    try:
+        if args.tree is None:
+            if args.commit or args.asv_env:
+                raise ValueError("--commit and --asv-env go with --tree")
+            source = build.fetch_pinned(progress)
+            binary = build.build(source, build.cmake_args(source, args.flavor, args.cmake_arg or ()),
+                                 flavor=args.flavor, jobs=args.jobs, progress=progress)
+        elif args.asv_env:
+            binary = build.asv_install(args.tree, args.commit or "HEAD", args.asv_env, progress)
+        else:
+            source = build.git_source(args.tree, args.commit or "HEAD")
+            binary = build.build(source, build.cmake_args(source, args.flavor, args.cmake_arg or ()),
+                                 flavor=args.flavor, jobs=args.jobs, progress=progress)
+    except build.BuildError as exc:
+        print(f"reusebench build: {exc}", file=sys.stderr)
+        return 1
+    print(binary)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reusebench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -131,6 +155,22 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check)
 
     sub.add_parser("profiles", help="list the shipped profiles").set_defaults(func=cmd_profiles)
+
+    make = sub.add_parser(
+        "build", help=f"build llama-server from source: the pinned {build.PINNED.requirement} (llama.cpp "
+        f"b{build.PINNED.build_number}) that profiles call `default`, or a llama.cpp checkout; cached, prints the path")
+    make.add_argument("--flavor", choices=tuple(build.FLAVORS), default="cpu",
+                      help="cpu: portable (GGML_NATIVE=OFF), any CPU of this architecture; cuda: for this "
+                      "machine's GPUs (profiles: binary: default:cuda)")
+    make.add_argument("--cmake-arg", action="append", metavar="ARG", help="extra CMake argument (repeatable); "
+                      "a pinned build with extra arguments is not `default`: use the printed path")
+    make.add_argument("--jobs", type=int, help="parallel compile jobs (default: $REUSEBENCH_BUILD_JOBS or all CPUs)")
+    make.add_argument("--tree", type=Path, help="a llama.cpp git checkout instead of the pinned release")
+    make.add_argument("--commit", help="with --tree: the commit checked out there (default HEAD)")
+    make.add_argument("--asv-env", type=Path, metavar="DIR", help="with --tree: record the binary in asv's "
+                      "{env_dir} (asv.llama.conf.json's install command); flavor and extra CMake arguments "
+                      "then come from $REUSEBENCH_BUILD_FLAVOR and $REUSEBENCH_CMAKE_ARGS")
+    make.set_defaults(func=cmd_build)
 
     models = sub.add_parser("models", help="generate the tiny models (cached) and print their paths")
     models.add_argument("names", nargs="*", help=f"default: all of {', '.join(tiny.MODEL_NAMES)}")

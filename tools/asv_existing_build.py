@@ -5,8 +5,8 @@ asv.llama.conf.json benchmarks llama.cpp commits. Neither stock environment fits
 a fresh venv and pip-installs asv_runner, build and reusebench's dependencies into
 it, which needs a package index. This one runs the benchmarks in the reusebench
 venv asv was started from (where everything is installed) and runs the config's
-install command for each commit (tools/asv_build_llama_server.py, which builds
-llama-server with CMake). Benchmarks see ASV_COMMIT and ASV_ENV_DIR, unlike in an
+install command for each commit (`reusebench build --tree ... --asv-env ...`, which
+builds llama-server with CMake). Benchmarks see ASV_COMMIT and ASV_ENV_DIR, unlike in an
 "existing" environment.
 
 Loaded by asv through `"plugins": [".tools.asv_existing_build"]`, which imports it

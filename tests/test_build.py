@@ -1,0 +1,129 @@
+"""`reusebench build`: portable flags, explicit versions, the cache, progress and failures.
+
+The builder runs on a throwaway CMake project that stands in for llama.cpp (its
+`llama-server` target copies a shell script), so these tests take seconds; the real
+llama.cpp build is what `make setup` runs, and the other tests use its binary.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reusebench import build, cli
+
+CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.14)
+project(fake_llama NONE)
+add_custom_target(llama-server ALL
+  COMMAND ${CMAKE_COMMAND} -E copy ${CMAKE_SOURCE_DIR}/llama-server ${CMAKE_BINARY_DIR}/bin/llama-server)
+"""
+SERVER = "#!/bin/sh\necho 'version: 2 (fake)' >&2\n"
+
+
+def git(tree: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost", *args], cwd=tree,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A git repository with two commits of the stand-in project."""
+    tree = tmp_path / "llama.cpp"
+    tree.mkdir()
+    git(tree, "init", "-q", "-b", "master")
+    (tree / "CMakeLists.txt").write_text(CMAKELISTS)
+    (tree / "llama-server").write_text(SERVER)
+    (tree / "llama-server").chmod(0o755)
+    git(tree, "add", ".")
+    git(tree, "commit", "-q", "-m", "one")
+    (tree / "README").write_text("two\n")
+    git(tree, "add", ".")
+    git(tree, "commit", "-q", "-m", "two")
+    return tree
+
+
+def test_cmake_arguments_are_portable_and_name_the_version() -> None:
+    source = build.Source(tree=Path("/src"), build_number=11434, commit="abc12345", identity="x" * 64, label="t")
+    args = build.cmake_args(source, "cpu", ["-DGGML_AVX512=ON"])
+    assert "-DGGML_NATIVE=OFF" in args and not any("native" in a for a in args[:-1])
+    assert {"-DLLAMA_BUILD_NUMBER=11434", "-DLLAMA_BUILD_COMMIT=abc12345", "-DLLAMA_USE_PREBUILT_UI=OFF",
+            "-DBUILD_SHARED_LIBS=OFF"} <= set(args)
+    assert args[-1] == "-DGGML_AVX512=ON"  # extra arguments come last, so they win
+    assert "-DGGML_CUDA=ON" in build.cmake_args(source, "cuda")
+    with pytest.raises(build.BuildError, match="unknown build flavor 'rocm'"):
+        build.cmake_args(source, "rocm")
+
+
+def test_git_source_counts_commits_like_llama_cpp(checkout: Path) -> None:
+    head = build.git_source(checkout, "HEAD")
+    first = build.git_source(checkout, "HEAD~1")
+    assert (head.build_number, first.build_number) == (2, 1)
+    assert head.identity == git(checkout, "rev-parse", "HEAD") and head.commit == head.identity[:8]
+    with pytest.raises(build.BuildError, match="git rev-parse"):
+        build.git_source(checkout, "no-such-commit")
+
+
+def test_build_once_then_from_the_cache(checkout: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = build.git_source(checkout, "HEAD")
+    args = build.cmake_args(source)
+    said: list[str] = []
+    binary = build.build(source, args, progress=said.append)
+    assert binary == build.build_dir(source.identity, args) / build.TARGET and binary.is_relative_to(cache)
+    info = build.read_build_info(binary)
+    assert info["build_number"] == 2 and info["cmake_args"] == args and info["flavor"] == "cpu"
+    assert "version: 2 (fake)" in info["version"]
+    assert build.describe(info) == f"b2 ({source.commit}; cpu, -DGGML_NATIVE=OFF)"
+    assert any("1/1 steps" in line for line in said), said  # ninja's progress, without a terminal
+    assert said[-1].startswith(f"llama-server {source.label} (cpu): built in")
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("rebuilt a cached binary")
+
+    monkeypatch.setattr(subprocess, "Popen", no_build)
+    said.clear()
+    assert build.build(source, args, progress=said.append) == binary
+    assert said == [f"llama-server {source.label} (cpu): cached at {binary}"]
+    # Other flags are another build.
+    assert build.build_dir(source.identity, [*args, "-DGGML_AVX2=OFF"]) != binary.parent
+
+
+def test_failed_build_names_the_log_and_caches_nothing(checkout: Path, cache: Path) -> None:
+    (checkout / "CMakeLists.txt").write_text(CMAKELISTS.replace("-E copy", "-E false &&"))
+    source = build.git_source(checkout, "HEAD")
+    with pytest.raises(build.BuildError, match=r"failed with exit status \d+; last lines of .*build\.log") as failed:
+        build.build(source, build.cmake_args(source), progress=lambda _: None)
+    assert "FAILED" in str(failed.value)  # ninja's own report is in the tail
+    assert not build.build_dir(source.identity, build.cmake_args(source)).exists()
+
+
+def test_asv_install_records_the_commit_binary(checkout: Path, cache: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    env_dir = tmp_path / "env"
+    env_dir.mkdir()
+    record = env_dir / build.INSTALLED_FILE
+    record.write_text('{"commit": "stale"}')
+    monkeypatch.setenv(build.CMAKE_ARGS_ENV, "-DGGML_AVX2=OFF")
+    head = git(checkout, "rev-parse", "HEAD")
+    assert cli.main(["build", "--tree", str(checkout), "--commit", head, "--asv-env", str(env_dir)]) == 0
+    installed = json.loads(record.read_text())
+    assert installed["commit"] == head and installed["cmake_args"][-1] == "-DGGML_AVX2=OFF"
+    assert Path(installed["binary"]).is_file()
+    # A build that fails leaves no record behind, so asv cannot benchmark the previous commit's binary.
+    (checkout / "CMakeLists.txt").write_text("this is not cmake(\n")
+    git(checkout, "commit", "-q", "-am", "broken")
+    assert cli.main(["build", "--tree", str(checkout), "--asv-env", str(env_dir)]) == 1
+    assert not record.exists()
+
+
+def test_build_options_that_do_not_go_together() -> None:
+    assert cli.main(["build", "--commit", "abc"]) == 2
