@@ -1,5 +1,5 @@
-# Two entry points (see README): `make bench` and `make test`. Both create .venv on first
-# use and are safe to run again.
+# Two entry points (see README): `make bench` and `make test`. Both create .venv and build
+# llama-server from the pinned llama.cpp source on first use, and are safe to run again.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -14,9 +14,9 @@ HYBRID_VARIANT := mmproj=on,cache-reuse=256
 HYBRID_SIZES ?= --size 32K --size 128K
 CONTROL_SIZES ?= --size 32K
 
-.PHONY: setup bench test models clean-results
+.PHONY: setup llama-server qemu bench test models clean-results
 
-setup: $(STAMP)
+setup: $(STAMP) llama-server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+# The pinned llama.cpp release, portable CPU build; cached, so a second run does not rebuild.
+llama-server: $(STAMP)
+	$(BIN)/reusebench build
+
+# The portability test runs llama-server on an emulated CPU without AVX-512 (Debian's qemu-user).
+qemu:
+	@command -v qemu-x86_64 > /dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user > /dev/null); \
+	  else echo "make test needs qemu-x86_64: sudo apt-get install qemu-user" >&2; exit 1; fi; }
 
 models: setup
 	$(BIN)/reusebench models
@@ -39,7 +50,7 @@ bench: setup
 	$(BIN)/reusebench report --last 2
 	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/python -m http.server --bind 127.0.0.1 8080 --directory results/html)"
 
-test: setup
+test: setup qemu
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q
 
 clean-results:

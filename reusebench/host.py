@@ -52,6 +52,22 @@ def cpu_model() -> str | None:
     return models[0] if models else None
 
 
+# Instruction-set extensions that llama.cpp's CPU kernels are compiled for, by /proc/cpuinfo
+# flag name. A native build uses those of the machine that built it, with no runtime check.
+KERNEL_CPU_FEATURES: dict[str, tuple[str, ...]] = {
+    "x86_64": ("avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+               "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"),
+    "aarch64": ("asimd", "asimddp", "i8mm", "sve", "sve2", "bf16", "fphp"),
+}
+
+
+def missing_cpu_features(machine: str | None = None) -> list[str]:
+    """The kernel extensions this CPU lacks (x86 'flags' / arm 'Features' of /proc/cpuinfo)."""
+    machine = machine or os.uname().machine
+    present = set(" ".join(_cpuinfo_values("flags") or _cpuinfo_values("Features")).split())
+    return [name for name in KERNEL_CPU_FEATURES.get(machine, ()) if name not in present]
+
+
 def cpu_mhz_mean() -> float | None:
     """Mean current CPU frequency: cpufreq's scaling_cur_freq (kHz), else /proc/cpuinfo's 'cpu MHz'."""
     khz = [_read(p) for p in SYS_CPU.glob("cpu[0-9]*/cpufreq/scaling_cur_freq")]

@@ -755,7 +755,7 @@ def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = 
                               for setting, _ in checked if setting.option not in rejected]
     args, _ = launch_args(variant)
     with contextlib.ExitStack() as stack:  # stops the server (and deletes its raw log) whatever happens
-        server = LlamaServer(variant.binary.path, args, env=variant.binary.environment())
+        server = LlamaServer(variant.binary.path, args)
         stack.callback(server.close)
         try:
             server.start()

@@ -2,7 +2,7 @@
 
 The server always binds 127.0.0.1 on a free port, runs in its own process group
 with a random API key, and logs at ``-lv 4`` into a private file (checkpoint and
-RAM-cache decisions are TRACE-only, see reference/llama-server.md section 1).
+RAM-cache decisions are logged only at that level).
 Every started server is registered so that an error, a timeout or Ctrl-C anywhere
 still stops it: nothing outlives the run.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from reusebench.binaries import death_by_signal
 from reusebench.logs import scrub_line
 
 HEALTH_TIMEOUT_S = 120.0
@@ -33,7 +34,14 @@ _live: set[LlamaServer] = set()
 
 
 class ServerError(RuntimeError):
-    """The server could not be started, died, or stopped answering."""
+    """The server could not be started, died, or stopped answering.
+
+    ``log_tail`` keeps the start-up log when the message is a one-line diagnosis.
+    """
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
 
 
 def free_port() -> int:
@@ -155,9 +163,13 @@ class LlamaServer:
                 code = self.process.poll() if self.process else None
                 if code is not None:
                     time.sleep(0.2)  # let the log writer of the exiting process finish its last lines
+                    tail = self.startup_log_tail()
+                    diagnosis = death_by_signal(code, self.binary)
+                    if diagnosis:
+                        raise ServerError(diagnosis, log_tail=tail)
                     raise ServerError(
-                        f"llama-server exited with status {code} during start-up; last log lines:\n"
-                        + self.startup_log_tail()
+                        f"llama-server exited with status {code} during start-up; last log lines:\n" + tail,
+                        log_tail=tail,
                     )
                 try:
                     if http.get("/health").status_code == 200:

@@ -43,7 +43,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from reusebench import corpus as corpus_mod
-from reusebench import host, logs, scenarios
+from reusebench import binaries, host, logs, scenarios
 from reusebench.client import ClientError, Completion, LlamaClient, ProgressCallback
 from reusebench.gpu import GpuSampler
 from reusebench.profiles import Variant
@@ -216,7 +216,7 @@ class Session:
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
         self.name = f"{variant.profile}/{variant.name}@{size}" + ("" if repeat is None else f"#r{repeat}")
         self._slot_dir: Path | None = None
-        self.server = LlamaServer(variant.binary.path, self._server_args(), env=variant.binary.environment())
+        self.server = LlamaServer(variant.binary.path, self._server_args())
         self.client: LlamaClient | None = None
         self.build = "unknown"
         self._tokens: dict[str, list[int]] = {}
@@ -253,7 +253,7 @@ class Session:
             # page-cache residency of the model means something only before the server maps it
             self._host_before_load = host.capture(self.variant.model).to_dict()
             self._start_server()
-            self.build = str(self._api().props().get("build_info", "unknown"))
+            self.build = binaries.build_label(self.variant.binary, self._api().props().get("build_info"))
             building = time.monotonic()
             self.corpus = corpus_mod.build_corpus(self.spec, self._api(), self.size)
             self._corpus = {"corpus_s": time.monotonic() - building, "corpus_tokenizer_calls": self.corpus.tokenizer_calls}

