@@ -8,12 +8,13 @@ removed between builds.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import re
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,17 @@ _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _HELP_DESCRIPTION_COLUMN = 40
 _LONG_OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9._-]*")
 _REMOVED_MARKER = "the argument has been removed"
+# An argument placeholder that stands for a number; a value that is not one makes llama-server exit at start-up.
+_NUMBER_PLACEHOLDER = "N"
+_DECIMAL_DEFAULT = re.compile(r"\(default: -?\d+\.\d")
+
+# Long options that exist only in some llama.cpp builds, by the release that added or dropped them: one
+# build's --help cannot say that a name it lacks is newer or older than the build, so these facts live here.
+ADDED_IN: dict[str, str] = {
+    name: "b11434"
+    for name in ("log-jsonl", "kv-unified-per-slot", "mmproj-device", "n-cpu-ffn", "lazy-mode", "spec-draft-sampling")
+}
+GONE_IN: dict[str, str] = dict.fromkeys(("mlock", "mmap", "no-mmap", "direct-io"), "b11434")
 
 
 class BinaryError(Exception):
@@ -48,6 +60,7 @@ class HelpOption:
     takes_value: bool
     removed: bool  # still listed, but using it is an error ("the argument has been removed")
     description: str
+    placeholder: str | None = None  # the argument as --help names it ("N", "FNAME"); None for a bare flag
 
 
 def expand_env(value: str, *, source: str, field_name: str) -> str:
@@ -104,7 +117,53 @@ def help_table(binary: Binary) -> Mapping[str, HelpOption]:
 
 def help_options(binary: Binary) -> frozenset[str]:
     """Names (without "--") of the long options this binary accepts; removed ones excluded."""
-    return frozenset(name for name, option in help_table(binary).items() if not option.removed)
+    return _accepted(help_table(binary))
+
+
+def _accepted(table: Mapping[str, HelpOption]) -> frozenset[str]:
+    return frozenset(name for name, option in table.items() if not option.removed)
+
+
+def option_problem(table: Mapping[str, HelpOption], name: str, value: str | int | float | bool) -> str | None:
+    """What is wrong with passing ``--name value`` to the binary whose `--help` is `table`; None when nothing is.
+
+    `value` is True for a bare flag. An option whose placeholder is N takes a number: an integer, unless its
+    documented default has decimals (``--temp N ... (default: 0.80)``).
+    """
+    entry = table.get(name)
+    if entry is None:
+        if name in ADDED_IN:
+            why = f" (it exists from llama.cpp {ADDED_IN[name]})"
+        elif name in GONE_IN:
+            why = f" (llama.cpp {GONE_IN[name]} dropped it)"
+        else:
+            why = did_you_mean(name, _accepted(table))
+        return f"unknown llama-server option{why}; flags get renamed and removed between builds"
+    if entry.removed:
+        return f"removed from this llama-server: {entry.description}"
+    if entry.takes_value and value is True:
+        return f"--{name} takes a value; true is only for bare flags"
+    if not entry.takes_value and not isinstance(value, bool):
+        return f"--{name} is a bare flag; write true to pass it or false to leave it out, not {value!r}"
+    if entry.placeholder == _NUMBER_PLACEHOLDER and not isinstance(value, bool):
+        decimals = bool(_DECIMAL_DEFAULT.search(entry.description))
+        if not _is_number(value, integer=not decimals):
+            return f"--{name} takes {'a number' if decimals else 'an integer'} (N in --help), not {value!r}"
+    return None
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """A hint naming the closest candidate, " (did you mean 'x'?)", or "" when none is close."""
+    matches = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
+
+
+def _is_number(value: str | int | float, *, integer: bool) -> bool:
+    try:
+        (int if integer else float)(str(value))  # llama-server's stoi would read "32K" as 32: not a number here
+    except ValueError:
+        return False
+    return True
 
 
 def version(binary: Binary) -> str:
@@ -187,6 +246,7 @@ def parse_help(text: str) -> dict[str, HelpOption]:
                     takes_value=bool(rest),
                     removed=description.lower().startswith(_REMOVED_MARKER),
                     description=description,
+                    placeholder=rest[0] if rest else None,
                 ),
             )
     return options

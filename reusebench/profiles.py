@@ -43,11 +43,6 @@ HARNESS_OWNED_OPTIONS: dict[str, str] = {
 # Options that have their own top-level key, so that paths are checked and the matrix can toggle them.
 TOP_LEVEL_OPTIONS = frozenset({"model", "mmproj", "lora"})
 
-RENAMED_FLAGS_HINT = (
-    "flags get renamed and removed between builds (e.g. mlock, mmap, direct-io are gone in b11434; "
-    "log-jsonl, kv-unified-per-slot exist only from b11434)"
-)
-
 OptionValue = str | int | float | bool
 
 _SIZE = re.compile(r"(\d+)\s*([KkMm]?)")
@@ -451,33 +446,16 @@ def _effective_options(
 def _check_against_help(
     binary: Binary, options: dict[str, OptionValue], matrix: dict[str, list[OptionValue]], origins: _Origins
 ) -> None:
-    """Every option and matrix axis must be a long option this binary's `--help` lists, with the right arity."""
+    """Every option and matrix value must be one this binary's `--help` accepts (``binaries.option_problem``)."""
     with _reported_at(origins, "binary"):
         table = binaries.help_table(binary)
     settings = [(f"options.{name}", name, [value]) for name, value in options.items()]
     settings += [(f"matrix.{axis}", axis, values) for axis, values in matrix.items() if axis != MMPROJ_AXIS]
     for where, name, values in settings:
-        file = origins.file(where)
-        entry = table.get(name)
-        if entry is None:
-            hint = _did_you_mean(name, binaries.help_options(binary))
-            raise ProfileError(
-                f"{file}: {where}: unknown llama-server option{hint}; {RENAMED_FLAGS_HINT}; "
-                f"see `{binary.path} --help`"
-            )
-        if entry.removed:
-            raise ProfileError(f"{file}: {where}: removed from this llama-server: {entry.description}")
         for value in values:
-            _check_arity(name, value, entry.takes_value, file, where)
-
-
-def _check_arity(name: str, value: OptionValue, takes_value: bool, file: str, where: str) -> None:
-    if takes_value and value is True:
-        raise ProfileError(f"{file}: {where}: --{name} takes a value; true is only for bare flags")
-    if not takes_value and not isinstance(value, bool):
-        raise ProfileError(
-            f"{file}: {where}: --{name} is a bare flag; write true to pass it or false to leave it out, not {value!r}"
-        )
+            problem = binaries.option_problem(table, name, value)
+            if problem is not None:
+                raise ProfileError(f"{origins.file(where)}: {where}: {problem}; see `{binary.path} --help`")
 
 
 def _expand_value(value: OptionValue, origins: _Origins, where: str) -> OptionValue:
