@@ -16,8 +16,9 @@ tail, the process group of a hung server is killed, and the session stops
 (``on_failure="stop"``, the default) or restarts the server and goes on with
 the next scenario (``"continue"``). Every record written before stays as it is.
 
-References: a reused step whose prompt has no no-reuse computation yet is
-written at once and verified later: by any later call that computes the same
+References (kept by ``verification.References``; "the same output" is
+``verification.output_difference``): a reused step whose prompt has no no-reuse
+computation yet is written at once and verified later: by any later call that computes the same
 prompt and LoRA with nothing reused (a cold measured step is a reference), or
 by a ``cache_prompt: false`` call at the end of the session. The record that
 verifies lists the steps in ``extra["verifies"]``; ``records.read_records``
@@ -40,12 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-
 from reusebench import corpus as corpus_mod
 from reusebench import binaries, host, logs, scenarios
-from reusebench.client import ClientError, Completion, LlamaClient, ProgressCallback
+from reusebench.client import ClientError, Completion, ProgressCallback
 from reusebench.gpu import GpuSampler
+from reusebench.handle import ServerHandle
 from reusebench.profiles import Variant
 from reusebench.records import (
     HIT_TOLERANCE,
@@ -53,20 +53,16 @@ from reusebench.records import (
     PrefillBudget,
     Record,
     RecordWriter,
-    apply_verification,
-    step_id,
     text_hash,
     tokens_hash,
     verdict,
 )
 from reusebench.server import LlamaServer, ServerError
+from reusebench.verification import References, common_prefix, reference_name
 
 __all__ = ["HIT_TOLERANCE", "Session", "SessionResult", "verdict"]
 
 CTX_MARGIN = 1024  # room for question, edit, extension and generated tokens beyond the document
-LOGPROB_TOLERANCE = 0.05  # absolute, on top-k logprobs; batch shapes differ between cold and reused paths
-SLEEP_POLL_S = 0.25
-SLEEP_GRACE_S = 60.0  # beyond sleep-idle-seconds before a server that does not sleep fails the session
 # Deadline of one completion: max(HANG_FLOOR_S, HANG_FACTOR x prompt tokens / prefill rate + HANG_MARGIN_S
 # + HANG_PER_TOKEN_S x n_predict).
 # The rate is the first load's; before it is measured, UNMEASURED_RATE (tokens/s) stands in: report A's
@@ -125,60 +121,8 @@ class Request:
 ProgressHook = Callable[[str, str, str, int, int, int], None]
 
 
-@dataclass
-class Pending:
-    """Measured steps waiting for a no-reuse reference of their prompt (same tokens and LoRA)."""
-
-    request: Request
-    steps: list[tuple[Record, Completion]] = field(default_factory=list)
-
-
-def reference_key(r: Record) -> tuple[str, str]:
-    """Steps with the same prompt tokens and LoRA share one no-reuse reference."""
-    return r.prompt_hash or "", r.lora or ""
-
-
 def lora_key(lora: Lora) -> str:
     return "default" if lora is None else json.dumps(sorted((int(a["id"]), float(a["scale"])) for a in lora))
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if diff.size else n
-
-
-def token_difference(got: Completion, ref: Completion) -> str | None:
-    """Where two outputs' token ids first differ, or their lengths do; None when the ids are the same."""
-    for i, (a, b) in enumerate(zip(got.tokens, ref.tokens)):
-        if a != b:
-            return f"token {i}: id {a} != reference id {b}"
-    if len(got.tokens) != len(ref.tokens):
-        return f"length {len(got.tokens)} != reference {len(ref.tokens)}"
-    return None
-
-
-def compare_outputs(got: Completion, ref: Completion, tolerance: float = LOGPROB_TOLERANCE) -> str | None:
-    """None when the outputs agree; otherwise where they first differ (positions and ids only, no text)."""
-    differs = token_difference(got, ref)
-    if differs is not None:
-        return differs
-    for i, token, delta in logprob_deltas(got, ref):
-        if delta > tolerance:
-            return f"token {i}: top logprob of id {token} differs by {delta:.3f} (> {tolerance})"
-    return None
-
-
-def logprob_deltas(got: Completion, ref: Completion) -> list[tuple[int, int, float]]:
-    """(position, token id, |logprob difference|) for every top-k token both outputs list at a position."""
-    return [
-        (i, token, abs(logprob - dict(pb.top)[token]))
-        for i, (pa, pb) in enumerate(zip(got.probs, ref.probs))
-        for token, logprob in pa.top
-        if token in dict(pb.top)
-    ]
 
 
 class Session:
@@ -216,13 +160,12 @@ class Session:
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
         self.name = f"{variant.profile}/{variant.name}@{size}" + ("" if repeat is None else f"#r{repeat}")
         self._slot_dir: Path | None = None
-        self.server = LlamaServer(variant.binary.path, self._server_args())
-        self.client: LlamaClient | None = None
+        self.handle = ServerHandle(LlamaServer(variant.binary.path, self._server_args()),
+                                   call_timeout_s=CALL_TIMEOUT_S)
         self.build = "unknown"
         self._tokens: dict[str, list[int]] = {}
         self._seen: dict[str, list[list[int]]] = {}  # lora key -> sequences the server has processed
-        self._references: dict[tuple[str, str], tuple[Completion, str]] = {}  # key -> (completion, "scenario/step")
-        self._pending: dict[tuple[str, str], Pending] = {}
+        self._references: References[Request] = References()
         self._first_load_ms: float | None = None
         self._rate: float | None = None  # prefill tokens per second of the first load
         self._prefilled = dict.fromkeys(("setup", "measure", "reference"), 0)
@@ -253,9 +196,9 @@ class Session:
             # page-cache residency of the model means something only before the server maps it
             self._host_before_load = host.capture(self.variant.model).to_dict()
             self._start_server()
-            self.build = binaries.build_label(self.variant.binary, self._api().props().get("build_info"))
+            self.build = binaries.build_label(self.variant.binary, self.handle.client.props().get("build_info"))
             building = time.monotonic()
-            self.corpus = corpus_mod.build_corpus(self.spec, self._api(), self.size)
+            self.corpus = corpus_mod.build_corpus(self.spec, self.handle.client, self.size)
             self._corpus = {"corpus_s": time.monotonic() - building, "corpus_tokenizer_calls": self.corpus.tokenizer_calls}
             for scenario in selected:
                 reason = scenario.not_applicable(self)
@@ -292,12 +235,14 @@ class Session:
         self._restart_server("restarting the server after the failure")
         self._slot_sequence, self._last_slot = ("default", []), 0
 
+    @property
+    def server(self) -> LlamaServer:
+        return self.handle.server
+
     def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
         self._keep_log()
         stopping = time.monotonic()
-        self.server.close()
+        self.handle.close()
         self._seconds["load"] += time.monotonic() - stopping
         if self._slot_dir is not None:
             shutil.rmtree(self._slot_dir, ignore_errors=True)
@@ -328,9 +273,9 @@ class Session:
         path = Path(str(configured))
         try:
             path.mkdir(parents=True, exist_ok=True)
-            probe = path / f".reusebench-write-test-{os.getpid()}"
-            probe.write_bytes(b"")
-            probe.unlink()
+            test_file = path / f".reusebench-write-test-{os.getpid()}"
+            test_file.write_bytes(b"")
+            test_file.unlink()
         except OSError as exc:
             raise ServerError(f"options.slot-save-path: {path} is not a writable directory "
                               f"({exc.strerror or exc}); nothing was started") from exc
@@ -383,7 +328,7 @@ class Session:
     def tokens(self, text: str, *, bos: bool = True) -> list[int]:
         key = f"{bos}:{text_hash(text)}:{len(text)}"
         if key not in self._tokens:
-            self._tokens[key] = self._api().tokenize(text, add_special=bos)
+            self._tokens[key] = self.handle.client.tokenize(text, add_special=bos)
         return self._tokens[key]
 
     def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True, lora: Lora = None) -> Completion:
@@ -401,7 +346,7 @@ class Session:
         timeout = self._deadline(len(self._slot_sequence[1]))
         try:
             self._call(scenario, "save slot", f"/slots/{self._last_slot}?action=save",
-                       lambda: self._api().slot_save(self._last_slot, filename, timeout_s=timeout),
+                       lambda: self.handle.client.slot_save(self._last_slot, filename, timeout_s=timeout),
                        explain=lambda: self._save_failure(filename))
         except ClientError:
             del self._saved[filename]
@@ -410,30 +355,23 @@ class Session:
     def restore_slot(self, scenario: str, filename: str) -> None:
         timeout = self._deadline(len(self._saved.get(filename, ("", []))[1]))
         self._call(scenario, "restore slot", f"/slots/{self._last_slot}?action=restore",
-                   lambda: self._api().slot_restore(self._last_slot, filename, timeout_s=timeout))
+                   lambda: self.handle.client.slot_restore(self._last_slot, filename, timeout_s=timeout))
         key, sequence = self._saved[filename]
         self._seen.setdefault(key, []).append(sequence)
 
     def wait_until_asleep(self, scenario: str) -> None:
-        """Stay idle until the server sleeps, asking only ``/props`` (``/slots`` and ``/tokenize`` would wake it)."""
+        """Stay idle until the server sleeps (``ServerHandle.wait_until_asleep``); a server that does not fails."""
         seconds = float(str(self.variant.option("sleep-idle-seconds")))
         self._say(f"  idling until the server sleeps (sleep-idle-seconds {seconds:g})")
 
-        def poll() -> dict[str, Any]:
-            started = time.monotonic()
-            deadline = started + seconds + SLEEP_GRACE_S
-            polls = 1
-            try:
-                while not self._api().props().get("is_sleeping"):
-                    if time.monotonic() > deadline:
-                        raise ServerError(f"the server did not sleep within {seconds + SLEEP_GRACE_S:.0f} s of idling")
-                    time.sleep(SLEEP_POLL_S)
-                    polls += 1
-            finally:
-                self._seconds["wait"] += time.monotonic() - started  # a deliberate wait, not harness overhead
-            return {"n_polls": polls}
+        def wait() -> dict[str, Any]:
+            waited = self.handle.wait_until_asleep(seconds)
+            self._seconds["wait"] += waited.waited_s  # a deliberate wait, not harness overhead
+            if not waited.asleep:
+                raise ServerError(f"the server did not sleep within {waited.waited_s:.0f} s of idling")
+            return {"n_polls": waited.polls}
 
-        self._call(scenario, "idle until asleep", "/props", poll)
+        self._call(scenario, "idle until asleep", "/props", wait)
 
     def restart(self, scenario: str) -> None:
         self._restart_server("restarting the server (same slot-save directory)")
@@ -450,18 +388,14 @@ class Session:
     def _start_server(self) -> None:
         started = time.monotonic()
         try:
-            self.server.start()
+            self.handle.start()
         finally:
             self._seconds["load"] += time.monotonic() - started
         self.sampler.pid = self.server.pid
-        self.client = LlamaClient(self.server.base_url, self.server.api_key, timeout_s=CALL_TIMEOUT_S)
 
     def _stop_server(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
         started = time.monotonic()
-        self.server.stop()
+        self.handle.stop()
         self._seconds["load"] += time.monotonic() - started
 
     def _deadline(self, n_tokens: int) -> float:
@@ -469,11 +403,6 @@ class Session:
         rate = self._rate or UNMEASURED_RATE
         return max(HANG_FLOOR_S, HANG_FACTOR * n_tokens / rate + HANG_MARGIN_S
                    + HANG_PER_TOKEN_S * self.variant.n_predict)
-
-    def _api(self) -> LlamaClient:
-        if self.client is None:
-            raise ServerError("server is not running")
-        return self.client
 
     def _prompt_tokens(self, prompt: Prompt) -> list[int]:
         return self.tokens(prompt) if isinstance(prompt, str) else list(prompt)
@@ -566,19 +495,19 @@ class Session:
         tokens = self._prompt_tokens(prompt)
 
         def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
-            return self._api().complete(tokens, n_predict=self.variant.n_predict, cache_prompt=cache_prompt, lora=lora,
-                                        on_progress=progress, timeout_s=timeout_s), ""
+            return self.handle.client.complete(tokens, n_predict=self.variant.n_predict, cache_prompt=cache_prompt,
+                                               lora=lora, on_progress=progress, timeout_s=timeout_s), ""
 
         return Request("/completion", tokens, lora, send)
 
     def _chat(self, messages: Messages) -> Request:
         messages = [dict(m) for m in messages]  # a deferred reference must send this turn, not a later one
         def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
-            return self._api().chat(messages, n_predict=self.variant.n_predict, cache_prompt=cache_prompt,
-                                    on_progress=progress, timeout_s=timeout_s)
+            return self.handle.client.chat(messages, n_predict=self.variant.n_predict, cache_prompt=cache_prompt,
+                                           on_progress=progress, timeout_s=timeout_s)
 
         # the server's own rendering, tokenized as it does (BOS added), so `ideal` compares what it compares
-        return Request("/v1/chat/completions", self.tokens(self._api().apply_template(messages)), None, send)
+        return Request("/v1/chat/completions", self.tokens(self.handle.client.apply_template(messages)), None, send)
 
     def _complete(self, scenario: str, step: str, role: str, request: Request, expect_hit: bool) -> tuple[Completion, str]:
         key = lora_key(request.lora)
@@ -586,7 +515,7 @@ class Session:
         record = self._base_record(scenario, step, role, request.endpoint, started)
         record.lora, record.prompt_tokens, record.prompt_hash = key, len(request.tokens), tokens_hash(request.tokens)
         record.ideal, record.expected_hit = self._ideal(request.tokens, key), expect_hit
-        offset = self.server.log_size()
+        mark = self.handle.mark()
         record.host = self._host_before_load or host.capture().to_dict()
         self._host_before_load = None
         mark = self.sampler.mark()
@@ -595,7 +524,7 @@ class Session:
             completion, reply = request.send(True, self._progress(scenario, step, role), timeout)
         except (ClientError, KeyboardInterrupt) as exc:
             self._clear_progress()
-            record.cause = self._cause(offset)
+            record.cause = self._cause(mark)
             record.gpu = self.sampler.summary_dict(mark, self.sampler.mark())
             record.extra["timeout_s"] = round(timeout, 1)
             if isinstance(exc, KeyboardInterrupt):  # keep what the step got to, then stop
@@ -606,7 +535,7 @@ class Session:
         record.gpu = self.sampler.summary_dict(mark, self.sampler.mark())
         self._clear_progress()
         self._fill(record, completion)
-        record.cause = self._cause(offset)
+        record.cause = self._cause(mark)
         if record.slot is None:  # chat responses do not name the slot; the log does
             record.slot = record.cause.get("slot")
         self._last_slot = record.slot if record.slot is not None else self._last_slot
@@ -634,11 +563,8 @@ class Session:
         record.output_hash = tokens_hash(c.tokens)
         record.excess = None if record.ideal is None else c.prompt_n - record.ideal
 
-    def _cause(self, offset: int) -> dict[str, Any]:
-        with open(self.server.raw_log_path, errors="replace") as log:
-            log.seek(offset)
-            lines = log.read().splitlines()
-        return logs.explain(logs.parse_lines(lines)).to_dict()
+    def _cause(self, mark: int) -> dict[str, Any]:
+        return logs.explain(self.handle.events_since(mark)).to_dict()
 
     def _judge(self, record: Record, c: Completion, request: Request) -> None:
         """Speedup, correctness against a no-reuse reference (now or deferred), and the verdict."""
@@ -656,45 +582,21 @@ class Session:
         record.verdict = verdict(record)
         if c.cache_n == 0 or not self.verify:
             return
-        key = reference_key(record)
-        if key in self._references:
-            reference, by = self._references[key]
-            apply_verification(record, self._check(record, c, reference, by))
-        else:  # written now, verified by a later computation of the same prompt without reuse
-            self._pending.setdefault(key, Pending(request)).steps.append((record, c))
-            record.extra["reference"] = "deferred"
-
-    def _check(self, record: Record, c: Completion, reference: Completion, by: str) -> dict[str, Any]:
-        """One entry of ``extra["verifies"]``: the measured step, and whether its output equals the reference."""
-        mismatch = compare_outputs(c, reference)
-        # how close "same" was: the tolerance is for batch-shape noise, which is ~1e-5 on CPU
-        delta = max((d for _, _, d in logprob_deltas(c, reference)), default=0.0)
-        return {**step_id(record), "matches_reference": mismatch is None, "mismatch": mismatch,
-                "max_logprob_delta": delta, "by": by}
+        self._references.verify(record, c, request)
 
     def _use_as_reference(self, record: Record, c: Completion) -> None:
         """A call that reused nothing is the reference of its prompt; it verifies the steps waiting for one."""
-        key = reference_key(record)
-        by = f"{record.scenario}/{record.step}" + ("" if record.role == "measure" else f" ({record.role})")
-        self._references.setdefault(key, (c, by))
-        pending = self._pending.pop(key, None)
-        if pending is None:
-            return
-        checks = [self._check(measured, got, c, by) for measured, got in pending.steps]
-        for (measured, _), check in zip(pending.steps, checks):
-            apply_verification(measured, check)  # the in-memory record; the file gets it via `verifies`
-        record.extra["verifies"] = checks
-        for measured, _ in pending.steps:
-            self._say(f"  {measured.scenario}/{measured.step}: verified by {by}: {measured.verdict}")
+        for measured in self._references.add(record, c):
+            self._say(f"  {measured.scenario}/{measured.step}: verified by {reference_name(record)}: {measured.verdict}")
 
     def _deferred_references(self) -> None:
         """The references nothing computed along the way: one ``cache_prompt: false`` call per prompt and LoRA."""
-        if self._pending and not self.server.is_running():
-            waiting = sum(len(p.steps) for p in self._pending.values())
-            self._say(f"{waiting} measured step(s) left unverified: the server is gone before their references")
+        waiting = self._references.waiting()
+        if waiting and not self.server.is_running():
+            steps = sum(len(p.steps) for p in waiting)
+            self._say(f"{steps} measured step(s) left unverified: the server is gone before their references")
             return
-        for key in list(self._pending):
-            pending = self._pending[key]
+        for pending in waiting:
             first = pending.steps[0][0]
             record = self._base_record(first.scenario, first.step, "reference", pending.request.endpoint, time.time())
             record.lora, record.prompt_tokens, record.prompt_hash = first.lora, first.prompt_tokens, first.prompt_hash

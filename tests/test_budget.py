@@ -94,7 +94,7 @@ def test_deferred_references_run_at_the_end_and_carry_their_verdicts(hybrid):
     assert references and all(r.started_at > last_measured for r in references)
     assert all(len(r.extra["verifies"]) >= 1 for r in references)
     cut = step(result, "chunk_removed", "10% cut at 10%")
-    assert cut.verdict == "WRONG OUTPUT" and cut.mismatch  # gotcha 1 still caught, now from the deferred reference
+    assert cut.verdict == "WRONG OUTPUT" and cut.mismatch  # a chunk shifted over a hybrid still caught, now from the deferred reference
     text = (result.run_dir / "records.jsonl").read_text()
     assert '"matches_reference":null' in text  # the measured line itself was written unverified (append-only)
 

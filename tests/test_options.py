@@ -1,4 +1,4 @@
-"""`reusebench check`: verdict plumbing without a server, then each acceptance case of issue 5 on the real
+"""`reusebench check`: verdict plumbing without a server, then each verdict the README promises on the real
 llama-server with generated tiny models (``e2e``; the whole file takes well under a minute on 2 cores)."""
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ import pytest
 from reusebench import cli, options, profiles
 from reusebench.client import Completion, TokenProbs
 from reusebench.options import OptionVerdict, Verdict
+from reusebench.options import check as check_module
+from reusebench.options.check import CHECKED_DEFAULTS, PROBE_CTX_PER_SLOT, launch_args, settings_to_check
+from reusebench.options.probes import metrics_agreement, probe_cache_prompt
 
 UNKNOWN_OPTIONS_PROFILE = """\
 binary: default
@@ -68,32 +71,23 @@ def test_option_verdict_dict_and_keys() -> None:
         "cache-reuse": 4, "slot-save-path[strict extension after restart]": 1}
 
 
-def test_first_difference_tokens_then_logprobs() -> None:
-    assert options.first_difference(completion([1, 2, 3]), completion([1, 2, 3])) is None
-    assert options.first_difference(completion([1, 2, 3]), completion([1, 5, 3])) == "token 1: id 2 != reference id 5"
-    assert options.first_difference(completion([1, 2]), completion([1, 2, 3])) == "length 2 != reference 3"
-    close = completion([1, 2], [-1.0, -2.0]), completion([1, 2], [-1.0, -2.01])
-    assert options.first_difference(*close) is None  # tokens only unless a tolerance is given
-    assert "logprob" in options.first_difference(*close, logprob_tolerance=1e-3)
-
-
 def test_metrics_agreement_compares_counter_deltas_with_summed_timings() -> None:
     before = {"llamacpp:prompt_tokens_total": 100.0, "llamacpp:prompt_tokens_cached_total": 0.0}
     after = {"llamacpp:prompt_tokens_total": 114.0, "llamacpp:prompt_tokens_cached_total": 96.0}
     done = [completion([1], prompt_n=10), completion([1], prompt_n=4, cache_n=96)]
-    assert options.metrics_agreement(before, after, done).startswith("/metrics agrees")
-    assert "DISAGREES" in options.metrics_agreement(before, after, done[:1])
+    assert metrics_agreement(before, after, done).startswith("/metrics agrees")
+    assert "DISAGREES" in metrics_agreement(before, after, done[:1])
 
 
 def test_settings_cover_the_profile_and_the_reuse_defaults_in_probe_order() -> None:
     variant = profiles.load_profile("tiny-qwen35").variant("mmproj=on,cache-reuse=256")
     variant = replace(variant, options={**variant.options, "no-cache-prompt": True, "flash-attn": "off"})
-    checked = options.settings_to_check(variant)
+    checked = settings_to_check(variant)
     names = [setting.option for setting, _ in checked]
-    assert set(options.CHECKED_DEFAULTS) - {"cache-prompt"} <= set(names)
+    assert set(CHECKED_DEFAULTS) - {"cache-prompt"} <= set(names)
     assert names.index("parallel") == 0 and names.index("sleep-idle-seconds") == len(names) - 2  # sleeping ends it
     settings = {setting.option: (setting, probe) for setting, probe in checked}
-    assert settings["no-cache-prompt"] == (options.Setting("no-cache-prompt", "true", False), options.probe_cache_prompt)
+    assert settings["no-cache-prompt"] == (options.Setting("no-cache-prompt", "true", False), probe_cache_prompt)
     assert settings["mmproj"][0].label.startswith("mmproj-")
     assert settings["cache-reuse"][0].value == 256
     assert settings["ctx-checkpoints"][0].label == "32"  # set by tiny-base
@@ -103,10 +97,10 @@ def test_settings_cover_the_profile_and_the_reuse_defaults_in_probe_order() -> N
 
 def test_launch_adds_a_probe_sized_context_and_metrics() -> None:
     variant = profiles.load_profile("tiny-granitehybrid").variants[0]
-    args, added = options.launch_args(variant)
-    assert added == ["--ctx-size", str(options.PROBE_CTX_PER_SLOT)]  # tiny-base: 1 slot, --metrics already set
+    args, added = launch_args(variant)
+    assert added == ["--ctx-size", str(PROBE_CTX_PER_SLOT)]  # tiny-base: 1 slot, --metrics already set
     auto = replace(variant, options={"threads": 2})
-    assert options.launch_args(auto)[1] == ["--ctx-size", str(4 * options.PROBE_CTX_PER_SLOT), "--metrics"]
+    assert launch_args(auto)[1] == ["--ctx-size", str(4 * PROBE_CTX_PER_SLOT), "--metrics"]
     assert args[-2:] == added
 
 
@@ -114,14 +108,15 @@ def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path
     def no_launch(*args: object, **kwargs: object) -> None:
         raise AssertionError("a server was started for a profile the binary rejects")
 
-    monkeypatch.setattr(options, "LlamaServer", no_launch)
+    monkeypatch.setattr(check_module, "LlamaServer", no_launch)
     variant = profiles.load_profile(unknown_profile, check_binary=False).variants[0]
     verdicts = by_key(options.check_variant(variant))
     assert {key for key, v in verdicts.items() if v.verdict is Verdict.UNSUPPORTED} == {
         "log-jsonl", "cache-reues", "metrics"}
-    assert "does not list --log-jsonl (it exists from llama.cpp b11434)" in evidence(verdicts["log-jsonl"])
-    assert "did you mean --cache-reuse?" in evidence(verdicts["cache-reues"])
-    assert "is a bare flag, got 5" in evidence(verdicts["metrics"])
+    assert "unknown llama-server option (it exists from llama.cpp b11434)" in evidence(verdicts["log-jsonl"])
+    assert "(did you mean 'cache-reuse'?)" in evidence(verdicts["cache-reues"])
+    assert "--metrics is a bare flag; write true to pass it or false to leave it out, not 5" in evidence(
+        verdicts["metrics"])
     assert verdicts["ctx-checkpoints"].verdict is Verdict.UNVERIFIED
     assert "not launched" in evidence(verdicts["cache-ram"])
 

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
+from reusebench.client import ClientError  # noqa: E402
 from reusebench.gpu import GpuSampler, StepGpuSummary  # noqa: E402
+from reusebench.handle import ServerHandle  # noqa: E402
 from reusebench.host import capture  # noqa: E402
+from reusebench.server import LlamaServer, ServerError  # noqa: E402
 
+PREFILL_TIMEOUT_S = 600.0
 SENTENCE = "The quick brown fox jumps over the lazy dog while the clock on the wall keeps ticking. "
 
 
@@ -37,41 +36,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ctx-size", type=int, default=8192)
     parser.add_argument("--startup-timeout-s", type=float, default=600.0)
     return parser.parse_args(argv)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post_json(url: str, body: dict | None = None, timeout: float = 600.0) -> dict:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.load(response)
-
-
-def wait_healthy(url: str, server: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"llama-server exited with {server.returncode} while loading")
-        try:
-            post_json(f"{url}/health", timeout=2)
-            return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.25)  # 503 while loading, refused before listening
-    raise RuntimeError(f"llama-server not healthy after {timeout_s:g} s")
-
-
-def stop(server: subprocess.Popen) -> None:
-    server.terminate()
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
 
 
 def show(title: str, summary: StepGpuSummary | None) -> None:
@@ -99,32 +63,25 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.idle_s)
         idle_end = gpus.mark()
 
-        port = free_port()
-        log = tempfile.NamedTemporaryFile(prefix="gpu_check-llama-server-", suffix=".log", delete=False)
-        argv_server = [str(args.server), "-m", str(args.model), "--host", "127.0.0.1", "--port", str(port),
-                       "-ngl", "999", "-c", str(args.ctx_size)]
-        print("\nstarting:", " ".join(argv_server), f"(log {log.name})")
-        server = subprocess.Popen(argv_server, stdout=log, stderr=subprocess.STDOUT)
-        gpus.pid = server.pid
+        server = LlamaServer(args.server, ["-m", str(args.model), "-ngl", "999", "-c", str(args.ctx_size)],
+                             health_timeout_s=args.startup_timeout_s)
+        handle = ServerHandle(server, call_timeout_s=PREFILL_TIMEOUT_S)
+        print("\nstarting:", " ".join(map(str, [args.server, *server.args])))
         try:
-            url = f"http://127.0.0.1:{port}"
-            wait_healthy(url, server, args.startup_timeout_s)
+            handle.start()
+            gpus.pid = server.pid
             prefill_start = gpus.mark()
-            reply = post_json(f"{url}/completion", {"prompt": SENTENCE * args.prompt_sentences,
-                                                    "n_predict": 1, "cache_prompt": False})
+            reply = handle.client.complete(SENTENCE * args.prompt_sentences, n_predict=1, cache_prompt=False)
             prefill_end = gpus.mark()
-        except (RuntimeError, OSError) as err:
-            print(f"gpu_check: {err}\n{Path(log.name).read_text()[-3000:]}", file=sys.stderr)
+        except (ServerError, ClientError) as err:
+            print(f"gpu_check: {err}\n{server.log_tail()}", file=sys.stderr)
             return 1
         finally:
-            stop(server)
-            log.close()
+            handle.close()
 
         show(f"idle, {idle_end - idle_start:.1f} s before the server", gpus.summary(idle_start, idle_end))
         prefill = gpus.summary(prefill_start, prefill_end)
-        timings = reply.get("timings", {})
-        show(f"prefill of {timings.get('prompt_n')} tokens, server says {timings.get('prompt_ms', 0):.0f} ms",
-             prefill)
+        show(f"prefill of {reply.prompt_n} tokens, server says {reply.prompt_ms:.0f} ms", prefill)
         traces = gpus.traces()
     wall_s = time.monotonic() - wall_start
 

@@ -1,297 +1,48 @@
-"""Is each option really active? A verdict with evidence for every option a profile variant sets.
+"""The option probes: for each option, a small request or two that shows whether it is in effect.
 
-For each option the profile sets, and for the defaults that decide prompt reuse, one
-small probe (``PROBES``) gives a verdict:
-
-- ACTIVE: the feature is on and a probe showed it working (or, for sizes and counts,
-  the server reported the value it applied);
-- DISABLED: the feature is off: the server said so (the line is quoted with its
-  level, or an HTTP error), or the value turns it off and the probe saw no effect;
-- INEFFECTIVE: accepted and on, but without a measurable effect;
-- UNSAFE: in effect, but reused output is not what a computation without reuse gives;
-- UNSUPPORTED: this binary's ``--help`` does not know it (found before any launch);
-- UNVERIFIED: no probe exists, or the probe could not decide; the evidence says why.
-
-Probes cost a few hundred to ~3K tokens (prompts of random words), not a prefill of
-the profile's size, and they only watch the server through channels that do not
-change what they check: ``/props`` and ``/metrics`` (they do not wake a sleeping
-server; ``GET /slots`` does and is never called), the completion timings and the
-``-lv 4`` log. Facts behind every probe: shared/reference/llama-server.md.
+Probes cost a few hundred to ~3K tokens (prompts of random words), not a prefill of the profile's
+size, and they watch the server only through channels that do not change what they check:
+``/props`` and ``/metrics`` (they do not wake a sleeping server; ``GET /slots`` does and is never
+called), the completion timings and the ``-lv 4`` log. How llama-server reuses prompts, and why each
+probe looks where it does: docs/llama-server-reuse.md.
 """
 
 from __future__ import annotations
 
-import contextlib
-import difflib
 import functools
-import random
-import re
 import secrets
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from enum import Enum
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from tabulate import tabulate
-
-from reusebench import binaries, logs, tiny
-from reusebench.client import ClientError, Completion, LlamaClient
+from reusebench.client import ClientError, Completion
 from reusebench.logs import Event
-from reusebench.profiles import OptionValue, Variant
-from reusebench.server import LlamaServer, ServerError
-from reusebench.session import common_prefix, token_difference
-
-
-class Verdict(str, Enum):
-    ACTIVE = "ACTIVE"
-    DISABLED = "DISABLED"
-    INEFFECTIVE = "INEFFECTIVE"
-    UNSAFE = "UNSAFE"
-    UNSUPPORTED = "UNSUPPORTED"
-    UNVERIFIED = "UNVERIFIED"
-
-
-# Tracked by asv as numbers, so a commit that changes a verdict shows in the web UI.
-# Stable: never renumber; a new verdict gets the next free number.
-VERDICT_CODES: dict[Verdict, int] = {
-    Verdict.UNVERIFIED: 0,
-    Verdict.ACTIVE: 1,
-    Verdict.DISABLED: 2,
-    Verdict.INEFFECTIVE: 3,
-    Verdict.UNSAFE: 4,
-    Verdict.UNSUPPORTED: 5,
-}
-
-# Defaults checked even when the profile leaves them unset: the ones that decide reuse.
-CHECKED_DEFAULTS: tuple[str, ...] = (
-    "parallel", "kv-unified", "mmproj", "lora-init-without-apply", "cache-prompt", "ctx-checkpoints",
-    "checkpoint-min-step", "slot-prompt-similarity", "cache-idle-slots", "cache-ram", "cache-reuse",
-    "slot-save-path", "sleep-idle-seconds",
+from reusebench.options.context import (
+    N_BATCH_LINE,
+    N_CTX_LINE,
+    N_THREADS_LINE,
+    N_UBATCH_LINE,
+    PROBE_TAIL_TOKENS,
+    QUESTION_TOKENS,
+    Probe,
+    ProbeContext,
+    of_kind,
+    quote,
+    timings,
 )
-# Long names that set a probed option; True when the name turns it off.
-ALIASES: dict[str, tuple[str, bool]] = {
-    "no-cache-prompt": ("cache-prompt", True),
-    "no-cache-idle-slots": ("cache-idle-slots", True),
-    "no-kv-unified": ("kv-unified", True),
-    "swa-checkpoints": ("ctx-checkpoints", False),
-}
-# Options a newer llama.cpp has and older builds reject (reference section 2, "Help differences").
-NEWER_OPTIONS: dict[str, str] = {
-    name: "b11434"
-    for name in ("log-jsonl", "kv-unified-per-slot", "mmproj-device", "n-cpu-ffn", "lazy-mode", "spec-draft-sampling")
-}
+from reusebench.options.verdicts import OptionVerdict, Setting, Verdict
+from reusebench.verification import common_prefix, output_difference
 
-PROBE_N_PREDICT = 8  # enough greedy tokens for a stale state to show in the output
-PROBE_CTX_PER_SLOT = 4096  # --ctx-size per slot when the profile sets none; holds every probe prompt
 MAX_PROBE_PROMPT = 3072  # a probe that would need a longer prompt reports UNVERIFIED instead
-PROBE_TAIL_TOKENS = 256  # document tokens before the "4 + n_ubatch before the end" checkpoint
-QUESTION_TOKENS = 16
-# Two cold computations of one prompt batch identically; a LoRA that is applied moves logprobs by ~1e-2.
-LORA_LOGPROB_TOLERANCE = 1e-3
-REUSE_CUT_AT = 64  # --cache-reuse probe: remove a chunk this far into the document ...
-REUSE_REMOVED = 32  # ... of this many tokens (gotcha 1: "remove a chunk near the start")
+# The --cache-reuse probe removes a chunk this far into the document, of this many tokens: chunk reuse then
+# shifts what follows, which a recurrent state cannot follow.
+REUSE_CUT_AT = 64
+REUSE_REMOVED = 32
 MIN_STEP_MARGIN = 16  # user messages this far below and above --checkpoint-min-step
-SLEEP_MARGIN_S = 10.0
-POLL_S = 0.25
-PROBE_TIMEOUT_S = 300.0
 USER_DELIMITER = "<|im_start|>user"  # message delimiter of the tiny models' ChatML template
-
-# Start-up lines (libllama INFO, visible at -lv 4) with the sizes the server applied.
-N_CTX_LINE = r"llama_context: n_ctx += (\d+)"
-N_BATCH_LINE = r"llama_context: n_batch += (\d+)"
-N_UBATCH_LINE = r"llama_context: n_ubatch += (\d+)"
-N_THREADS_LINE = r"system_info: n_threads = (\d+)"
-
-_HELP_DEFAULT = re.compile(r"\(default: ([^)\[]+)\)")
-_HELP_DEFAULT_NUMBER = re.compile(r"\(default: (-?\d+(?:\.\d+)?)")
-
-
-@dataclass(frozen=True)
-class OptionVerdict:
-    """One verdict: the option as the profile writes it, its value, and why."""
-
-    option: str
-    value: str
-    verdict: Verdict
-    evidence: tuple[str, ...]
-    aspect: str | None = None  # one option can get several verdicts, e.g. slot-save-path "resend after restart"
-
-    @property
-    def key(self) -> str:
-        """Stable name for asv: ``option`` or ``option[aspect]``."""
-        return f"{self.option}[{self.aspect}]" if self.aspect else self.option
-
-    @property
-    def code(self) -> int:
-        return VERDICT_CODES[self.verdict]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "option": self.option, "aspect": self.aspect, "value": self.value, "verdict": self.verdict.value,
-            "code": self.code, "evidence": list(self.evidence),
-        }
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What a probe checks: the option's name, the value it was given, how to show it."""
-
-    option: str  # as the profile writes it, or the probed name for an unset default
-    label: str
-    value: OptionValue | None = None  # for the probed option ("no-x: true" gives False); None: the default
-
-    def verdict(self, verdict: Verdict, *evidence: str, aspect: str | None = None) -> OptionVerdict:
-        return OptionVerdict(self.option, self.label, verdict, tuple(evidence), aspect)
-
-
-# Verdicts that make `reusebench check` exit with status 1.
-FAILING_VERDICTS = (Verdict.UNSAFE, Verdict.UNSUPPORTED)
-
-
-def tracked_codes(verdicts: Sequence[OptionVerdict]) -> dict[str, int]:
-    """{key: verdict code}, the numbers asv tracks."""
-    return {verdict.key: verdict.code for verdict in verdicts}
-
-
-# --- evidence helpers ----------------------------------------------------------------------------
-
-
-def quote(event: Event) -> str:
-    """A log line with its level; TRC lines print as info (reference section 1)."""
-    return f"log [{event.level or 'no level'}] {event.line}"
-
-
-def timings(completion: Completion) -> str:
-    return f"cache_n={completion.cache_n} prompt_n={completion.prompt_n}"
-
-
-def first_difference(got: Completion, reference: Completion, logprob_tolerance: float | None = None) -> str | None:
-    """Where two greedy outputs first differ (positions, ids and logprobs, never text), or None.
-
-    Tokens only by default: a reused and a cold computation batch differently, so their logprobs differ a little.
-    """
-    differs = token_difference(got, reference)
-    if differs is not None:
-        return differs
-    for position, (a, b) in enumerate(zip(got.probs, reference.probs)):
-        if logprob_tolerance is not None and abs(a.logprob - b.logprob) > logprob_tolerance:
-            return f"token {position}: logprob {a.logprob:.4f} != reference {b.logprob:.4f}"
-    return None
 
 
 def _flag(value: object) -> str:
     return str(value).lower()
-
-
-def of_kind(events: Sequence[Event], *kinds: str) -> list[Event]:
-    return [event for event in events if event.kind in kinds]
-
-
-# --- the probe context -----------------------------------------------------------------------------
-
-
-class ProbeContext:
-    """One running server and what the probes share: client, startup log, fresh prompts, the log since a mark."""
-
-    def __init__(self, variant: Variant, server: LlamaServer) -> None:
-        self.variant = variant
-        self.server = server
-        self.client = LlamaClient(server.base_url, server.api_key, timeout_s=PROBE_TIMEOUT_S)
-        self._log = logs.LogTail(server.raw_log_path)
-        # Read before any request, so it holds start-up lines only (no prompt text).
-        self.startup_lines = self._log.read_since(0)
-        self.startup = logs.parse_lines(self.startup_lines)
-        self.facts = logs.startup_facts(self.startup)
-        self.help = binaries.help_table(variant.binary)
-        self.bos = self.client.tokenize("", add_special=True)
-        self._seed = 0
-
-    def close(self) -> None:
-        self.client.close()
-
-    def restart(self) -> None:
-        """Stop and start the same server (same arguments, same slot-save directory); it gets a new port."""
-        self.client.close()
-        self.server.restart()
-        self.client = LlamaClient(self.server.base_url, self.server.api_key, timeout_s=PROBE_TIMEOUT_S)
-
-    # options and sizes
-
-    def number(self, setting: Setting, option: str) -> float:
-        """The setting's number, else the default `--help` states for `option`."""
-        if setting.value is not None:
-            return float(setting.value)
-        match = _HELP_DEFAULT_NUMBER.search(self.help[option].description)
-        if match is None:
-            raise ValueError(f"--help states no numeric default for --{option}")
-        return float(match.group(1))
-
-    @property
-    def doc_tokens(self) -> int:
-        """A document long enough that the "4 + n_ubatch before the end" checkpoint lands inside it."""
-        n_batch = int(self.startup_value(N_BATCH_LINE) or 2048)
-        n_ubatch = int(self.startup_value(N_UBATCH_LINE) or 512)
-        return min(n_batch, n_ubatch + 4) + PROBE_TAIL_TOKENS
-
-    @property
-    def needs_checkpoints(self) -> bool:
-        """The model's memory cannot be cut at any position (recurrent or hybrid), so reuse needs checkpoints."""
-        return bool(of_kind(self.startup, "seq_rm_support"))
-
-    # prompts and requests
-
-    def fresh(self, n_tokens: int) -> list[int]:
-        """`n_tokens` tokens of random words no other probe prompt shares."""
-        self._seed += 1
-        words = random.Random(self._seed)
-        tokens: list[int] = []
-        while len(tokens) < n_tokens:
-            # no leading space: SentencePiece would make it a lone "▁" token that every prompt shares
-            text = " ".join(words.choice(tiny.WORDS) for _ in range(n_tokens - len(tokens) + 8))
-            tokens += self.client.tokenize(text)
-        return tokens[:n_tokens]
-
-    def prompt(self, n_tokens: int) -> list[int]:
-        return self.bos + self.fresh(n_tokens)
-
-    def questions(self) -> tuple[list[int], list[int]]:
-        """Two questions that differ from their first token on, so a re-ask shares only the document."""
-        first = self.fresh(QUESTION_TOKENS)
-        for _ in range(8):
-            second = self.fresh(QUESTION_TOKENS)
-            if second[0] != first[0]:
-                return first, second
-        raise ValueError("random questions keep starting with the same token")
-
-    def complete(self, prompt: Sequence[int], **kwargs: Any) -> Completion:
-        return self.client.complete(prompt, n_predict=PROBE_N_PREDICT, n_probs=1, **kwargs)
-
-    def complete_with_server_default(self, prompt: Sequence[int], id_slot: int = -1) -> Completion:
-        """A completion without a ``cache_prompt`` field, so the server's --cache-prompt default decides."""
-        return self.complete(prompt, cache_prompt=None, id_slot=id_slot)
-
-    # the log
-
-    def mark(self) -> int:
-        return self._log.offset()
-
-    def events_since(self, mark: int) -> list[Event]:
-        return logs.parse_lines(self._log.read_since(mark))
-
-    def startup_value(self, pattern: str) -> str | None:
-        """Group 1 of the first start-up line matching `pattern`."""
-        for line in self.startup_lines:
-            if match := re.search(pattern, line):
-                return match.group(1)
-        return None
-
-    def disabled_warning(self, kind: str) -> Event | None:
-        return next(iter(of_kind(self.startup, kind)), None)
-
-
-Probe = Callable[[ProbeContext, Setting], list[OptionVerdict]]
 
 
 # --- probes: configuration the server reports ---------------------------------------------------------
@@ -368,7 +119,7 @@ def probe_lora(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
     prompt = ctx.prompt(64)
     applied = ctx.complete(prompt, cache_prompt=False, lora=_adapter_scales(ctx, 1.0))
     zero = ctx.complete(prompt, cache_prompt=False, lora=_adapter_scales(ctx, 0.0))
-    difference = first_difference(applied, zero, LORA_LOGPROB_TOLERANCE)
+    difference = output_difference(applied, zero)
     if difference is None:
         return [setting.verdict(Verdict.INEFFECTIVE, "output at scale 1 equals output at scale 0")]
     return [setting.verdict(Verdict.ACTIVE, f"output at scale 1 differs from scale 0 ({difference})")]
@@ -383,8 +134,7 @@ def probe_lora_init_without_apply(ctx: ProbeContext, setting: Setting) -> list[O
     prompt = ctx.prompt(64)
     plain = ctx.complete(prompt, cache_prompt=False)  # no lora field: the global scales apply
     as_applied, as_held_back = (
-        first_difference(plain, ctx.complete(prompt, cache_prompt=False, lora=_adapter_scales(ctx, scale)),
-                         LORA_LOGPROB_TOLERANCE)
+        output_difference(plain, ctx.complete(prompt, cache_prompt=False, lora=_adapter_scales(ctx, scale)))
         for scale in (1.0, 0.0)
     )
     evidence = (scales,
@@ -567,7 +317,7 @@ def probe_cache_reuse(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict
         off = " (0 turns chunk reuse off)" if min_chunk == 0 else ""
         return [setting.verdict(Verdict.DISABLED if off else Verdict.INEFFECTIVE, *evidence,
                                 f"no chunk was shifted{off}")]
-    difference = first_difference(reused, reference)
+    difference = output_difference(reused, reference)
     if difference is not None:
         return [setting.verdict(Verdict.UNSAFE, *evidence,
                                 f"reused output differs from the cache_prompt:false reference: {difference}")]
@@ -575,7 +325,7 @@ def probe_cache_reuse(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict
     if stale:
         return [setting.verdict(Verdict.UNSAFE, *evidence, "output matched the reference on this probe, but the "
                                 f"restored recurrent state (n_tokens={stale[0].fields['n_tokens']}) still holds the "
-                                "removed tokens (reference gotcha 1)")]
+                                "removed tokens (a recurrent state cannot drop tokens from its middle)")]
     return [setting.verdict(Verdict.ACTIVE, *evidence, "reused output equals the cache_prompt:false reference")]
 
 
@@ -598,7 +348,7 @@ def probe_slot_save_path(ctx: ProbeContext, setting: Setting) -> list[OptionVerd
     }
     try:
         saved = ctx.client.slot_save(slot, filename)["n_saved"]
-        ctx.restart()
+        ctx.handle.restart()
         verdicts = []
         for aspect, follow_up in follow_ups.items():
             restored = ctx.client.slot_restore(slot, filename)["n_restored"]
@@ -626,22 +376,20 @@ def probe_sleep_idle_seconds(ctx: ProbeContext, setting: Setting) -> list[Option
     prompt = ctx.prompt(ctx.doc_tokens)
     slot = ctx.complete(prompt).id_slot
     before = ctx.complete(prompt, id_slot=slot)
-    mark, started = ctx.mark(), time.monotonic()
-    while not ctx.client.props().get("is_sleeping") and time.monotonic() - started < seconds + SLEEP_MARGIN_S:
-        time.sleep(POLL_S)
-    idle_s = time.monotonic() - started
-    if not ctx.client.props().get("is_sleeping"):
-        return [setting.verdict(Verdict.INEFFECTIVE, f"/props is_sleeping=false after {idle_s:.1f} s idle")]
+    mark = ctx.mark()
+    waited = ctx.handle.wait_until_asleep(seconds)
+    if not waited.asleep:
+        return [setting.verdict(Verdict.INEFFECTIVE, f"/props is_sleeping=false after {waited.waited_s:.1f} s idle")]
     slept = [quote(e) for e in of_kind(ctx.events_since(mark), "sleep_entering")]
-    # The reference says /metrics does not wake a sleeping server; build 7e4c0a9 does wake on it. Asked last,
-    # once the sleep is shown, so the answer is a finding rather than a disturbance.
+    # /metrics is documented as not waking a sleeping server, yet build 7e4c0a9 wakes on it. Asked last, once
+    # the sleep is shown, so the answer is a finding rather than a disturbance.
     ctx.client.metrics()
     woken_by_metrics = not ctx.client.props().get("is_sleeping")
     after = ctx.complete(prompt, id_slot=slot)
     survived = after.cache_n > len(prompt) // 2
     return [setting.verdict(
         Verdict.ACTIVE,
-        f"/props is_sleeping=true after {idle_s:.1f} s idle", *slept,
+        f"/props is_sleeping=true after {waited.waited_s:.1f} s idle", *slept,
         f"finding: the caches {'survived' if survived else 'did not survive'} sleep: resend before sleep "
         f"{timings(before)}, after waking {timings(after)}",
         f"finding: GET /metrics {'woke' if woken_by_metrics else 'did not wake'} the sleeping server",
@@ -675,139 +423,3 @@ PROBES: dict[str, Probe] = {
     SLEEP_OPTION: probe_sleep_idle_seconds,
 }
 
-
-# --- what to check -----------------------------------------------------------------------------------
-
-
-def _label(value: OptionValue) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def settings_to_check(variant: Variant) -> list[tuple[Setting, Probe | None]]:
-    """The variant's options and the reuse defaults, each with its probe (None: no probe yet), in probe order."""
-    table = binaries.help_table(variant.binary)
-    written: dict[str, list[Setting]] = {}
-    for name, value in variant.options.items():
-        probed, negated = ALIASES.get(name, (name, False))
-        written.setdefault(probed, []).append(Setting(name, _label(value), (not value) if negated else value))
-    if variant.mmproj is not None:
-        written["mmproj"] = [Setting("mmproj", variant.mmproj.name, str(variant.mmproj))]
-    if variant.lora:
-        written["lora"] = [Setting("lora", ", ".join(path.name for path in variant.lora), len(variant.lora))]
-    checked: list[tuple[Setting, Probe | None]] = []
-    for probed, probe in PROBES.items():
-        settings = written.pop(probed, [])
-        if not settings and probed in CHECKED_DEFAULTS:
-            default = _HELP_DEFAULT.search(table[probed].description) if probed in table else None
-            settings = [Setting(probed, f"default ({default.group(1).strip()})" if default else "not set")]
-        checked += [(setting, probe) for setting in settings]
-    checked += [(setting, None) for settings in written.values() for setting in settings]
-    return checked
-
-
-def unsupported_options(variant: Variant) -> list[OptionVerdict]:
-    """Options this binary's --help does not accept as written; found without launching anything."""
-    table = binaries.help_table(variant.binary)
-    build = binaries.version(variant.binary)
-    found = []
-    for name, value in variant.options.items():
-        entry, label = table.get(name), _label(value)
-        if entry is None:
-            newer = f" (it exists from llama.cpp {NEWER_OPTIONS[name]})" if name in NEWER_OPTIONS else ""
-            close = difflib.get_close_matches(name, binaries.help_options(variant.binary), n=1)
-            hint = f"; did you mean --{close[0]}?" if close and not newer else ""
-            reason = f"`llama-server --help` of build {build} does not list --{name}{newer}{hint}"
-        elif entry.removed:
-            reason = f"--help of build {build}: {entry.description}"
-        elif entry.takes_value == (value is True):
-            reason = f"--{name} {'takes a value' if entry.takes_value else 'is a bare flag'}, got {label}"
-        else:
-            continue
-        found.append(OptionVerdict(name, label, Verdict.UNSUPPORTED, (reason,)))
-    return found
-
-
-def launch_args(variant: Variant) -> tuple[list[str], list[str]]:
-    """(all llama-server arguments, the ones the check adds): a probe-sized context and /metrics."""
-    added: list[str] = []
-    if variant.option("ctx-size") is None:
-        slots = variant.option("parallel")
-        n_slots = int(slots) if slots is not None and int(slots) > 0 else 4  # auto gives 4 slots
-        added += ["--ctx-size", str(PROBE_CTX_PER_SLOT * n_slots)]
-    if variant.option("metrics") is None:
-        added.append("--metrics")
-    return variant.server_args() + added, added
-
-
-# --- running the check ----------------------------------------------------------------------------------
-
-
-def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = None) -> list[OptionVerdict]:
-    """Verdicts for every option `variant` sets and every reuse default; stops every server it starts."""
-    say = progress or (lambda _message: None)
-    checked = settings_to_check(variant)
-    unsupported = unsupported_options(variant)
-    if unsupported:
-        names = ", ".join(f"--{verdict.option}" for verdict in unsupported)
-        rejected = {verdict.option for verdict in unsupported}
-        not_run = f"not launched: llama-server refuses to start with {names}"
-        return unsupported + [setting.verdict(Verdict.UNVERIFIED, not_run)
-                              for setting, _ in checked if setting.option not in rejected]
-    args, _ = launch_args(variant)
-    with contextlib.ExitStack() as stack:  # stops the server (and deletes its raw log) whatever happens
-        server = LlamaServer(variant.binary.path, args)
-        stack.callback(server.close)
-        try:
-            server.start()
-            ctx = ProbeContext(variant, server)
-        except (ServerError, ClientError) as error:
-            return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not start: {error}")
-                    for setting, _ in checked]
-        stack.callback(ctx.close)
-        verdicts: list[OptionVerdict] = []
-        for setting, probe in checked:
-            say(f"{setting.option}: {'probing' if probe else 'no probe'}")
-            verdicts += _run_probe(ctx, setting, probe)
-        return verdicts
-
-
-def _run_probe(ctx: ProbeContext, setting: Setting, probe: Probe | None) -> list[OptionVerdict]:
-    if probe is None:
-        return [setting.verdict(Verdict.UNVERIFIED, "no probe for this option yet")]
-    mark = ctx.mark()
-    try:
-        verdicts = probe(ctx, setting)
-    except (ClientError, ServerError, ValueError, KeyError) as error:  # KeyError: a reply without a field
-        return [setting.verdict(Verdict.UNVERIFIED, f"probe failed: {type(error).__name__}: {error}")]
-    # A server that fell asleep mid-probe emptied its caches: the probe measured that, not the option.
-    if setting.option != SLEEP_OPTION and of_kind(ctx.events_since(mark), "sleep_entering"):
-        note = "the server fell asleep during this probe (sleep-idle-seconds), so the result is not trusted"
-        return [replace(v, verdict=Verdict.UNVERIFIED, evidence=(note, *v.evidence)) for v in verdicts]
-    return verdicts
-
-
-# --- output -----------------------------------------------------------------------------------------------
-
-EVIDENCE_WIDTH = 100
-
-
-def render_table(verdicts: Sequence[OptionVerdict]) -> str:
-    rows = [(v.key, v.value, v.verdict.value, "\n".join(v.evidence)) for v in verdicts]
-    return tabulate(rows, headers=("option", "value", "verdict", "evidence"), tablefmt="simple_grid",
-                    maxcolwidths=[None, 24, None, EVIDENCE_WIDTH])
-
-
-def describe_launch(variant: Variant) -> dict[str, Any]:
-    """What was checked: profile, variant, binary and its build, and the arguments the check adds."""
-    return {
-        "profile": variant.profile, "variant": variant.name, "model": variant.model_spec,
-        "binary": str(variant.binary.path), "build": binaries.version(variant.binary),
-        "added_args": launch_args(variant)[1],
-    }
-
-
-def render_report(variant: Variant, verdicts: Sequence[OptionVerdict]) -> str:
-    launch = describe_launch(variant)
-    header = (f"{launch['profile']} / {launch['variant']} ({launch['model']}), llama-server build {launch['build']}; "
-              f"the check adds {' '.join(launch['added_args']) or 'nothing'}")
-    return f"{header}\n{render_table(verdicts)}"

@@ -1,0 +1,106 @@
+"""One running llama-server as `run`, `check` and tools/gpu_check.py use it: process, client and log.
+
+``ServerHandle`` starts and stops a ``server.LlamaServer``, keeps one ``client.LlamaClient`` on its
+current port (a restart gets a new port, so a new client), reads the ``-lv 4`` log by offset in whole
+lines, and waits for ``--sleep-idle-seconds`` to put the server to sleep.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from reusebench import logs
+from reusebench.client import LlamaClient
+from reusebench.logs import Event
+from reusebench.server import LlamaServer, ServerError
+
+# The server compares its idle time with the limit at least once a second (its task loop waits at most
+# 1 s for a task) and flags is_sleeping before it frees the model, so a server that sleeps shows it within
+# ~1 s of the limit. The rest covers a CPU shared with other jobs, where a process can stall for seconds.
+SLEEP_GRACE_S = 10.0
+SLEEP_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class SleepWait:
+    """How a wait for sleep ended: asleep or not, after how long, asking /props how many times."""
+
+    asleep: bool
+    waited_s: float
+    polls: int
+
+
+class ServerHandle:
+    """A llama-server process, a client to it and its log; ``start``, ``restart``, ``stop``, ``close``."""
+
+    def __init__(self, server: LlamaServer, *, call_timeout_s: float) -> None:
+        self.server = server
+        self.call_timeout_s = call_timeout_s  # any call that does not give its own deadline
+        self._client: LlamaClient | None = None
+        self._log = logs.LogTail(server.raw_log_path)
+
+    @property
+    def client(self) -> LlamaClient:
+        if self._client is None:
+            raise ServerError("server is not running")
+        return self._client
+
+    def start(self) -> ServerHandle:
+        self.server.start()
+        self._client = LlamaClient(self.server.base_url, self.server.api_key, timeout_s=self.call_timeout_s)
+        return self
+
+    def stop(self) -> None:
+        self._close_client()
+        self.server.stop()
+
+    def restart(self) -> None:
+        """Stop and start with the same arguments (a --slot-save-path directory survives); a new port."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop the server and delete its private raw log."""
+        self._close_client()
+        self.server.close()
+
+    def __enter__(self) -> ServerHandle:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # the log
+
+    def mark(self) -> int:
+        """An offset in the log, just after its last complete line: what comes later belongs to later calls."""
+        return self._log.offset()
+
+    def lines_since(self, mark: int) -> list[str]:
+        """Raw log lines (they may carry prompt text: never keep them) written since `mark`, whole lines only."""
+        return self._log.read_since(mark)
+
+    def events_since(self, mark: int) -> list[Event]:
+        return logs.parse_lines(self.lines_since(mark))
+
+    # sleep
+
+    def wait_until_asleep(self, idle_limit_s: float) -> SleepWait:
+        """Stay idle until /props says is_sleeping, at most `idle_limit_s` + SLEEP_GRACE_S.
+
+        Only /props is asked: it does not wake a sleeping server (GET /slots and /tokenize do).
+        """
+        started = time.monotonic()
+        polls = 1
+        while not self.client.props().get("is_sleeping"):
+            if time.monotonic() - started > idle_limit_s + SLEEP_GRACE_S:
+                return SleepWait(False, time.monotonic() - started, polls)
+            time.sleep(SLEEP_POLL_S)
+            polls += 1
+        return SleepWait(True, time.monotonic() - started, polls)

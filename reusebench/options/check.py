@@ -1,0 +1,128 @@
+"""Which settings a variant gets checked for, how the server is launched for it, and the run of the probes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+
+from reusebench import binaries
+from reusebench.client import ClientError
+from reusebench.handle import ServerHandle
+from reusebench.options.context import Probe, ProbeContext, of_kind
+from reusebench.options.probes import PROBES, SLEEP_OPTION
+from reusebench.options.verdicts import OptionVerdict, Setting, Verdict
+from reusebench.profiles import OptionValue, Variant
+from reusebench.server import LlamaServer, ServerError
+
+# Defaults checked even when the profile leaves them unset: the ones that decide reuse.
+CHECKED_DEFAULTS: tuple[str, ...] = (
+    "parallel", "kv-unified", "mmproj", "lora-init-without-apply", "cache-prompt", "ctx-checkpoints",
+    "checkpoint-min-step", "slot-prompt-similarity", "cache-idle-slots", "cache-ram", "cache-reuse",
+    "slot-save-path", "sleep-idle-seconds",
+)
+# Long names that set a probed option; True when the name turns it off.
+ALIASES: dict[str, tuple[str, bool]] = {
+    "no-cache-prompt": ("cache-prompt", True),
+    "no-cache-idle-slots": ("cache-idle-slots", True),
+    "no-kv-unified": ("kv-unified", True),
+    "swa-checkpoints": ("ctx-checkpoints", False),
+}
+PROBE_CTX_PER_SLOT = 4096  # --ctx-size per slot when the profile sets none; holds every probe prompt
+PROBE_TIMEOUT_S = 300.0  # any probe call
+
+_HELP_DEFAULT = re.compile(r"\(default: ([^)\[]+)\)")
+
+
+def _label(value: OptionValue) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def settings_to_check(variant: Variant) -> list[tuple[Setting, Probe | None]]:
+    """The variant's options and the reuse defaults, each with its probe (None: no probe yet), in probe order."""
+    table = binaries.help_table(variant.binary)
+    written: dict[str, list[Setting]] = {}
+    for name, value in variant.options.items():
+        probed, negated = ALIASES.get(name, (name, False))
+        written.setdefault(probed, []).append(Setting(name, _label(value), (not value) if negated else value))
+    if variant.mmproj is not None:
+        written["mmproj"] = [Setting("mmproj", variant.mmproj.name, str(variant.mmproj))]
+    if variant.lora:
+        written["lora"] = [Setting("lora", ", ".join(path.name for path in variant.lora), len(variant.lora))]
+    checked: list[tuple[Setting, Probe | None]] = []
+    for probed, probe in PROBES.items():
+        settings = written.pop(probed, [])
+        if not settings and probed in CHECKED_DEFAULTS:
+            default = _HELP_DEFAULT.search(table[probed].description) if probed in table else None
+            settings = [Setting(probed, f"default ({default.group(1).strip()})" if default else "not set")]
+        checked += [(setting, probe) for setting in settings]
+    checked += [(setting, None) for settings in written.values() for setting in settings]
+    return checked
+
+
+def unsupported_options(variant: Variant) -> list[OptionVerdict]:
+    """Options this binary's --help does not accept as written (``binaries.option_problem``); nothing is launched."""
+    table = binaries.help_table(variant.binary)
+    build = binaries.version(variant.binary)
+    found = []
+    for name, value in variant.options.items():
+        problem = binaries.option_problem(table, name, value)
+        if problem is not None:
+            evidence = f"`llama-server --help` of build {build}: {problem}"
+            found.append(OptionVerdict(name, _label(value), Verdict.UNSUPPORTED, (evidence,)))
+    return found
+
+
+def launch_args(variant: Variant) -> tuple[list[str], list[str]]:
+    """(all llama-server arguments, the ones the check adds): a probe-sized context and /metrics."""
+    added: list[str] = []
+    if variant.option("ctx-size") is None:
+        slots = variant.option("parallel")
+        n_slots = int(slots) if slots is not None and int(slots) > 0 else 4  # auto gives 4 slots
+        added += ["--ctx-size", str(PROBE_CTX_PER_SLOT * n_slots)]
+    if variant.option("metrics") is None:
+        added.append("--metrics")
+    return variant.server_args() + added, added
+
+
+def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = None) -> list[OptionVerdict]:
+    """Verdicts for every option `variant` sets and every reuse default; stops every server it starts."""
+    say = progress or (lambda _message: None)
+    checked = settings_to_check(variant)
+    unsupported = unsupported_options(variant)
+    if unsupported:
+        names = ", ".join(f"--{verdict.option}" for verdict in unsupported)
+        rejected = {verdict.option for verdict in unsupported}
+        not_run = f"not launched: llama-server refuses to start with {names}"
+        return unsupported + [setting.verdict(Verdict.UNVERIFIED, not_run)
+                              for setting, _ in checked if setting.option not in rejected]
+    args, _ = launch_args(variant)
+    handle = ServerHandle(LlamaServer(variant.binary.path, args), call_timeout_s=PROBE_TIMEOUT_S)
+    try:  # closed whatever happens: the server stops and its raw log is deleted
+        try:
+            ctx = ProbeContext(variant, handle.start())
+        except (ServerError, ClientError) as error:
+            return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not start: {error}")
+                    for setting, _ in checked]
+        verdicts: list[OptionVerdict] = []
+        for setting, probe in checked:
+            say(f"{setting.option}: {'probing' if probe else 'no probe'}")
+            verdicts += _run_probe(ctx, setting, probe)
+        return verdicts
+    finally:
+        handle.close()
+
+
+def _run_probe(ctx: ProbeContext, setting: Setting, probe: Probe | None) -> list[OptionVerdict]:
+    if probe is None:
+        return [setting.verdict(Verdict.UNVERIFIED, "no probe for this option yet")]
+    mark = ctx.mark()
+    try:
+        verdicts = probe(ctx, setting)
+    except (ClientError, ServerError, ValueError, KeyError) as error:  # KeyError: a reply without a field
+        return [setting.verdict(Verdict.UNVERIFIED, f"probe failed: {type(error).__name__}: {error}")]
+    # A server that fell asleep mid-probe emptied its caches: the probe measured that, not the option.
+    if setting.option != SLEEP_OPTION and of_kind(ctx.events_since(mark), "sleep_entering"):
+        note = "the server fell asleep during this probe (sleep-idle-seconds), so the result is not trusted"
+        return [replace(v, verdict=Verdict.UNVERIFIED, evidence=(note, *v.evidence)) for v in verdicts]
+    return verdicts

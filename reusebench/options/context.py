@@ -1,0 +1,141 @@
+"""What the option probes share: the running server, its start-up log, fresh prompts, and evidence lines."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from reusebench import binaries, logs, tiny
+from reusebench.client import Completion, LlamaClient
+from reusebench.handle import ServerHandle
+from reusebench.logs import Event
+from reusebench.options.verdicts import OptionVerdict, Setting
+from reusebench.profiles import Variant
+
+PROBE_N_PREDICT = 8  # enough greedy tokens for a stale state to show in the output
+PROBE_TAIL_TOKENS = 256  # document tokens before the "4 + n_ubatch before the end" checkpoint
+QUESTION_TOKENS = 16
+
+# Start-up lines (libllama INFO, visible at -lv 4) with the sizes the server applied.
+N_CTX_LINE = r"llama_context: n_ctx += (\d+)"
+N_BATCH_LINE = r"llama_context: n_batch += (\d+)"
+N_UBATCH_LINE = r"llama_context: n_ubatch += (\d+)"
+N_THREADS_LINE = r"system_info: n_threads = (\d+)"
+
+_HELP_DEFAULT_NUMBER = re.compile(r"\(default: (-?\d+(?:\.\d+)?)")
+
+
+# --- evidence lines --------------------------------------------------------------------------------------
+
+
+def quote(event: Event) -> str:
+    """A log line with its level; the server prints its trace-level lines with the info letter."""
+    return f"log [{event.level or 'no level'}] {event.line}"
+
+
+def timings(completion: Completion) -> str:
+    return f"cache_n={completion.cache_n} prompt_n={completion.prompt_n}"
+
+
+def of_kind(events: Sequence[Event], *kinds: str) -> list[Event]:
+    return [event for event in events if event.kind in kinds]
+
+
+# --- the probe context -----------------------------------------------------------------------------------
+
+
+class ProbeContext:
+    """One running server and what the probes share: client, start-up log, fresh prompts, the log since a mark."""
+
+    def __init__(self, variant: Variant, handle: ServerHandle) -> None:
+        self.variant = variant
+        self.handle = handle
+        # Read before any request, so it holds start-up lines only (no prompt text).
+        self.startup_lines = handle.lines_since(0)
+        self.startup = logs.parse_lines(self.startup_lines)
+        self.facts = logs.startup_facts(self.startup)
+        self.help = binaries.help_table(variant.binary)
+        self.bos = self.client.tokenize("", add_special=True)
+        self._seed = 0
+
+    @property
+    def client(self) -> LlamaClient:
+        return self.handle.client  # a restart gives a new port, so always the handle's current client
+
+    # options and sizes
+
+    def number(self, setting: Setting, option: str) -> float:
+        """The setting's number, else the default `--help` states for `option`."""
+        if setting.value is not None:
+            return float(setting.value)
+        match = _HELP_DEFAULT_NUMBER.search(self.help[option].description)
+        if match is None:
+            raise ValueError(f"--help states no numeric default for --{option}")
+        return float(match.group(1))
+
+    @property
+    def doc_tokens(self) -> int:
+        """A document long enough that the "4 + n_ubatch before the end" checkpoint lands inside it."""
+        n_batch = int(self.startup_value(N_BATCH_LINE) or 2048)
+        n_ubatch = int(self.startup_value(N_UBATCH_LINE) or 512)
+        return min(n_batch, n_ubatch + 4) + PROBE_TAIL_TOKENS
+
+    @property
+    def needs_checkpoints(self) -> bool:
+        """The model's memory cannot be cut at any position (recurrent or hybrid), so reuse needs checkpoints."""
+        return bool(of_kind(self.startup, "seq_rm_support"))
+
+    # prompts and requests
+
+    def fresh(self, n_tokens: int) -> list[int]:
+        """`n_tokens` tokens of random words no other probe prompt shares."""
+        self._seed += 1
+        words = random.Random(self._seed)
+        tokens: list[int] = []
+        while len(tokens) < n_tokens:
+            # no leading space: SentencePiece would make it a lone "▁" token that every prompt shares
+            text = " ".join(words.choice(tiny.WORDS) for _ in range(n_tokens - len(tokens) + 8))
+            tokens += self.client.tokenize(text)
+        return tokens[:n_tokens]
+
+    def prompt(self, n_tokens: int) -> list[int]:
+        return self.bos + self.fresh(n_tokens)
+
+    def questions(self) -> tuple[list[int], list[int]]:
+        """Two questions that differ from their first token on, so a re-ask shares only the document."""
+        first = self.fresh(QUESTION_TOKENS)
+        for _ in range(8):
+            second = self.fresh(QUESTION_TOKENS)
+            if second[0] != first[0]:
+                return first, second
+        raise ValueError("random questions keep starting with the same token")
+
+    def complete(self, prompt: Sequence[int], **kwargs: Any) -> Completion:
+        return self.client.complete(prompt, n_predict=PROBE_N_PREDICT, n_probs=1, **kwargs)
+
+    def complete_with_server_default(self, prompt: Sequence[int], id_slot: int = -1) -> Completion:
+        """A completion without a ``cache_prompt`` field, so the server's --cache-prompt default decides."""
+        return self.complete(prompt, cache_prompt=None, id_slot=id_slot)
+
+    # the log
+
+    def mark(self) -> int:
+        return self.handle.mark()
+
+    def events_since(self, mark: int) -> list[Event]:
+        return self.handle.events_since(mark)
+
+    def startup_value(self, pattern: str) -> str | None:
+        """Group 1 of the first start-up line matching `pattern`."""
+        for line in self.startup_lines:
+            if match := re.search(pattern, line):
+                return match.group(1)
+        return None
+
+    def disabled_warning(self, kind: str) -> Event | None:
+        return next(iter(of_kind(self.startup, kind)), None)
+
+
+Probe = Callable[[ProbeContext, Setting], list[OptionVerdict]]

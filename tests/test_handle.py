@@ -1,0 +1,58 @@
+"""The one wait for sleep that `run` and `check` share (ServerHandle.wait_until_asleep), without a server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reusebench import handle
+from reusebench.handle import ServerHandle
+from reusebench.server import LlamaServer, ServerError
+
+
+class SleepyClient:
+    """Answers /props with is_sleeping true from the `asleep_at`-th call on; counts every other call."""
+
+    def __init__(self, asleep_at: int | None) -> None:
+        self.asleep_at, self.props_calls, self.other_calls = asleep_at, 0, 0
+
+    def props(self) -> dict[str, Any]:
+        self.props_calls += 1
+        return {"is_sleeping": self.asleep_at is not None and self.props_calls >= self.asleep_at}
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:  # anything else would wake the server
+        self.other_calls += 1
+        raise AssertionError(f"{name} called while waiting for sleep")
+
+
+def handle_with(client: SleepyClient, tmp_path: Path) -> ServerHandle:
+    server_handle = ServerHandle(LlamaServer(tmp_path / "llama-server", []), call_timeout_s=1.0)
+    server_handle._client = client  # type: ignore[assignment]  # what start() would set on a running server
+    return server_handle
+
+
+@pytest.fixture(autouse=True)
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handle, "SLEEP_POLL_S", 0.01)
+
+
+def test_waits_until_props_says_asleep_asking_nothing_else(tmp_path: Path) -> None:
+    client = SleepyClient(asleep_at=3)
+    waited = handle_with(client, tmp_path).wait_until_asleep(5.0)
+    assert waited.asleep and waited.polls == 3 and client.other_calls == 0
+
+
+def test_gives_up_after_the_limit_and_one_grace_period(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handle, "SLEEP_GRACE_S", 0.1)
+    waited = handle_with(SleepyClient(asleep_at=None), tmp_path).wait_until_asleep(0.1)
+    assert not waited.asleep and 0.2 <= waited.waited_s < 1.0
+
+
+def test_no_client_before_start(tmp_path: Path) -> None:
+    with pytest.raises(ServerError, match="not running"):
+        ServerHandle(LlamaServer(tmp_path / "llama-server", []), call_timeout_s=1.0).client
