@@ -30,7 +30,8 @@ _LONG_OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9._-]*")
 _REMOVED_MARKER = "the argument has been removed"
 # An argument placeholder that stands for a number; a value that is not one makes llama-server exit at start-up.
 _NUMBER_PLACEHOLDER = "N"
-_DECIMAL_DEFAULT = re.compile(r"\(default: -?\d+\.\d")
+_HELP_DEFAULT = re.compile(r"\(default: ([^)\[]+)\)")
+_HELP_DEFAULT_NUMBER = re.compile(r"\(default: (-?\d+(?:\.\d+)?)")
 
 # Long options that exist only in some llama.cpp builds, by the release that added or dropped them: one
 # build's --help cannot say that a name it lacks is newer or older than the build, so these facts live here.
@@ -61,6 +62,18 @@ class HelpOption:
     removed: bool  # still listed, but using it is an error ("the argument has been removed")
     description: str
     placeholder: str | None = None  # the argument as --help names it ("N", "FNAME"); None for a bare flag
+
+    @property
+    def default(self) -> str | None:
+        """What "(default: ...)" in the description says, e.g. "32" or "disabled"; None when it says nothing."""
+        match = _HELP_DEFAULT.search(self.description)
+        return match.group(1).strip() if match else None
+
+    @property
+    def default_number(self) -> str | None:
+        """The number the stated default starts with ("0.80", "-1"), as written; None when it is not a number."""
+        match = _HELP_DEFAULT_NUMBER.search(self.description)
+        return match.group(1) if match else None
 
 
 def expand_env(value: str, *, source: str, field_name: str) -> str:
@@ -146,7 +159,7 @@ def option_problem(table: Mapping[str, HelpOption], name: str, value: str | int 
     if not entry.takes_value and not isinstance(value, bool):
         return f"--{name} is a bare flag; write true to pass it or false to leave it out, not {value!r}"
     if entry.placeholder == _NUMBER_PLACEHOLDER and not isinstance(value, bool):
-        decimals = bool(_DECIMAL_DEFAULT.search(entry.description))
+        decimals = "." in (entry.default_number or "")
         if not _is_number(value, integer=not decimals):
             return f"--{name} takes {'a number' if decimals else 'an integer'} (N in --help), not {value!r}"
     return None

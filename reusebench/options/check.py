@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -31,8 +30,6 @@ ALIASES: dict[str, tuple[str, bool]] = {
 PROBE_CTX_PER_SLOT = 4096  # --ctx-size per slot when the profile sets none; holds every probe prompt
 PROBE_TIMEOUT_S = 300.0  # any probe call
 
-_HELP_DEFAULT = re.compile(r"\(default: ([^)\[]+)\)")
-
 
 def _label(value: OptionValue) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -53,8 +50,8 @@ def settings_to_check(variant: Variant) -> list[tuple[Setting, Probe | None]]:
     for probed, probe in PROBES.items():
         settings = written.pop(probed, [])
         if not settings and probed in CHECKED_DEFAULTS:
-            default = _HELP_DEFAULT.search(table[probed].description) if probed in table else None
-            settings = [Setting(probed, f"default ({default.group(1).strip()})" if default else "not set")]
+            default = table[probed].default if probed in table else None
+            settings = [Setting(probed, f"default ({default})" if default else "not set")]
         checked += [(setting, probe) for setting in settings]
     checked += [(setting, None) for settings in written.values() for setting in settings]
     return checked

@@ -24,8 +24,6 @@ N_BATCH_LINE = r"llama_context: n_batch += (\d+)"
 N_UBATCH_LINE = r"llama_context: n_ubatch += (\d+)"
 N_THREADS_LINE = r"system_info: n_threads = (\d+)"
 
-_HELP_DEFAULT_NUMBER = re.compile(r"\(default: (-?\d+(?:\.\d+)?)")
-
 
 # --- evidence lines --------------------------------------------------------------------------------------
 
@@ -70,10 +68,10 @@ class ProbeContext:
         """The setting's number, else the default `--help` states for `option`."""
         if setting.value is not None:
             return float(setting.value)
-        match = _HELP_DEFAULT_NUMBER.search(self.help[option].description)
-        if match is None:
+        default = self.help[option].default_number
+        if default is None:
             raise ValueError(f"--help states no numeric default for --{option}")
-        return float(match.group(1))
+        return float(default)
 
     @property
     def doc_tokens(self) -> int:
