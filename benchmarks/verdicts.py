@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from reusebench import options
+from reusebench.options.check import settings_to_check
 
 from . import common
 
@@ -20,7 +21,7 @@ from . import common
 def _option_names() -> list[str]:
     names: dict[str, None] = {}
     for variant in common.VARIANTS:
-        for setting, _probe in options.settings_to_check(common.PROFILE.variant(variant)):
+        for setting, _probe in settings_to_check(common.PROFILE.variant(variant)):
             names.setdefault(setting.option)
     return list(names)
 
