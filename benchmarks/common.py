@@ -35,7 +35,7 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import build, profiles, records, report, runner, scenarios
+from reusebench import build, profiles, records, runner, scenarios, sizes
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = "32K,128K"
@@ -76,10 +76,10 @@ def _words(name: str, default: str, separators: str = r"[\s,]+") -> list[str]:
 
 
 def _size(text: str) -> int:
-    match = re.fullmatch(r"(\d+)([Kk]?)", text)
-    if not match:
-        raise ValueError(f"REUSEBENCH_ASV_SIZES: not a size: {text!r} (use e.g. 4K, 32K, 2048)")
-    return int(match.group(1)) * (1024 if match.group(2) else 1)
+    try:
+        return sizes.parse_size(text)
+    except sizes.SizeError as error:
+        raise ValueError(f"REUSEBENCH_ASV_SIZES: {error}") from None
 
 
 def installed_binary() -> Path | None:
@@ -135,7 +135,7 @@ else:
     SIZE_TOKENS = [_size(word) for word in _words("REUSEBENCH_ASV_SIZES", DEFAULT_SIZES)]
     VARIANTS = _words("REUSEBENCH_ASV_VARIANTS", " ".join(v.name for v in PROFILE.variants), r"\s+")
     SCENARIOS = _words("REUSEBENCH_ASV_SCENARIOS", ",".join(scenarios.SCENARIO_IDS))
-SIZES = [report.size_label(tokens) for tokens in SIZE_TOKENS]  # asv parameter values: "32K", "128K"
+SIZES = [sizes.size_label(tokens) for tokens in SIZE_TOKENS]  # asv parameter values: "32K", "128K"
 for _name in VARIANTS:
     PROFILE.variant(_name)  # a clear error now, not inside setup_cache
 # Steps after the cold first load, of the selected scenarios only: a narrowed run has no failures to show.
@@ -171,7 +171,7 @@ def summarise(measured: list[records.Record], records_paths: list[str], failed_s
     sessions: set[tuple[str, str]] = set()
     errors: dict[tuple[str, str], str] = {}
     for r in measured:
-        key = (r.variant, report.size_label(r.size))
+        key = (r.variant, sizes.size_label(r.size))
         sessions.add(key)
         if r.error:
             errors[key] = f"{r.scenario}/{r.step}: {r.error}"

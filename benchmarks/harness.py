@@ -30,7 +30,7 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import records, report
+from reusebench import records, sizes
 
 from . import common
 
@@ -41,7 +41,7 @@ def _read(paths: tuple[str, ...]) -> list[records.Record]:
 
 
 def _session_records(cache: dict[str, Any], size: str, variant: str) -> list[records.Record]:
-    return [r for r in _read(tuple(cache["records"])) if r.variant == variant and report.size_label(r.size) == size]
+    return [r for r in _read(tuple(cache["records"])) if r.variant == variant and sizes.size_label(r.size) == size]
 
 
 def summary_figure(cache: dict[str, Any], size: str, variant: str, value: Callable[[dict[str, Any]], float]) -> float:

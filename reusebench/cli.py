@@ -1,4 +1,7 @@
-"""Command line: ``reusebench run``, ``report``, ``check``, ``profiles``, ``models``."""
+"""Does llama-server really reuse the prompts it has already read? reusebench sends realistic sequences of long
+prompts (resend, re-ask, an edit, another document in between, a restart) to llama-server and records, for each
+step, how many tokens it re-processed against what a perfect cache would, why (from the server's log), and
+whether the reused output equals output computed without reuse."""
 
 from __future__ import annotations
 
@@ -9,17 +12,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from reusebench import build, corpus, options, profiles, records, report, runner, scenarios, server, session, tiny
+from reusebench import build, corpus, options, profiles, records, report, runner, scenarios, server, session, sizes, tiny
 
 RESULTS_DIR = Path("results")
 
 
 def _size(text: str) -> int:
-    text = text.strip().upper()
     try:
-        return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 4096, 32K, 128K)") from exc
+        return sizes.parse_size(text)
+    except sizes.SizeError as error:  # argparse prefixes "argument --size: "
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -80,8 +82,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    for name in profiles.profile_names():
-        print(name)
+    """Each shipped profile, its description, and the variants its matrix launches (without loading models)."""
+    outlines = [profiles.outline(name) for name in profiles.profile_names()]
+    width = max((len(o.name) for o in outlines), default=0)
+    for o in outlines:
+        print(f"{o.name:<{width}}  {o.description or '(no description)'}")
+        if o.variants != ("default",):
+            print(f"{'':<{width}}  variants: {', '.join(o.variants)}")
+    print(f"\nin {profiles.default_profiles_dir()}; use one with `reusebench run --profile NAME`", file=sys.stderr)
     return 0
 
 
@@ -119,10 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reusebench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run the scenarios of a profile and print report A's table")
+    shows = ("run the scenarios of a profile; prints per step the tokens re-processed against a perfect cache's, "
+             "prefill seconds, hit or miss, whether the output matched output without reuse, and why (from the "
+             "server's log)")
+    run = sub.add_parser("run", help=shows, description=shows)
     run.add_argument("--profile", required=True, help="profile name in server_profiles/ or a path")
     run.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
-    run.add_argument("--size", action="append", type=_size, help="prompt size in tokens, e.g. 32K (repeatable)")
+    run.add_argument("--size", action="append", type=_size,
+                     help="prompt size in tokens: 2048, 32K or 1M (repeatable; default: the profile's sizes)")
     run.add_argument("--scenarios", nargs="+", choices=scenarios.SCENARIO_IDS, help="subset of scenarios")
     run.add_argument("--corpus", default="tiny-words", help="corpus spec name in corpora/ or a path")
     run.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
@@ -154,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="JSON instead of tables")
     check.set_defaults(func=cmd_check)
 
-    sub.add_parser("profiles", help="list the shipped profiles").set_defaults(func=cmd_profiles)
+    sub.add_parser("profiles", help="the shipped profiles: description and variants of each"
+                   ).set_defaults(func=cmd_profiles)
 
     make = sub.add_parser(
         "build", help=f"build llama-server from source: the pinned {build.PINNED.requirement} (llama.cpp "

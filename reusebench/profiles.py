@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from reusebench import binaries
+from reusebench import binaries, sizes
 from reusebench.binaries import Binary, BinaryError
 from reusebench.scenarios import SCENARIO_IDS  # one list: the catalogue's
 
@@ -45,8 +45,6 @@ TOP_LEVEL_OPTIONS = frozenset({"model", "mmproj", "lora"})
 
 OptionValue = str | int | float | bool
 
-_SIZE = re.compile(r"(\d+)\s*([KkMm]?)")
-_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024 * 1024}
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a mapping"}
 _FIELD_TYPES: dict[str, type] = {
     "description": str,
@@ -80,7 +78,7 @@ class Variant:
     mmproj: Path | None
     lora: tuple[Path, ...]
     options: dict[str, OptionValue] = field(hash=False)  # only options in effect (false/null dropped)
-    sizes: tuple[int, ...]
+    sizes: tuple[int, ...]  # empty when the profile names none: then the run gives them
     scenarios: tuple[str, ...]
     verify: bool
     n_predict: int
@@ -140,10 +138,32 @@ def load_profile(
     With `check_binary`, every option name is checked against the binary's `--help`.
     Tiny models named by `tiny:` specs are generated if missing.
     """
-    path = _locate(name_or_path, profiles_dir or default_profiles_dir())
-    layers = [(file, _check_layer(raw, file, scenario_ids)) for file, raw in _read_chain(path)]
-    merged, origins = _merge(layers)
+    path, merged, origins = _read_merged(name_or_path, profiles_dir or default_profiles_dir(), scenario_ids)
     return _build(path, merged, _Origins(origins, path), check_binary, scenario_ids)
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What `reusebench profiles` shows of a profile: read and checked, but no binary or model resolved."""
+
+    name: str
+    description: str
+    variants: tuple[str, ...]
+
+
+def outline(name_or_path: str | Path, profiles_dir: Path | None = None) -> Outline:
+    path, merged, _ = _read_merged(name_or_path, profiles_dir or default_profiles_dir(), SCENARIO_IDS)
+    variants = tuple(_variant_name(point) for point in _matrix_points(merged.get("matrix", {})))
+    return Outline(path.stem, merged.get("description", ""), variants)
+
+
+def _read_merged(
+    name_or_path: str | Path, profiles_dir: Path, scenario_ids: Sequence[str]
+) -> tuple[Path, dict[str, Any], dict[str, Path]]:
+    """The profile's file, its fields merged over the files it extends, and which file set each field."""
+    path = _locate(name_or_path, profiles_dir)
+    layers = [(file, _check_layer(raw, file, scenario_ids)) for file, raw in _read_chain(path, profiles_dir)]
+    return (path, *_merge(layers))
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -189,7 +209,13 @@ def _locate(name_or_path: str | Path, profiles_dir: Path) -> Path:
     return path
 
 
-def _read_chain(path: Path) -> list[tuple[Path, dict[str, Any]]]:
+def profile_files(name_or_path: str | Path, profiles_dir: Path | None = None) -> list[Path]:
+    """The profile's file and every file it extends, base first: what its content is made of."""
+    profiles_dir = profiles_dir or default_profiles_dir()
+    return [path for path, _ in _read_chain(_locate(name_or_path, profiles_dir), profiles_dir)]
+
+
+def _read_chain(path: Path, profiles_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The profile and the profiles it extends, base first."""
     chain: list[tuple[Path, dict[str, Any]]] = []
     current: Path | None = path.resolve()
@@ -199,7 +225,7 @@ def _read_chain(path: Path) -> list[tuple[Path, dict[str, Any]]]:
             raise ProfileError(f"{_display(chain[-1][0])}: extends: cycle {cycle}")
         raw = _read_yaml(current)
         chain.append((current, raw))
-        current = _parent_path(raw.get("extends"), current)
+        current = _parent_path(raw.get("extends"), current, profiles_dir)
     return chain[::-1]
 
 
@@ -216,16 +242,26 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _parent_path(extends: Any, child: Path) -> Path | None:
+def _parent_path(extends: Any, child: Path, profiles_dir: Path) -> Path | None:
+    """The file `extends:` names. A path is taken from the child's directory. A name is a profile, as
+    `--profile NAME` takes it: a file of that name beside the child wins (a user's own base), else the
+    profile of that name in `profiles_dir` (the shipped ones), so a profile kept anywhere can extend tiny-base."""
     if extends is None:
         return None
     if not isinstance(extends, str):
         raise ProfileError(f"{_display(child)}: extends: expected a string, got {_type_name(extends)}")
-    is_path = "/" in extends or extends.endswith((".yaml", ".yml"))
-    parent = child.parent / (extends if is_path else f"{extends}.yaml")
-    if not parent.is_file():
-        raise ProfileError(f"{_display(child)}: extends: {_display(parent)} does not exist")
-    return parent.resolve()
+    if "/" in extends or extends.endswith((".yaml", ".yml")):
+        parent = child.parent / extends
+        if not parent.is_file():
+            raise ProfileError(f"{_display(child)}: extends: {_display(parent)} does not exist")
+        return parent.resolve()
+    candidates = [child.parent / f"{extends}.yaml", profiles_dir / f"{extends}.yaml"]
+    for parent in candidates:
+        if parent.is_file():
+            return parent.resolve()
+    available = ", ".join(profile_names(profiles_dir)) or "none"
+    raise ProfileError(f"{_display(child)}: extends: no profile {extends!r}: neither {_display(candidates[0])} "
+                       f"nor {_display(candidates[1])} exists (profiles in {_display(profiles_dir)}: {available})")
 
 
 # --- per-file checks (so an error names the file that holds the value) ---------------------------
@@ -321,15 +357,10 @@ def _expect(value: Any, expected: type, file: str, where: str) -> None:
 
 
 def _parse_size(size: Any, file: str, where: str) -> int:
-    if isinstance(size, int) and not isinstance(size, bool):
-        tokens = size
-    elif isinstance(size, str) and (match := _SIZE.fullmatch(size.strip())):
-        tokens = int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-    else:
-        raise ProfileError(f"{file}: {where}: expected a token count like 32768 or \"32K\", got {size!r}")
-    if tokens < 1:
-        raise ProfileError(f"{file}: {where}: must be positive, got {size!r}")
-    return tokens
+    try:
+        return sizes.parse_size(size)
+    except sizes.SizeError as error:
+        raise ProfileError(f"{file}: {where}: {error}") from None
 
 
 # --- merging and building ----------------------------------------------------------------------
@@ -391,9 +422,8 @@ def _reported_at(origins: _Origins, where: str) -> Iterator[None]:
 def _build(
     path: Path, merged: dict[str, Any], origins: _Origins, check_binary: bool, scenario_ids: Sequence[str]
 ) -> Profile:
-    for required in ("model", "sizes"):
-        if required not in merged:
-            raise ProfileError(f"{_display(path)}: {required}: required (set here or in the profile it extends)")
+    if "model" not in merged:
+        raise ProfileError(f"{_display(path)}: model: required (set here or in the profile it extends)")
     with _reported_at(origins, "binary"):
         binary = binaries.resolve_binary(
             merged.get("binary"), source=origins.file("binary"), relative_to=origins.path("binary").parent
@@ -413,14 +443,14 @@ def _build(
         model=_resolve_file(merged["model"], "model", origins),
         model_spec=merged["model"],
         lora=tuple(_resolve_file(spec, f"lora[{i}]", origins) for i, spec in enumerate(merged.get("lora", []))),
-        sizes=tuple(merged["sizes"]),
+        sizes=tuple(merged.get("sizes", ())),  # none: the run must name them (`--size`)
         scenarios=tuple(merged.get("scenarios", scenario_ids)),
         verify=merged.get("verify", True),
         n_predict=merged.get("n_predict", DEFAULT_N_PREDICT),
     )
     variants = tuple(
         Variant(
-            name=",".join(f"{axis}={_label(value)}" for axis, value in point) or "default",
+            name=_variant_name(point),
             mmproj=mmproj if dict(point).get(MMPROJ_AXIS, True) else None,
             options=_effective_options(options, point),
             **shared,
@@ -434,6 +464,11 @@ def _matrix_points(matrix: dict[str, list[OptionValue]]) -> list[tuple[tuple[str
     """Every combination of axis values, in file order; one empty point when there is no matrix."""
     axes = [[(axis, value) for value in values] for axis, values in matrix.items()]
     return list(itertools.product(*axes))
+
+
+def _variant_name(point: tuple[tuple[str, OptionValue], ...]) -> str:
+    """"mmproj=on,cache-reuse=256"; "default" without a matrix."""
+    return ",".join(f"{axis}={_label(value)}" for axis, value in point) or "default"
 
 
 def _effective_options(

@@ -15,10 +15,7 @@ from tabulate import tabulate
 
 from reusebench import spread
 from reusebench.records import Record
-
-
-def size_label(size: int) -> str:
-    return f"{size // 1024}K" if size % 1024 == 0 else str(size)
+from reusebench.sizes import size_label
 
 
 def _correctness(r: Record) -> str:

@@ -108,6 +108,9 @@ def run_profile(
         raise ValueError("repeated first loads run first_load only: leave out the scenario selection")
     out = out or sys.stderr  # looked up now: a redirected stderr (tests, redirect_stderr) is honoured
     chosen = [profile.variant(v) for v in variants] if variants else list(profile.variants)
+    if not sizes and not all(variant.sizes for variant in chosen):
+        raise ValueError(f"{profile.path}: sizes: the profile (and every profile it extends) names none: "
+                         "give the sizes to run, e.g. --size 32K")
     spec = corpus.load_spec(corpus_name)
     run_id = new_run_id()
     run_dir = Path(results_dir) / "runs" / run_id

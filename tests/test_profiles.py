@@ -225,6 +225,35 @@ def test_extends_by_relative_path_and_false_flag_is_omitted(profile_dir: Path) -
     assert "--kv-unified" not in variant.server_args()
 
 
+def test_extends_a_shipped_profile_from_a_directory_of_ones_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name in `extends:` is a profile as `--profile NAME` takes it: the shipped one, unless a file of that
+    name sits beside the extending profile."""
+    monkeypatch.delenv("REUSEBENCH_PROFILES", raising=False)
+    mine = write(tmp_path / "my-profiles", "mine", "extends: tiny-base\nmodel: tiny:llama\n")
+    assert profiles.profile_files(mine) == [profiles.default_profiles_dir() / "tiny-base.yaml", mine]
+    variant = load_profile(mine, check_binary=False).variant("default")
+    assert variant.option("ctx-checkpoints") == 32 and variant.sizes == (32768, 131072)  # tiny-base's
+    own_base = write(tmp_path / "my-profiles", "tiny-base", "sizes: [1K]\n")
+    assert profiles.profile_files(mine) == [own_base, mine]
+    assert load_profile(mine, check_binary=False).variant("default").sizes == (1024,)
+
+
+def test_a_profile_without_sizes_loads_and_the_run_asks_for_them(profile_dir: Path) -> None:
+    from reusebench import runner
+
+    profile = load_profile(write(profile_dir, "nosizes", "model: model.gguf\n"), check_binary=False)
+    assert profile.variant("default").sizes == ()
+    with pytest.raises(ValueError, match=r"nosizes\.yaml: sizes: the profile .* names none: give the sizes to run, "
+                                         r"e\.g\. --size 32K"):
+        runner.run_profile(profile, results_dir=profile_dir / "results")
+    assert not (profile_dir / "results").exists()  # refused before anything started
+
+
+def test_outline_reads_description_and_variants_without_resolving_files(profile_dir: Path) -> None:
+    path = write(profile_dir, "m", "description: two\nmodel: not-there.gguf\nmatrix:\n  cache-reuse: [0, 256]\n")
+    assert profiles.outline(path) == profiles.Outline("m", "two", ("cache-reuse=0", "cache-reuse=256"))
+
+
 def test_yaml_on_off_stay_strings(profile_dir: Path) -> None:
     path = write(profile_dir, "fa", "model: model.gguf\nsizes: [100]\noptions:\n  flash-attn: on\n")
     assert load_profile(path).variant("default").server_args()[-2:] == ["--flash-attn", "on"]
@@ -278,10 +307,14 @@ ERROR_CASES = {
     "duplicate matrix value": (VALID + "matrix:\n  cache-reuse: [256, '256']\n", r"matrix\.cache-reuse: lists a value twice"),
     "mmproj axis without mmproj": (VALID + "matrix:\n  mmproj: [true, false]\n", r"matrix\.mmproj: the profile sets no `mmproj:` to toggle"),
     "mmproj axis with a number": (VALID + "mmproj: model.gguf\nmatrix:\n  mmproj: [1]\n", r"matrix\.mmproj\[0\]: expected true or false"),
-    "bad size": ("model: model.gguf\nsizes: [32K, 32Q]\n", r"sizes\[1\]: expected a token count like 32768 or \"32K\", got '32Q'"),
-    "no sizes": ("model: model.gguf\n", r"sizes: required"),
+    "bad size": ("model: model.gguf\nsizes: [32K, 32Q]\n", r"sizes\[1\]: expected a positive token count such as 2048, 32K or 1M, got '32Q'"),
+    "negative size": ("model: model.gguf\nsizes: [-5]\n", r"sizes\[0\]: expected a positive token count .*, got -5$"),
+    "zero size": ("model: model.gguf\nsizes: [1K, 0]\n", r"sizes\[1\]: expected a positive token count .*, got 0$"),
+    "size not a number": ("model: model.gguf\nsizes: [abc]\n", r"sizes\[0\]: expected a positive token count .*, got 'abc'$"),
     "unknown scenario": (VALID + "scenarios: [first_load, resned]\n", r"scenarios\[1\]: unknown scenario 'resned' \(did you mean 'resend'\?\)"),
-    "missing extends target": (VALID + "extends: nowhere\n", r"extends: .*nowhere\.yaml does not exist"),
+    "missing extends target": (VALID + "extends: nowhere\n",
+                               r"extends: no profile 'nowhere': neither .*nowhere\.yaml nor .*nowhere\.yaml exists"),
+    "missing extends path": (VALID + "extends: shared/nowhere.yaml\n", r"extends: .*shared/nowhere\.yaml does not exist"),
     "top level not a mapping": ("- model.gguf\n", r"expected a mapping of profile fields, got a list"),
 }
 
