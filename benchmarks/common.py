@@ -44,30 +44,10 @@ BUILT_PROFILE = "nightly-tiny-qwen35"  # takes its binary from ${REUSEBENCH_LLAM
 BINARY_ENV = "REUSEBENCH_LLAMA_SERVER"
 INSTALLED_FILE = build.INSTALLED_FILE  # written into asv's environment by `reusebench build --asv-env`
 
-# Every measured step of the scenario catalogue, as "scenario/step", in catalogue order.
-# Listed, not derived: asv needs its parameters before anything runs, and their values
-# key the history, so changing one is as deliberate as bumping a `version`. A run that
-# measures a step missing here says so on stderr, and tests/test_asv_flow.py fails.
-STEPS = (
-    "first_load/cold",
-    "after_sleep/same prompt after sleeping",
-    "resend/same prompt",
-    "chunk_removed/10% cut at 10%",
-    "interleave/back to first",
-    "probe_eviction/next turn",
-    "reask/new question",
-    "edit_middle/line at 50%",
-    "head_insert/summary at the head",
-    "growth/turn 1",
-    "growth/turn 2",
-    "growth/turn 3",
-    "growth/turn 4",
-    "restore_disk/resend",
-    "restore_disk/reask",
-    "restore_disk/extension",
-    "lora_swap/P + more, same LoRA",
-    "lora_swap/P + more, no LoRA",
-)
+# Every measured step of the scenario catalogue, as "scenario/step", in catalogue order, from the
+# scenarios' own declarations (asv needs its parameters before anything runs). Their values key the
+# history: tests/test_scenarios.py pins the list, so renaming one is as deliberate as bumping a `version`.
+STEPS = scenarios.MEASURED_STEPS
 FIRST_LOAD = STEPS[0]
 
 

@@ -6,6 +6,7 @@ reuses a directory, so a second run cannot overwrite the first.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import secrets
 import sys
@@ -80,7 +81,8 @@ def _warmed_first_load(s: scenarios.Steps) -> None:
     scenarios.first_load(s)
 
 
-WARMED_FIRST_LOAD = scenarios.Scenario("first_load", "cold prefill after a warm-up on another text", _warmed_first_load)
+WARMED_FIRST_LOAD = dataclasses.replace(scenarios.FIRST_LOAD, title="cold prefill after a warm-up on another text",
+                                        run=_warmed_first_load)
 
 
 def run_profile(
@@ -111,6 +113,8 @@ def run_profile(
     if not sizes and not all(variant.sizes for variant in chosen):
         raise ValueError(f"{profile.path}: sizes: the profile (and every profile it extends) names none: "
                          "give the sizes to run, e.g. --size 32K")
+    # selected now, so that a selection that cannot run is refused before anything starts
+    plans = {variant.name: scenarios.select(scenario_ids or variant.scenarios) for variant in chosen}
     spec = corpus.load_spec(corpus_name)
     run_id = new_run_id()
     run_dir = Path(results_dir) / "runs" / run_id
@@ -130,8 +134,7 @@ def run_profile(
             for variant in chosen:
                 for size in sizes or variant.sizes:
                     if repeats is None:
-                        selected = scenarios.select(scenario_ids or variant.scenarios)
-                        failed += session(variant, size).run(selected).error is not None
+                        failed += session(variant, size).run(plans[variant.name]).error is not None
                     else:
                         failed += _repeat_first_load(functools.partial(session, variant, size), repeats, out)
     except KeyboardInterrupt:  # each session stopped its server on the way out; the writer flushed every record

@@ -9,16 +9,26 @@ measured turn that no cache could serve (a conversation's first turn, a head
 insert, a turn after the server slept) says so with ``expect_hit=False``, so
 rates count it apart from turns that should hit (report B).
 
+Each scenario declares the steps it measures (``Scenario.measures``): the asv
+suite takes its step parameters from these declarations before anything runs,
+and a test runs every scenario against a recorder to check that each measures
+exactly what it declares.
+
 The order in ``CATALOGUE`` is chosen to pay as few extra full prefills as
 possible: each scenario leaves the slot in the state the next one starts from,
 and the only setup prefills are the ones a scenario is about (another document
-in between, a conversation computed with a LoRA).
+in between, a conversation computed with a LoRA). A scenario whose precondition
+another one leaves sets it up itself when that one is not selected
+(``Precondition``), so any selection runs.
+
+How llama-server reuses prompts, and why a hybrid can only return to its
+checkpoints, is written down in docs/llama-server-reuse.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from reusebench.client import Completion
@@ -33,9 +43,12 @@ LORA = [{"id": 0, "scale": 0.5}]  # report B's regression test
 # scale 1 (this build ignores --lora-init-without-apply: /lora-adapters still reports 1.0).
 NO_LORA = [{"id": 0, "scale": 0.0}]
 PROBE_TOKENS = 21  # report B's health check
-GROWTH_TURNS = 4
 # Enough removed text that a stale recurrent state visibly changes the output (one line is within tolerance).
 CHUNK_AT, CHUNK_LENGTH = 0.1, 0.1
+# Step names key the asv history (scenario/step): the catalogue declares them as literals, so that changing a
+# constant above cannot silently rename one; tests/test_scenarios.py pins every scenario to its declaration.
+CHUNK_STEP = "10% cut at 10%"
+GROWTH_STEPS = ("turn 1", "turn 2", "turn 3", "turn 4")  # one measured step per turn of the chat
 
 
 class Steps(Protocol):
@@ -71,12 +84,22 @@ class Steps(Protocol):
 
 
 @dataclass(frozen=True)
+class Precondition:
+    """A state a scenario needs, which another one leaves when it runs before (the catalogue's order)."""
+
+    left_by: str  # that scenario's id
+    set_up: Callable[[Steps], None]  # sets the state up when that scenario is not selected
+
+
+@dataclass(frozen=True)
 class Scenario:
     id: str
     title: str
     run: Callable[[Steps], None]
+    measures: tuple[str, ...]  # the steps it measures, in order: asv parameters as "id/step"
     # Why the scenario cannot run on this variant, or None when it can.
     not_applicable: Callable[[Steps], str | None] = lambda s: None
+    precondition: Precondition | None = None
 
 
 def next_turn(s: Steps, prompt: str, answer: Completion, question: str) -> list[int]:
@@ -119,7 +142,7 @@ def first_load(s: Steps) -> None:
 
 
 def after_sleep(s: Steps) -> None:
-    """Idle past --sleep-idle-seconds, then D + Q1 again (report A assumed the caches go; gotcha 4).
+    """Idle past --sleep-idle-seconds, then D + Q1 again: a sleeping server frees its slots and RAM cache.
 
     D + Q1's tokens are known from first_load, so nothing wakes the server before the measured request.
     """
@@ -134,13 +157,13 @@ def resend(s: Steps) -> None:
 
 def chunk_removed(s: Steps) -> None:
     """A chunk near the start of D removed, then resent. With --cache-reuse a hybrid shifts the attention cache
-    but restores a checkpoint whose recurrent state still holds the removed text (gotcha 1)."""
+    but restores a checkpoint whose recurrent state still holds the removed text: reuse with the wrong state."""
     cut = remove_lines(s.document, CHUNK_AT, CHUNK_LENGTH)
-    s.measure("chunk_removed", f"{CHUNK_LENGTH:.0%} cut at {CHUNK_AT:.0%}", s.prompt(cut, s.questions[0]))
+    s.measure("chunk_removed", CHUNK_STEP, s.prompt(cut, s.questions[0]))
 
 
 def interleave(s: Steps) -> None:
-    """Another document in between, then back to the first (report A's E4)."""
+    """Another document in between, then back to the first (report A's interleave-and-return step)."""
     s.setup("interleave", "other document", s.prompt(s.other, s.questions[0]))
     s.measure("interleave", "back to first", s.prompt(s.document, s.questions[0]))
     # The slot now holds D + Q1 again: keep it on disk for restore_disk.
@@ -148,7 +171,7 @@ def interleave(s: Steps) -> None:
 
 
 def reask(s: Steps) -> None:
-    """Same document, a question that differs from its first token on (report A's E2)."""
+    """Same document, a question that differs from its first token on (report A's re-ask)."""
     s.measure("reask", "new question", s.prompt(s.document, s.questions[1]))
 
 
@@ -166,7 +189,7 @@ def probe_eviction(s: Steps) -> None:
 
 
 def edit_middle(s: Steps) -> None:
-    """One line inserted at 50% of the document (report A's E3)."""
+    """One line inserted at 50% of the document (report A's mid-document edit)."""
     s.measure("edit_middle", "line at 50%", s.prompt(s.edited, s.questions[0]))
 
 
@@ -179,28 +202,36 @@ def head_insert(s: Steps) -> None:
 def growth(s: Steps) -> None:
     """A chat that only appends, through /v1/chat/completions: turn k+1 = turn k + the answer + a question."""
     messages = [{"role": "user", "content": s.prompt(s.document, s.questions[0])}]
-    reply = s.chat("growth", "turn 1", messages, expect_hit=False)  # a conversation's first turn
-    for turn in range(2, GROWTH_TURNS + 1):
+    reply = s.chat("growth", GROWTH_STEPS[0], messages, expect_hit=False)  # a conversation's first turn
+    for turn, step in enumerate(GROWTH_STEPS[1:], start=2):
         messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": s.questions[turn % 2]}]
-        reply = s.chat("growth", f"turn {turn}", messages)
+        reply = s.chat("growth", step, messages)
+
+
+def save_first_prompt(s: Steps) -> None:
+    """restore_disk's precondition without interleave: D + Q1 in the slot (a resend: only the tokens after the
+    last checkpoint when it is already there), saved to SAVED_SLOT."""
+    s.setup("restore_disk", "document + first question", s.prompt(s.document, s.questions[0]))
+    s.save_slot("restore_disk", SAVED_SLOT)
 
 
 def restore_disk(s: Steps) -> None:
-    """Save slot, restart the server, restore it, then resend, re-ask and strictly extend (E5)."""
+    """Restart the server, restore the slot saved with D + Q1, then resend, re-ask and strictly extend."""
     first = s.prompt(s.document, s.questions[0])
     s.restart("restore_disk")
     s.restore_slot("restore_disk", SAVED_SLOT)
     resent = s.measure("restore_disk", "resend", first)
     s.restore_slot("restore_disk", SAVED_SLOT)
     s.measure("restore_disk", "reask", s.prompt(s.document, s.questions[1]))
-    # Only a prompt that extends the saved tokens, generated ones included, can use a
-    # restored hybrid state (reference/llama-server.md 3.4).
+    # A restored slot carries no checkpoints, so a hybrid can use it only for a prompt that extends the saved
+    # tokens, generated ones included (docs/llama-server-reuse.md).
     s.restore_slot("restore_disk", SAVED_SLOT)
     s.measure("restore_disk", "extension", next_turn(s, first, resent, s.questions[1]))
 
 
 def lora_swap(s: Steps) -> None:
-    """Report B's regression (1 slot, RAM cache), then the wrong output it hides (llama-server.md 3.5).
+    """Report B's regression (1 slot, RAM cache), then the wrong output it hides: RAM cache entries do not
+    record the LoRA they were computed with (docs/llama-server-reuse.md).
 
     Last in the catalogue: it leaves a LoRA-computed state in the slot under a request without LoRA.
     """
@@ -217,30 +248,49 @@ def lora_swap(s: Steps) -> None:
     s.measure("lora_swap", "P + more, no LoRA", more, lora=NO_LORA, expect_hit=False)
 
 
+FIRST_LOAD = Scenario("first_load", "cold prefill", first_load, ("cold",))  # every selection starts with it
 CATALOGUE: tuple[Scenario, ...] = (
-    Scenario("first_load", "cold prefill", first_load),
-    Scenario("after_sleep", "idle past sleep-idle-seconds", after_sleep, needs_sleep),
-    Scenario("resend", "identical prompt", resend),
-    Scenario("chunk_removed", "a chunk near the start removed", chunk_removed),
-    Scenario("interleave", "other document, then back", interleave),
-    Scenario("reask", "new question", reask),
-    Scenario("probe_eviction", "a tiny request between two turns", probe_eviction),
-    Scenario("edit_middle", "one line inserted at 50%", edit_middle),
-    Scenario("head_insert", "summary inserted at the head", head_insert),
-    Scenario("growth", "chat that only appends", growth),
-    Scenario("restore_disk", "save slot, restart, restore", restore_disk),
-    Scenario("lora_swap", "LoRA swap through the RAM cache", lora_swap, needs_lora_one_slot_ram_cache),
+    FIRST_LOAD,
+    Scenario("after_sleep", "idle past sleep-idle-seconds", after_sleep, ("same prompt after sleeping",),
+             needs_sleep),
+    Scenario("resend", "identical prompt", resend, ("same prompt",)),
+    Scenario("chunk_removed", "a chunk near the start removed", chunk_removed, (CHUNK_STEP,)),
+    Scenario("interleave", "other document, then back", interleave, ("back to first",)),
+    Scenario("reask", "new question", reask, ("new question",)),
+    Scenario("probe_eviction", "a tiny request between two turns", probe_eviction, ("next turn",)),
+    Scenario("edit_middle", "one line inserted at 50%", edit_middle, ("line at 50%",)),
+    Scenario("head_insert", "summary inserted at the head", head_insert, ("summary at the head",)),
+    Scenario("growth", "chat that only appends", growth, GROWTH_STEPS),
+    Scenario("restore_disk", "save slot, restart, restore", restore_disk, ("resend", "reask", "extension"),
+             precondition=Precondition("interleave", save_first_prompt)),
+    Scenario("lora_swap", "LoRA swap through the RAM cache", lora_swap,
+             ("P + more, same LoRA", "P + more, no LoRA"), needs_lora_one_slot_ram_cache),
 )
 
 SCENARIO_IDS: tuple[str, ...] = tuple(sc.id for sc in CATALOGUE)
+# Every measured step as "scenario/step", in catalogue order: the asv suite's step parameters.
+MEASURED_STEPS: tuple[str, ...] = tuple(f"{sc.id}/{step}" for sc in CATALOGUE for step in sc.measures)
 
 
 def select(ids: Sequence[str] | None) -> list[Scenario]:
-    """The scenarios to run, in catalogue order; ``first_load`` always comes first."""
+    """The scenarios to run, in catalogue order; ``first_load`` always comes first. A scenario whose
+    precondition is left by one that is not selected sets it up itself."""
     if not ids:
         return list(CATALOGUE)
     unknown = sorted(set(ids) - set(SCENARIO_IDS))
     if unknown:
         raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIO_IDS)}")
     wanted = {"first_load", *ids}
-    return [sc for sc in CATALOGUE if sc.id in wanted]
+    return [sc if sc.precondition is None or sc.precondition.left_by in wanted else standalone(sc, sc.precondition)
+            for sc in CATALOGUE if sc.id in wanted]
+
+
+def standalone(scenario: Scenario, precondition: Precondition) -> Scenario:
+    """`scenario` setting up its own precondition before it runs."""
+    set_up, run = precondition.set_up, scenario.run
+
+    def prepared(s: Steps) -> None:
+        set_up(s)
+        run(s)
+
+    return replace(scenario, run=prepared, precondition=None)

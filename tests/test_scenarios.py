@@ -1,6 +1,9 @@
-"""Every scenario of the catalogue on a real llama-server with generated tiny models, at 2K tokens.
+"""Every scenario of the catalogue, without a server and on a real llama-server with generated tiny models.
 
-One run per profile (module fixtures), then assertions on the records: the hybrid and the
+Without a server: each scenario, run against a recorder whatever it needs of a variant, measures
+exactly the steps it declares, and those are the asv step parameters, unchanged.
+
+On the server, at 2K tokens: one run per profile (module fixtures), then assertions on the records: the hybrid and the
 pure-attention control over the whole catalogue, report B's LoRA swap on both, sleep off/on,
 and the health-check probe with 1 and 4 slots, RAM cache on and off. The last test reads every
 record and kept log these runs wrote and looks for any sentence of the prompts.
@@ -14,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import corpus, profiles, runner, scenarios
-from reusebench.records import Record
-
-pytestmark = pytest.mark.e2e
+from reusebench import cli, corpus, profiles, runner, scenarios
+from reusebench.client import Completion
+from reusebench.records import Record, read_records
 
 SIZE = 2048
 RUNS: list[runner.RunResult] = []  # every run of this module, for the privacy test
@@ -55,7 +57,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def hybrid(results: Path) -> Run:
-    """The whole catalogue on the long-memory Mamba2 hybrid with --cache-reuse 256 (gotcha 1's setting)."""
+    """The whole catalogue on the long-memory Mamba2 hybrid with --cache-reuse 256 (where chunk_removed reuses a
+    recurrent state that still holds the removed text)."""
     return run("tiny-granitehybrid-longmem", results)
 
 
@@ -96,15 +99,128 @@ def test_remove_lines_cuts_whole_lines_near_the_start():
     assert 0.85 < len(kept) / 100 < 0.95
 
 
-def test_catalogue_is_the_one_scenario_list():
-    assert profiles.SCENARIO_IDS is scenarios.SCENARIO_IDS
-    assert scenarios.SCENARIO_IDS[0] == "first_load"
-    assert scenarios.SCENARIO_IDS[-1] == "lora_swap"  # it leaves a LoRA-computed state in the slot
+# The asv step parameters, as asv's history knows them: a change here renames a results series.
+ASV_STEPS = {
+    "first_load/cold",
+    "after_sleep/same prompt after sleeping",
+    "resend/same prompt",
+    "chunk_removed/10% cut at 10%",
+    "interleave/back to first",
+    "probe_eviction/next turn",
+    "reask/new question",
+    "edit_middle/line at 50%",
+    "head_insert/summary at the head",
+    "growth/turn 1",
+    "growth/turn 2",
+    "growth/turn 3",
+    "growth/turn 4",
+    "restore_disk/resend",
+    "restore_disk/reask",
+    "restore_disk/extension",
+    "lora_swap/P + more, same LoRA",
+    "lora_swap/P + more, no LoRA",
+}
+
+
+class Recorder:
+    """The Steps a scenario sees, without a server: it records every call as (kind, scenario, step)."""
+
+    document, other, edited, summary = "D " * 50, "O " * 50, "E " * 50, "S"
+    questions = ("Q1", "Q2")
+    lora_adapters = 1
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+
+    def option(self, name: str) -> object | None:
+        return None
+
+    def prompt(self, document: str, question: str) -> str:
+        return f"{document}\n{question}"
+
+    def tokens(self, text: str, *, bos: bool = True) -> list[int]:
+        return list(range(len(text.split()) + bos))
+
+    def _completion(self) -> Completion:
+        return Completion(prompt_n=1, cache_n=0, prompt_ms=1.0, predicted_n=1, predicted_ms=1.0, tokens_evaluated=1,
+                          id_slot=0, ttft_ms=1.0, wall_ms=1.0, tokens=[7])
+
+    def measure(self, scenario: str, step: str, prompt: object, **kwargs: object) -> Completion:
+        self.calls.append(("measure", scenario, step))
+        return self._completion()
+
+    def setup(self, scenario: str, step: str, prompt: object, **kwargs: object) -> Completion:
+        self.calls.append(("setup", scenario, step))
+        return self._completion()
+
+    def chat(self, scenario: str, step: str, messages: object, **kwargs: object) -> str:
+        self.calls.append(("measure", scenario, step))
+        return "reply"
+
+    def save_slot(self, scenario: str, filename: str) -> None:
+        self.calls.append(("save", scenario, filename))
+
+    def restore_slot(self, scenario: str, filename: str) -> None:
+        self.calls.append(("restore", scenario, filename))
+
+    def restart(self, scenario: str) -> None:
+        self.calls.append(("restart", scenario, ""))
+
+    def wait_until_asleep(self, scenario: str) -> None:
+        self.calls.append(("wait", scenario, ""))
+
+
+def measured_by(scenario: scenarios.Scenario) -> list[str]:
+    """Run the scenario whatever it needs of a variant, and return the steps it measured, in order."""
+    recorder = Recorder()
+    scenario.run(recorder)
+    assert {s for _, s, _ in recorder.calls} == {scenario.id}  # every call is labelled with its own scenario
+    return [step for kind, _, step in recorder.calls if kind == "measure"]
+
+
+@pytest.mark.parametrize("scenario", scenarios.CATALOGUE, ids=scenarios.SCENARIO_IDS)
+def test_a_scenario_measures_exactly_the_steps_it_declares(scenario):
+    assert measured_by(scenario) == list(scenario.measures)
+
+
+def test_the_asv_step_parameters_are_the_declared_steps_unchanged():
+    from benchmarks import common
+
+    assert set(scenarios.MEASURED_STEPS) == ASV_STEPS  # both directions: none added, none renamed or dropped
+    assert len(scenarios.MEASURED_STEPS) == len(ASV_STEPS)
+    assert common.STEPS == scenarios.MEASURED_STEPS and common.FIRST_LOAD == "first_load/cold"
+    # the label is a literal; it must still say what the constants cut
+    assert scenarios.CHUNK_STEP == f"{scenarios.CHUNK_LENGTH:.0%} cut at {scenarios.CHUNK_AT:.0%}"
+
+
+def test_selection_keeps_catalogue_order_and_always_starts_with_the_first_load():
+    assert [sc.id for sc in scenarios.select(["reask", "resend"])] == ["first_load", "resend", "reask"]
+    assert scenarios.select(None) == list(scenarios.CATALOGUE)
+    with pytest.raises(ValueError, match=r"unknown scenario\(s\) resned; known: first_load, after_sleep"):
+        scenarios.select(["resned"])
+
+
+def test_restore_disk_saves_its_own_slot_only_without_interleave():
+    def calls(ids: list[str]) -> list[tuple[str, str, str]]:
+        recorder = Recorder()
+        for scenario in scenarios.select(ids):
+            scenario.run(recorder)
+        return recorder.calls
+
+    alone = calls(["restore_disk"])
+    saved = alone.index(("save", "restore_disk", scenarios.SAVED_SLOT))
+    assert alone[saved - 1] == ("setup", "restore_disk", "document + first question")  # D + Q1 in the slot first
+    assert saved < alone.index(("restart", "restore_disk", "")) < alone.index(("restore", "restore_disk",
+                                                                               scenarios.SAVED_SLOT))
+    after_interleave = calls(["interleave", "restore_disk"])
+    assert [c for c in after_interleave if c[0] == "save"] == [("save", "interleave", scenarios.SAVED_SLOT)]
+    assert [c for c in after_interleave if c[1] == "restore_disk"] == [c for c in alone if c[1] == "restore_disk"][2:]
 
 
 # -- the hybrid and the control over the whole catalogue ------------------------------------------
 
 
+@pytest.mark.e2e
 def test_every_scenario_ran_or_said_why_not(hybrid, control):
     for result in (hybrid, control):
         ran = {r.scenario for r in result.records if r.role == "measure"}
@@ -115,14 +231,16 @@ def test_every_scenario_ran_or_said_why_not(hybrid, control):
         assert not [r for r in result.records if r.scenario in ("after_sleep", "lora_swap")]
 
 
+@pytest.mark.e2e
 def test_cache_reuse_after_a_chunk_removed_is_flagged_as_wrong_output_on_the_hybrid(hybrid):
     cut = hybrid.step("chunk_removed", "10% cut at 10%")
     assert cut.cache_n > cut.prompt_tokens / 2  # looks like a success ...
-    assert cut.matches_reference is False and cut.verdict == "WRONG OUTPUT"  # ... and is not (gotcha 1)
+    assert cut.matches_reference is False and cut.verdict == "WRONG OUTPUT"  # ... and is not: the state is stale
     assert cut.cause["cache_reuse_chunks"] and cut.cause["checkpoint_n_tokens"] is not None
     assert cut.extra["foreign_reused"] > 0
 
 
+@pytest.mark.e2e
 def test_plain_resend_and_reask_pass_the_correctness_check(hybrid, control):
     for result in (hybrid, control):
         for step in (("resend", "same prompt"), ("reask", "new question"), ("interleave", "back to first")):
@@ -131,11 +249,13 @@ def test_plain_resend_and_reask_pass_the_correctness_check(hybrid, control):
             assert record.extra["max_logprob_delta"] < 1e-3
 
 
+@pytest.mark.e2e
 def test_control_without_cache_reuse_keeps_exactly_the_prefix_before_the_cut(control):
     cut = control.step("chunk_removed", "10% cut at 10%")
     assert cut.prompt_n == cut.ideal and cut.matches_reference is True
 
 
+@pytest.mark.e2e
 def test_probe_between_turns_is_served_from_ram_with_one_slot(hybrid, control):
     for result in (hybrid, control):
         probe = result.step("probe_eviction", "21-token probe", role="setup")
@@ -145,6 +265,7 @@ def test_probe_between_turns_is_served_from_ram_with_one_slot(hybrid, control):
         assert after.prompt_n <= after.ideal + 4 and after.cause["ram_restored"]
 
 
+@pytest.mark.e2e
 def test_head_insert_is_a_full_prefill_counted_as_cannot_hit(hybrid, control):
     for result in (hybrid, control):
         head = result.step("head_insert", "summary at the head")
@@ -152,9 +273,10 @@ def test_head_insert_is_a_full_prefill_counted_as_cannot_hit(hybrid, control):
         assert head.prompt_n >= head.prompt_tokens - 2
 
 
+@pytest.mark.e2e
 def test_growing_chat_reprocesses_only_the_appended_tokens(hybrid, control):
     for result in (hybrid, control):
-        turns = [result.step("growth", f"turn {k}") for k in range(1, scenarios.GROWTH_TURNS + 1)]
+        turns = [result.step("growth", step) for step in scenarios.GROWTH_STEPS]
         assert all(t.endpoint == "/v1/chat/completions" for t in turns)
         assert turns[0].expected_hit is False and turns[0].prompt_n >= turns[0].prompt_tokens - 1
         for before, turn in zip(turns, turns[1:]):
@@ -163,6 +285,7 @@ def test_growing_chat_reprocesses_only_the_appended_tokens(hybrid, control):
             assert turn.matches_reference is True  # chat outputs are compared too (ids and logprobs)
 
 
+@pytest.mark.e2e
 def test_honest_denominators_count_cannot_hit_turns_apart(hybrid):
     from reusebench.report import render_text
 
@@ -175,6 +298,7 @@ def test_honest_denominators_count_cannot_hit_turns_apart(hybrid):
 # -- report B's LoRA swap ----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_lora_swap_reproduces_report_b_on_the_hybrid_and_the_control(lora_hybrid, lora_control):
     for result in (lora_hybrid, lora_control):
         regression = result.step("lora_swap", "P + more, same LoRA")
@@ -184,6 +308,7 @@ def test_lora_swap_reproduces_report_b_on_the_hybrid_and_the_control(lora_hybrid
         assert regression.verdict == "miss"
 
 
+@pytest.mark.e2e
 def test_lora_state_served_without_lora_is_flagged(lora_hybrid, lora_control):
     for result in (lora_hybrid, lora_control):
         served = result.step("lora_swap", "P + more, no LoRA")
@@ -198,6 +323,7 @@ def test_lora_state_served_without_lora_is_flagged(lora_hybrid, lora_control):
 # -- sleep -------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_after_sleep_the_cache_is_lost_and_the_record_says_the_server_slept(sleep):
     woke = sleep.step("after_sleep", "same prompt after sleeping", variant="sleep-idle-seconds=3")
     assert woke.cache_n == 0 and woke.prompt_n == woke.prompt_tokens
@@ -207,6 +333,7 @@ def test_after_sleep_the_cache_is_lost_and_the_record_says_the_server_slept(slee
     assert wait.endpoint == "/props" and wait.extra["n_polls"] >= 1
 
 
+@pytest.mark.e2e
 def test_after_sleep_is_not_applicable_without_sleep_and_records_nothing(sleep):
     assert not [r for r in sleep.records if r.scenario == "after_sleep" and r.variant == "sleep-idle-seconds=-1"]
     assert "after_sleep: not applicable to this variant, nothing recorded: needs sleep-idle-seconds > 0 " \
@@ -216,6 +343,7 @@ def test_after_sleep_is_not_applicable_without_sleep_and_records_nothing(sleep):
 # -- probe with 1 and 4 slots ------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_probe_costs_the_conversation_only_without_a_ram_cache(probe):
     def next_turn(variant: str) -> Record:
         return probe.step("probe_eviction", "next turn", variant=variant)
@@ -229,6 +357,24 @@ def test_probe_costs_the_conversation_only_without_a_ram_cache(probe):
         "probe_eviction", "conversation turn", variant="parallel=-1,cache-ram=8192", role="setup").slot
 
 
+# -- a scenario alone ---------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_restore_disk_alone_saves_its_own_slot(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """`reusebench run --scenarios first_load restore_disk`: no interleave saved the slot it restores."""
+    status = cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=0", "--size", "2K",
+                       "--scenarios", "first_load", "restore_disk", "--results", str(tmp_path)])
+    assert status == 0, capsys.readouterr().err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    written = read_records(run_dir / "records.jsonl")
+    setup = [(r.scenario, r.step) for r in written if r.role == "setup"]
+    assert setup[:2] == [("restore_disk", "document + first question"), ("restore_disk", "save slot")]
+    assert not [r for r in written if r.error]
+    extension = next(r for r in written if (r.scenario, r.step, r.role) == ("restore_disk", "extension", "measure"))
+    assert extension.cache_n > SIZE and extension.prompt_n <= extension.ideal + 4  # the saved D + Q1 was restored
+
+
 # -- privacy -----------------------------------------------------------------------------------
 
 
@@ -239,6 +385,7 @@ def prompt_sentences() -> list[str]:
     return sorted({t.strip() for t in texts if len(t.strip().split()) >= 6})
 
 
+@pytest.mark.e2e
 def test_no_record_and_no_kept_log_contains_a_sentence_of_the_prompts(
     hybrid, control, lora_hybrid, lora_control, sleep, probe
 ):
