@@ -63,6 +63,24 @@ DELTA_HEAD_DIM = 32
 DELTA_K_HEADS = 2
 DELTA_V_HEADS = 4
 
+# glm5-next: KDA (Kimi Delta Attention) layers, nope-only MLA layers with a k-pool sparse
+# indexer, four hyper-connection residual streams and a DeepSeek-style MoE.
+KDA_HEAD_DIM = 32  # KDA runs the model-wide N_HEAD heads; the state is N_HEAD x 32 x 32
+MLA_Q_RANK = 64
+MLA_KV_RANK = 32  # the attention cache holds only this latent per token
+MLA_HEAD_DIM = 32  # per-head query/key and value width, after decompressing the latent
+INDEXER_HEADS = 2
+INDEXER_HEAD_DIM = 16
+INDEXER_KPOOL = 4  # the indexer scores pools of 4 consecutive tokens
+INDEXER_TOP_K = 256  # tokens each query attends to: far fewer than a long prompt, so attention is sparse
+HC_STREAMS = 4  # the loader asserts exactly 4 hyper-connection streams
+HC_SINKHORN_ITERS = 4
+HC_EPS = 1e-6
+DENSE_LEAD_LAYERS = 1  # a plain gated MLP first, MoE after, as in the real model
+N_EXPERT = 4
+N_EXPERT_USED = 2
+N_FF_EXP = 64  # each routed expert and the one shared expert
+
 LORA_RANK = 4
 LORA_ALPHA = 8.0
 LORA_STD = 0.2  # large enough that applying the adapter visibly changes the output
@@ -120,7 +138,7 @@ CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class RecurrentInit:
-    """How the recurrent (Mamba2 or DeltaNet) layers of a model are initialised."""
+    """How the recurrent (Mamba2, DeltaNet or KDA) layers of a model are initialised."""
 
     log_decay: tuple[float, float]  # decay A = -exp(U(lo, hi)), always negative
     conv_std: float
@@ -148,7 +166,7 @@ class Recipe:
     """Everything that determines one generated text model."""
 
     arch: str
-    # One letter per layer: A attention, M Mamba2, D Gated DeltaNet, F MLP only.
+    # One letter per layer: A attention, M Mamba2, D Gated DeltaNet, K KDA, F MLP only.
     layers: str
     seed: int
     recurrent: RecurrentInit = DEFAULT_RECURRENT
@@ -161,6 +179,7 @@ RECIPES: dict[str, Recipe] = {
     "nemotron_h": Recipe("nemotron_h", "MAMF", seed=5001),
     "nemotron_h-longmem": Recipe("nemotron_h", "MAMF", seed=5002, recurrent=LONG_MEMORY_RECURRENT),
     "llama": Recipe("llama", "AAAA", seed=1001),
+    "glm5-next": Recipe("glm5-next", "KKKA", seed=6001),
 }
 
 MODEL_NAMES: tuple[str, ...] = tuple(RECIPES)
@@ -180,7 +199,7 @@ def model_path(name: str, cache_dir: Path | None = None) -> Path:
 
 
 def lora_path(name: str, cache_dir: Path | None = None) -> Path:
-    """Path of a LoRA adapter (rank 4, on attn_q and attn_v) for the tiny model `name`."""
+    """Path of a LoRA adapter (rank 4, on each attention layer) for the tiny model `name`."""
     recipe = _recipe(name)
     return _cached(f"{name}-lora-{_digest('lora', recipe)}.gguf", lambda: _build_lora(recipe), cache_dir)
 
@@ -454,12 +473,134 @@ def _build_qwen35(name: str, recipe: Recipe) -> GGUFWriter:
     return t.writer
 
 
+def _kda(t: _Tensors, il: int, init: RecurrentInit) -> None:
+    """Kimi Delta Attention: conv'd q/k/v, a per-channel decay and a gated, normed output."""
+    d_inner = N_HEAD * KDA_HEAD_DIM
+    for proj in ("q", "k", "v"):
+        t.normal(f"blk.{il}.attn_{proj}.weight", N_EMBD, d_inner)
+        t.normal(f"blk.{il}.ssm_conv1d_{proj}.weight", CONV_KERNEL, 1, d_inner, std=init.conv_std)
+    # Low-rank decay (f) and output gate (g) projections, through the head dim.
+    t.normal(f"blk.{il}.ssm_f_a.weight", N_EMBD, KDA_HEAD_DIM)
+    t.normal(f"blk.{il}.ssm_f_b.weight", KDA_HEAD_DIM, d_inner)
+    t.normal(f"blk.{il}.ssm_dt.bias", d_inner)
+    t.decay(f"blk.{il}.ssm_a", init.log_decay, N_HEAD)
+    t.normal(f"blk.{il}.ssm_beta.weight", N_EMBD, N_HEAD)
+    t.normal(f"blk.{il}.ssm_g_a.weight", N_EMBD, KDA_HEAD_DIM)
+    t.normal(f"blk.{il}.ssm_g_b.weight", KDA_HEAD_DIM, d_inner)
+    t.ones(f"blk.{il}.ssm_norm.weight", KDA_HEAD_DIM)
+    t.normal(f"blk.{il}.attn_output.weight", d_inner, N_EMBD, std=init.out_std)
+
+
+def _mla(t: _Tensors, il: int) -> None:
+    """Nope-only multi-head latent attention, with k_b/v_b split out for absorption."""
+    t.normal(f"blk.{il}.attn_q_a.weight", N_EMBD, MLA_Q_RANK)
+    t.ones(f"blk.{il}.attn_q_a_norm.weight", MLA_Q_RANK)
+    t.normal(f"blk.{il}.attn_q_b.weight", MLA_Q_RANK, N_HEAD * MLA_HEAD_DIM)
+    t.normal(f"blk.{il}.attn_kv_a_mqa.weight", N_EMBD, MLA_KV_RANK)
+    t.ones(f"blk.{il}.attn_kv_a_norm.weight", MLA_KV_RANK)
+    t.normal(f"blk.{il}.attn_k_b.weight", MLA_HEAD_DIM, MLA_KV_RANK, N_HEAD)
+    t.normal(f"blk.{il}.attn_v_b.weight", MLA_KV_RANK, MLA_HEAD_DIM, N_HEAD)
+    t.normal(f"blk.{il}.attn_output.weight", N_HEAD * MLA_HEAD_DIM, N_EMBD)
+
+
+def _kpool_indexer(t: _Tensors, il: int) -> None:
+    """The sparse-attention indexer: it scores pooled keys and picks the top-k tokens."""
+    t.normal(f"blk.{il}.indexer.attn_q_b.weight", MLA_Q_RANK, INDEXER_HEADS * INDEXER_HEAD_DIM)
+    t.normal(f"blk.{il}.indexer.attn_k.weight", N_EMBD, INDEXER_HEAD_DIM)
+    _layer_norm(t, f"blk.{il}.indexer.k_norm", INDEXER_HEAD_DIM)
+    t.normal(f"blk.{il}.indexer.proj.weight", N_EMBD, INDEXER_HEADS)
+    t.normal(f"blk.{il}.indexer_compressor_gate.weight", N_EMBD, INDEXER_HEAD_DIM)
+    t.normal(f"blk.{il}.indexer_compressor_ape.weight", INDEXER_HEAD_DIM, INDEXER_KPOOL)
+
+
+def _hyper_connections(t: _Tensors, il: int) -> None:
+    """Per-token mixing of the residual streams around the mixer and around the FFN."""
+    # pre and post weights per stream, then the stream-to-stream matrix
+    mix_width = (2 + HC_STREAMS) * HC_STREAMS
+    for site in ("attn", "ffn"):
+        t.normal(f"blk.{il}.hc_{site}_fn.weight", HC_STREAMS * N_EMBD, mix_width)
+        t.zeros(f"blk.{il}.hc_{site}_base.weight", mix_width)
+        t.ones(f"blk.{il}.hc_{site}_scale.weight", 3)
+
+
+def _moe(t: _Tensors, il: int) -> None:
+    """Sigmoid-routed experts plus one always-on shared expert."""
+    t.normal(f"blk.{il}.ffn_gate_inp.weight", N_EMBD, N_EXPERT)
+    t.zeros(f"blk.{il}.exp_probs_b.bias", N_EXPERT)
+    t.normal(f"blk.{il}.ffn_gate_exps.weight", N_EMBD, N_FF_EXP, N_EXPERT)
+    t.normal(f"blk.{il}.ffn_up_exps.weight", N_EMBD, N_FF_EXP, N_EXPERT)
+    t.normal(f"blk.{il}.ffn_down_exps.weight", N_FF_EXP, N_EMBD, N_EXPERT)
+    t.normal(f"blk.{il}.ffn_gate_shexp.weight", N_EMBD, N_FF_EXP)
+    t.normal(f"blk.{il}.ffn_up_shexp.weight", N_EMBD, N_FF_EXP)
+    t.normal(f"blk.{il}.ffn_down_shexp.weight", N_FF_EXP, N_EMBD)
+
+
+def _build_glm5_next(name: str, recipe: Recipe) -> GGUFWriter:
+    t = _start_text_model(name, recipe)
+    w, arch = t.writer, recipe.arch
+    w.add_feed_forward_length(N_FF)
+    # A zero kv-head count marks a KDA layer; an MLA layer caches one latent "head".
+    w.add_head_count_kv(_per_layer(recipe, 1, "A"))
+    w.add_layer_norm_eps(NORM_EPS)
+    w.add_ssm_conv_kernel(CONV_KERNEL)
+    w.add_kda_head_dim(KDA_HEAD_DIM)
+    # Nope-only MLA: no rotary dims, and the cached key (and value) is the kv latent.
+    w.add_rope_dimension_count(0)
+    w.add_q_lora_rank(MLA_Q_RANK)
+    w.add_kv_lora_rank(MLA_KV_RANK)
+    w.add_key_length(MLA_KV_RANK)
+    w.add_value_length(MLA_KV_RANK)
+    w.add_key_length_mla(MLA_HEAD_DIM)
+    w.add_value_length_mla(MLA_HEAD_DIM)
+    w.add_leading_dense_block_count(DENSE_LEAD_LAYERS)
+    w.add_expert_count(N_EXPERT)
+    w.add_expert_used_count(N_EXPERT_USED)
+    w.add_expert_shared_count(1)
+    w.add_expert_feed_forward_length(N_FF_EXP)
+    w.add_expert_weights_scale(1.0)
+    w.add_expert_weights_norm(True)
+    # The gguf package has no writers for these newer keys yet.
+    w.add_uint32(f"{arch}.attention.indexer.head_count", INDEXER_HEADS)
+    w.add_uint32(f"{arch}.attention.indexer.key_length", INDEXER_HEAD_DIM)
+    w.add_uint32(f"{arch}.attention.indexer.top_k", INDEXER_TOP_K)
+    w.add_uint32(f"{arch}.attention.indexer.kpool", INDEXER_KPOOL)
+    # each query also sees the incomplete pool it sits in, as in the real model
+    w.add_bool(f"{arch}.attention.indexer.kpool_select_tail", True)
+    w.add_uint32(f"{arch}.hyper_connection.count", HC_STREAMS)
+    w.add_uint32(f"{arch}.hyper_connection.sinkhorn_iterations", HC_SINKHORN_ITERS)
+    w.add_float32(f"{arch}.hyper_connection.epsilon", HC_EPS)
+    for il, kind in enumerate(recipe.layers):
+        t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
+        _hyper_connections(t, il)
+        if kind == "A":
+            _mla(t, il)
+            _kpool_indexer(t, il)
+        else:
+            _kda(t, il, recipe.recurrent)
+        t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
+        if il < DENSE_LEAD_LAYERS:
+            _gated_ffn(t, il)
+        else:
+            _moe(t, il)
+    return t.writer
+
+
 _MODEL_BUILDERS: dict[str, Callable[[str, Recipe], GGUFWriter]] = {
     "llama": _build_llama,
     "granitehybrid": _build_granitehybrid,
     "nemotron_h": _build_nemotron_h,
     "qwen35": _build_qwen35,
+    "glm5-next": _build_glm5_next,
 }
+
+
+def _lora_targets(recipe: Recipe) -> tuple[tuple[str, int], ...]:
+    """The weights an attention layer's adapter adapts, with their output widths."""
+    if recipe.arch == "glm5-next":
+        # glm5-next multiplies its attention (and KDA) weights without the adapter hook,
+        # so an adapter there would load and change nothing; its FFNs do take adapters.
+        return (("ffn_gate_shexp", N_FF_EXP), ("ffn_up_shexp", N_FF_EXP))
+    return (("attn_q", _attention_q_width(recipe.arch)), ("attn_v", N_HEAD_KV * HEAD_DIM))
 
 
 def _build_lora(recipe: Recipe) -> GGUFWriter:
@@ -468,11 +609,10 @@ def _build_lora(recipe: Recipe) -> GGUFWriter:
     writer.add_string("adapter.type", "lora")
     writer.add_float32("adapter.lora.alpha", LORA_ALPHA)
     t = _Tensors(writer, recipe.seed + 1)
-    q_width = _attention_q_width(recipe.arch)
     for il, kind in enumerate(recipe.layers):
         if kind != "A":
             continue
-        for target, width in (("attn_q", q_width), ("attn_v", N_HEAD_KV * HEAD_DIM)):
+        for target, width in _lora_targets(recipe):
             t.normal(f"blk.{il}.{target}.weight.lora_a", N_EMBD, LORA_RANK, std=LORA_STD)
             t.normal(f"blk.{il}.{target}.weight.lora_b", LORA_RANK, width, std=LORA_STD)
     return writer

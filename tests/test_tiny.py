@@ -6,6 +6,7 @@ import hashlib
 import random
 from pathlib import Path
 
+import gguf
 import httpx
 import pytest
 
@@ -81,6 +82,40 @@ def test_cli_prints_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert printed == [str(tiny.lora_path(name, tmp_path)) for name in ("llama", "qwen35")]
 
 
+def _tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    return {tensor.name: tuple(int(n) for n in tensor.shape) for tensor in gguf.GGUFReader(path).tensors}
+
+
+def test_glm5_next_is_a_kda_and_sparse_mla_hybrid(cache_dir: Path) -> None:
+    path = tiny.model_path("glm5-next", cache_dir)
+    fields = gguf.GGUFReader(path).fields
+    shapes = _tensor_shapes(path)
+    assert fields["general.architecture"].contents() == "glm5-next"
+    # zero kv heads is how the loader tells a recurrent KDA layer from an MLA layer
+    kv_heads = fields["glm5-next.attention.head_count_kv"].contents()
+    assert kv_heads == [0 if kind == "K" else 1 for kind in tiny.RECIPES["glm5-next"].layers]
+    assert 0 in kv_heads and 1 in kv_heads
+    for il, heads in enumerate(kv_heads):
+        assert (f"blk.{il}.ssm_conv1d_q.weight" in shapes) == (heads == 0)
+        assert (f"blk.{il}.attn_kv_a_mqa.weight" in shapes) == (heads == 1)
+        assert (f"blk.{il}.indexer.attn_k.weight" in shapes) == (heads == 1)
+    assert fields["glm5-next.rope.dimension_count"].contents() == 0  # the loader requires nope-only MLA
+    assert fields["glm5-next.hyper_connection.count"].contents() == 4  # the only count the loader supports
+    assert path.stat().st_size < 8 * 2**20
+
+
+@pytest.mark.parametrize("name", tiny.MODEL_NAMES)
+def test_lora_pairs_match_their_model_weights(name: str, cache_dir: Path) -> None:
+    """The loader's check: lora_a takes the weight's input width, lora_b gives its output width."""
+    model = _tensor_shapes(tiny.model_path(name, cache_dir))
+    lora = _tensor_shapes(tiny.lora_path(name, cache_dir))
+    targets = {key.rpartition(".lora_")[0] for key in lora}
+    assert targets and len(lora) == 2 * len(targets)
+    for target in targets:
+        (n_in, rank), (rank_b, n_out) = lora[f"{target}.lora_a"], lora[f"{target}.lora_b"]
+        assert model[target][:2] == (n_in, n_out) and rank == rank_b == tiny.LORA_RANK
+
+
 def _complete(client: httpx.Client, prompt: str, **options: object) -> dict:
     response = client.post("/completion", json={"prompt": prompt, "n_predict": 8, "temperature": 0, **options})
     assert response.status_code == 200, response.text
@@ -102,6 +137,16 @@ def test_model_loads_completes_and_takes_lora(name: str, cache_dir: Path) -> Non
 
 
 @pytest.mark.e2e
+def test_glm5_next_lora_changes_the_output(cache_dir: Path) -> None:
+    """glm5-next applies adapters only to its FFNs; one on its attention would load and do nothing."""
+    lora = tiny.lora_path("glm5-next", cache_dir)
+    with raw_server(tiny.model_path("glm5-next", cache_dir), "--lora", str(lora)) as (client, _log):
+        applied = _complete(client, _document(20), lora=[{"id": 0, "scale": 1.0}])
+        without = _complete(client, _document(20), lora=[{"id": 0, "scale": 0.0}])
+    assert applied["content"] != without["content"]
+
+
+@pytest.mark.e2e
 def test_document_of_n_words_is_n_tokens_plus_bos(cache_dir: Path) -> None:
     with raw_server(tiny.model_path("llama", cache_dir)) as (client, _log):
         for n_words in (1, 50, 700):
@@ -117,7 +162,7 @@ def test_document_of_n_words_is_n_tokens_plus_bos(cache_dir: Path) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize(("name", "resend_prompt_n"), [("granitehybrid", 4), ("llama", 1)])
+@pytest.mark.parametrize(("name", "resend_prompt_n"), [("granitehybrid", 4), ("glm5-next", 4), ("llama", 1)])
 def test_identical_resend_reprocesses_as_documented(
     name: str, resend_prompt_n: int, cache_dir: Path
 ) -> None:
