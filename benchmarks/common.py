@@ -17,7 +17,9 @@ Environment variables (asv has no other way to pass settings to benchmarks):
 - ``REUSEBENCH_RESULTS``: where raw records go, under ``runs/`` (default: results/)
 - ``REUSEBENCH_ASV_RECORDS``: a ``records.jsonl`` of a ``reusebench run`` to publish instead of
   measuring again (``make bench``: one measurement, shown live, then tracked); the profile,
-  sizes, variants and scenarios then come from those records
+  sizes, variants and scenarios then come from those records. Refused (one line) where asv
+  built the environment (the nightly: every commit would get the same figures), and when the
+  run's stamp (``run.json``: reusebench commit, profile content, binaries) differs from now.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import build, profiles, records, runner, scenarios, sizes
+from reusebench import build, profiles, provenance, records, runner, scenarios, sizes
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = "32K,128K"
@@ -101,12 +103,36 @@ def _load_profile() -> profiles.Profile:
     return profile
 
 
+class ReplayRefused(RuntimeError):
+    """REUSEBENCH_ASV_RECORDS names records asv must not publish as this commit's figures."""
+
+
+def replay(records_file: Path) -> tuple[profiles.Profile, list[records.Record]]:
+    """The profile and records of a `reusebench run` to publish, when they are what asv benchmarks now."""
+    def refused(why: str) -> ReplayRefused:
+        return ReplayRefused(f"REUSEBENCH_ASV_RECORDS={records_file}: refused: {why}")
+
+    if "ASV_ENV_DIR" in os.environ:  # only environments asv builds set it: the nightly over llama.cpp commits
+        raise refused("asv built this environment, and every commit it builds would get this one run's figures; "
+                      "unset REUSEBENCH_ASV_RECORDS to measure each commit")
+    stamp = provenance.read(records_file.parent)
+    if stamp is None:
+        raise refused(f"no {provenance.STAMP_FILE} beside it says what it was measured with; run it again")
+    replayed = records.read_records(records_file)
+    if not replayed:
+        raise refused("it holds no records")
+    profile = profiles.load_profile(stamp.profile, check_binary=False)
+    now = provenance.stamp(profile, [v.name for v in profile.variants if v.name in stamp.binaries])
+    differences = provenance.differences(stamp, now)
+    if differences:
+        raise refused(f"it was measured with {'; '.join(differences)}")
+    return profile, replayed
+
+
 RECORDS_FILE = os.environ.get("REUSEBENCH_ASV_RECORDS")
-IMPORTED = records.read_records(Path(RECORDS_FILE)) if RECORDS_FILE else []
-if RECORDS_FILE and not IMPORTED:
-    raise RuntimeError(f"REUSEBENCH_ASV_RECORDS: no records in {RECORDS_FILE}")
-if IMPORTED:
-    PROFILE = profiles.load_profile(IMPORTED[0].profile, check_binary=False)
+IMPORTED: list[records.Record] = []
+if RECORDS_FILE:
+    PROFILE, IMPORTED = replay(Path(RECORDS_FILE))
     SIZE_TOKENS = sorted({r.size for r in IMPORTED})
     VARIANTS = list(dict.fromkeys(r.variant for r in IMPORTED))
     SCENARIOS = list(dict.fromkeys(r.scenario for r in IMPORTED))
@@ -126,8 +152,7 @@ REPEAT = int(os.environ.get("REUSEBENCH_ASV_REPEAT", "1"))
 def _measure() -> dict[str, Any]:
     """Run the selected sessions REPEAT times (or take REUSEBENCH_ASV_RECORDS); figures per (variant, size) and step."""
     if IMPORTED:
-        failed = len({r.session for r in IMPORTED if r.error})
-        return summarise(IMPORTED, [str(RECORDS_FILE)], failed_sessions=failed)
+        return summarise(IMPORTED, [str(RECORDS_FILE)])
     results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
     profile = profiles.load_profile(PROFILE.path)  # now checked against the binary's --help
     runs = [runner.run_profile(profile, results_dir=results_dir, variants=VARIANTS, sizes=SIZE_TOKENS,
@@ -145,18 +170,21 @@ def _median_known(values: Iterable[float | None]) -> float:
     return statistics.median(known) if known else math.nan
 
 
-def summarise(measured: list[records.Record], records_paths: list[str], failed_sessions: int) -> dict[str, Any]:
-    """Figures for asv from a run's records: medians over repeats for every (variant, size, step)."""
+def summarise(measured: list[records.Record], records_paths: list[str],
+              failed_sessions: int | None = None) -> dict[str, Any]:
+    """Figures for asv from a run's records: medians over repeats for every (variant, size, step).
+
+    `failed_sessions`: how many sessions the run counted as failed, those that failed before writing a
+    record included; None for records alone (a replay), which count a session failed as the run did.
+    """
     by_step: dict[tuple[str, str, str], list[records.Record]] = defaultdict(list)
-    sessions: set[tuple[str, str]] = set()
-    errors: dict[tuple[str, str], str] = {}
+    sessions: dict[tuple[str, str], tuple[str, str]] = {}  # (run id, session) -> (variant, size)
     for r in measured:
-        key = (r.variant, sizes.size_label(r.size))
-        sessions.add(key)
-        if r.error:
-            errors[key] = f"{r.scenario}/{r.step}: {r.error}"
+        key = sessions.setdefault((r.run_id, r.session), (r.variant, sizes.size_label(r.size)))
         if r.role == "measure" and not r.error:
             by_step[(*key, f"{r.scenario}/{r.step}")].append(r)
+    failures = records.failed_sessions(measured)
+    errors = {sessions[session]: why for session, why in failures.items()}
     unknown = sorted({step for _, _, step in by_step} - set(STEPS))
     if unknown:
         print(f"benchmarks/common.py: steps measured but not tracked (add them to STEPS): {unknown}", file=sys.stderr)
@@ -176,9 +204,10 @@ def summarise(measured: list[records.Record], records_paths: list[str], failed_s
             **{name: _median_known((r.gpu or {}).get(name) for r in rs) for name in GPU_STATE},
             "model_page_cache_fraction": _median_known((r.host or {}).get("model_page_cache_fraction") for r in rs),
         }
-    # A session can stop (e.g. its server died) without a failed request to blame: then no
+    # A session can fail before it writes a record (e.g. a profile that names a missing binary): then no
     # missing figure can be taken for a scenario that did not apply.
-    clean = sessions - set(errors) if failed_sessions <= len(errors) else set()
+    known = failed_sessions is None or failed_sessions <= len(failures)
+    clean = set(sessions.values()) - set(errors) if known else set()
     return {"figures": figures, "clean_sessions": clean, "errors": errors, "records": records_paths}
 
 

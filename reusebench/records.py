@@ -44,7 +44,7 @@ def tokens_hash(tokens: Sequence[int]) -> str:
 
 @dataclass
 class Record:
-    """One HTTP call of a session. Field names follow DESIGN.md's record schema."""
+    """One HTTP call of a session (or, with role "session", the session's summary)."""
 
     run_id: str
     session: str
@@ -215,6 +215,18 @@ def prefill_budgets(records: Iterable[Record]) -> list[PrefillBudget]:
         if r.prompt_n is not None and r.role in by_role:
             by_role[r.role] += r.prompt_n
     return [PrefillBudget(session, s["measure"], s["setup"], s["reference"]) for session, s in sums.items()]
+
+
+def failed_sessions(records: Iterable[Record]) -> dict[tuple[str, str], str]:
+    """(run id, session) -> its first failure, for every session that had one: a call that failed, or the
+    failures its summary record lists (a server that died at start-up leaves nothing else)."""
+    failed: dict[tuple[str, str], str] = {}
+    for r in records:
+        if r.error:
+            failed.setdefault((r.run_id, r.session), f"{r.scenario}/{r.step}: {r.error}")
+        elif r.role == SESSION_ROLE and r.extra.get("failures"):
+            failed.setdefault((r.run_id, r.session), r.extra["failures"][0])
+    return failed
 
 
 def read_records(path: Path) -> list[Record]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from reusebench import corpus, profiles, records, scenarios, spread
+from reusebench import corpus, profiles, provenance, records, scenarios, spread
 from reusebench.gpu import GpuSampler
 from reusebench.session import Session, SessionResult
 
@@ -120,6 +120,7 @@ def run_profile(
     run_dir = Path(results_dir) / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     records_path = run_dir / "records.jsonl"
+    provenance.write(run_dir, provenance.stamp(profile, [variant.name for variant in chosen]))
     print(f"run {run_id}: profile {profile.name}, {len(chosen)} variant(s), records -> {records_path}", file=out)
     failed = 0
     try:

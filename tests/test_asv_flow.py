@@ -1,4 +1,5 @@
-"""The asv suite through asv itself: discovery, its step list, and the nightly flow over two "llama.cpp" commits.
+"""The asv suite through asv itself: discovery, replaying a run's records, and the nightly flow over two
+"llama.cpp" commits. (That the step parameters are the scenarios' declared steps: tests/test_scenarios.py.)
 
 The nightly test stands a throwaway git repository in for llama.cpp. Its CMake
 `llama-server` target "builds" a launcher that execs the default llama-server;
@@ -11,8 +12,7 @@ last checkpoint. asv builds both commits with `reusebench build --asv-env`
 
 from __future__ import annotations
 
-import ast
-import io
+import dataclasses
 import json
 import math
 import os
@@ -24,8 +24,9 @@ from typing import Any
 import asv
 import pytest
 from asv import util as asv_util
+from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import profiles, runner, scenarios, tiny
+from reusebench import profiles, provenance, records, tiny
 
 from conftest import default_llama_server
 
@@ -103,17 +104,79 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
     assert all(b["version"] == "1" for b in found.values())
 
 
-@pytest.mark.e2e
-def test_every_measured_step_is_a_parameter(tmp_path: Path) -> None:
-    """A step the scenarios measure but benchmarks/common.py's STEPS lacks would never reach asv."""
-    steps = {ast.literal_eval(step)
-             for step in discover(tmp_path, asv_env(tmp_path))["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"][2]}
-    profile = profiles.load_profile("tiny-qwen35")
-    run = runner.run_profile(profile, results_dir=tmp_path, variants=[VARIANT], sizes=[2048],
-                             scenario_ids=scenarios.SCENARIO_IDS, out=io.StringIO())
-    assert run.failed_sessions == 0
-    measured = {f"{r.scenario}/{r.step}" for r in run.records if r.role == "measure"}
-    assert measured - {"first_load/cold"} <= steps
+# --- replaying the records of a run (make bench) ------------------------------------------------
+
+
+def replay_records(run_dir: Path, stamp: provenance.Stamp, failures: list[str] | None = None) -> Path:
+    """A run directory as `reusebench run` leaves it: records.jsonl and its stamp. With `failures`, one session
+    whose server died at start-up (its summary record only), beside one that measured the first load."""
+    run_dir.mkdir(parents=True)
+    provenance.write(run_dir, stamp)
+    path = run_dir / "records.jsonl"
+
+    def record(session: str, scenario: str, step: str, role: str, **fields: Any) -> records.Record:
+        return records.Record(run_id="r", session=session, profile="tiny-qwen35", variant=VARIANT, build="b",
+                              model="tiny:qwen35", size=2048 if session.endswith("2048") else 4096,
+                              scenario=scenario, step=step, role=role, endpoint="", started_at=0.0, ended_at=0.0,
+                              **fields)
+
+    with records.RecordWriter(path) as writer:
+        writer.write(record("s@2048", "first_load", "cold", "measure", prompt_n=2048, prompt_ms=1000.0))
+        writer.write(record("s@2048", records.SESSION_ROLE, "summary", records.SESSION_ROLE,
+                            extra={"failures": []}))
+        if failures is not None:
+            writer.write(record("s@4096", records.SESSION_ROLE, "summary", records.SESSION_ROLE,
+                                extra={"failures": failures}))
+    return path
+
+
+def current_stamp() -> provenance.Stamp:
+    return provenance.stamp(profiles.load_profile("tiny-qwen35", check_binary=False), [VARIANT])
+
+
+def test_replay_refuses_records_of_another_reusebench_commit(tmp_path: Path) -> None:
+    now = current_stamp()
+    assert now.reusebench_commit and len(now.reusebench_commit) == 40  # this checkout's HEAD
+    other = dataclasses.replace(now, reusebench_commit="0" * 40)
+    path = replay_records(tmp_path / "run", other)
+    env = {**asv_env(tmp_path), "REUSEBENCH_ASV_RECORDS": str(path)}
+    done = subprocess.run([sys.executable, "-c", "import benchmarks.common"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"benchmarks.common.ReplayRefused: REUSEBENCH_ASV_RECORDS={path}: refused: it was measured with "
+        f"reusebench commit {'0' * 40} (now {now.reusebench_commit})")
+
+
+def test_replay_refuses_another_profile_or_binary_and_any_nightly(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import common
+
+    now = current_stamp()
+    assert common.replay(replay_records(tmp_path / "same", now))[1]  # what asv benchmarks now: published
+    changed = dataclasses.replace(now, profile_sha256="0" * 64, binaries={VARIANT: "b1 (elsewhere; cpu, )"})
+    with pytest.raises(common.ReplayRefused) as refused:
+        common.replay(replay_records(tmp_path / "changed", changed))
+    assert str(refused.value).endswith(
+        f"it was measured with profile {now.profile} as it was then (its content has changed since); "
+        f"llama-server b1 (elsewhere; cpu, ) for {VARIANT} (now {now.binaries[VARIANT]})")
+    monkeypatch.setenv("ASV_ENV_DIR", str(tmp_path))
+    with pytest.raises(common.ReplayRefused, match="refused: asv built this environment"):
+        common.replay(replay_records(tmp_path / "nightly", now))
+
+
+def test_a_session_whose_server_died_at_start_up_fails_in_replay_as_live(tmp_path: Path) -> None:
+    from benchmarks import common
+
+    died = "ServerError: llama-server exited with status 1 before it was healthy"
+    _, replayed = common.replay(replay_records(tmp_path / "run", current_stamp(), failures=[died]))
+    live = common.summarise(replayed, ["records.jsonl"], failed_sessions=1)
+    for cache in (common.summarise(replayed, ["records.jsonl"]), live):
+        assert common.figure(cache, "2K", VARIANT, "first_load/cold", "prompt_seconds") == 1.0
+        with pytest.raises(SkipNotImplemented):  # the clean session: a step it did not measure does not apply
+            common.figure(cache, "2K", VARIANT, "reask/new question", "prompt_seconds")
+        with pytest.raises(RuntimeError, match=f"no prompt_seconds for {VARIANT} @ 4K first_load/cold: {died}"):
+            common.figure(cache, "4K", VARIANT, "first_load/cold", "prompt_seconds")
 
 
 # --- the nightly flow ----------------------------------------------------------------------------

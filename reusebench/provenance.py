@@ -1,0 +1,111 @@
+"""Where a run's figures came from: the reusebench commit, the profile's content, each variant's binary.
+
+Every run writes this stamp beside its records (``run.json``). The asv suite's
+replay of a run (``REUSEBENCH_ASV_RECORDS``) compares it with what asv is
+benchmarking now and refuses figures that were measured with something else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from reusebench import build, profiles
+
+STAMP_FILE = "run.json"
+REPO = Path(__file__).resolve().parents[1]
+GIT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Stamp:
+    reusebench_commit: str | None  # None when reusebench does not run from a git checkout
+    reusebench_dirty: bool | None  # uncommitted changes in that checkout (the commit alone does not say the code)
+    profile: str  # the profile's file
+    profile_sha256: str  # of the profile's file and every file it extends, base first
+    binaries: dict[str, str]  # variant name -> the build of its llama-server (``binary_build``)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def reusebench_commit() -> tuple[str | None, bool | None]:
+    """HEAD of the checkout reusebench runs from, and whether its tree has changes; (None, None) outside git."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                                  timeout=GIT_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    # an installed copy can sit inside someone else's repository: only a checkout of reusebench itself counts
+    if git("rev-parse", "--show-toplevel") != str(REPO):
+        return None, None
+    status = git("status", "--porcelain")
+    return git("rev-parse", "HEAD"), None if status is None else bool(status)
+
+
+def profile_sha256(profile: profiles.Profile) -> str:
+    digest = hashlib.sha256()
+    for path in profiles.profile_files(profile.path):
+        content = path.read_bytes()
+        digest.update(f"{len(content)}\n".encode())  # length first: two files never read as one
+        digest.update(content)
+    return digest.hexdigest()
+
+
+def binary_build(binary: Path) -> str:
+    """What `reusebench build` says it built (version, commit, flavor, flags), else the file's own hash."""
+    info = build.read_build_info(binary)
+    if info:
+        return build.describe(info)
+    digest = hashlib.sha256()
+    try:
+        with open(binary, "rb") as file:
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+    except OSError as error:  # gone since the profile was loaded: the session says so when it starts it
+        return f"{binary}: {error.strerror}"
+    return f"sha256 {digest.hexdigest()[:16]} of {binary}"
+
+
+def stamp(profile: profiles.Profile, variants: Iterable[str] | None = None) -> Stamp:
+    """The stamp of running `variants` (default: all) of `profile` from this checkout now."""
+    chosen = [profile.variant(name) for name in variants] if variants is not None else list(profile.variants)
+    builds: dict[Path, str] = {}  # one hash per binary, however many variants share it
+    for variant in chosen:
+        if variant.binary.path not in builds:
+            builds[variant.binary.path] = binary_build(variant.binary.path)
+    commit, dirty = reusebench_commit()
+    return Stamp(commit, dirty, str(profile.path.resolve()), profile_sha256(profile),
+                 {variant.name: builds[variant.binary.path] for variant in chosen})
+
+
+def write(run_dir: Path, run_stamp: Stamp) -> None:
+    (run_dir / STAMP_FILE).write_text(json.dumps(run_stamp.to_dict(), indent=2) + "\n")
+
+
+def read(run_dir: Path) -> Stamp | None:
+    """The stamp a run left, or None for a run from before stamps."""
+    path = run_dir / STAMP_FILE
+    return Stamp(**json.loads(path.read_text())) if path.is_file() else None
+
+
+def differences(recorded: Stamp, now: Stamp) -> list[str]:
+    """What differs between a run's stamp and `now` (same profile file), one phrase each; [] when nothing does."""
+    found = []
+    if recorded.reusebench_commit != now.reusebench_commit:
+        found.append(f"reusebench commit {recorded.reusebench_commit} (now {now.reusebench_commit})")
+    if recorded.profile_sha256 != now.profile_sha256:
+        found.append(f"profile {recorded.profile} as it was then (its content has changed since)")
+    for variant, built in recorded.binaries.items():
+        current = now.binaries.get(variant)
+        if current != built:
+            found.append(f"llama-server {built} for {variant} (now {current})")
+    return found
