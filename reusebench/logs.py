@@ -315,8 +315,9 @@ def _ram_found(c: Cause) -> str:
 # 1. waking reloads the model with empty slots and RAM cache, so nothing logged after it can be reuse of old work;
 # 2. a LoRA clear discards whatever was restored before it; when that was a RAM restore it is report B's bug
 #    ("found better prompt" then "clearing cache for lora change"), so it outranks a plain LoRA clear;
-# 3. a cache-reuse shift followed by a checkpoint restore is gotcha 1 (the restored recurrent state does not match
-#    the shifted attention cache): it must not read as an ordinary checkpoint hit;
+# 3. a cache-reuse shift followed by a checkpoint restore is --cache-reuse left active on a hybrid (the restored
+#    recurrent state does not match the shifted attention cache; docs/llama-server-reuse.md, "--cache-reuse (KV
+#    shifting)"): it must not read as an ordinary checkpoint hit;
 # 4. a forced full re-processing outranks the RAM restore that may precede it (the restore bought nothing);
 # 5. then the reuse path actually taken: checkpoint, RAM entry, chunk shift, tokens kept in the slot, nothing.
 _SUMMARY_RULES: tuple[tuple[Callable[[Cause], object], Callable[[Cause], str]], ...] = (

@@ -124,8 +124,8 @@ def test_summary_precedence(events: list[logs.Event], summary_start: str) -> Non
 # the event table
 # ---------------------------------------------------------------------------------------------------------------
 
-# Kinds documented in reference/llama-server.md (or the b11434 source) that the -lv 4 captures did not produce;
-# one example message each, built from the documented format.
+# Kinds whose message format is read from the b11434 source (docs/llama-server-reuse.md, "Log messages the parser
+# keys on") but that the -lv 4 captures did not produce; one example message each, built from that format.
 REFERENCE_ONLY_EXAMPLES = {
     "checkpoint_superseded": "superseding context checkpoint at n_tokens = 630",
     "checkpoint_erased_old": "erasing old context checkpoint (pos_min = 10, pos_max = 10, n_tokens = 11, size = 0.057 MiB)",
