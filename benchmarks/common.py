@@ -187,7 +187,8 @@ def summarise(measured: list[records.Record], records_paths: list[str],
     errors = {sessions[session]: why for session, why in failures.items()}
     unknown = sorted({step for _, _, step in by_step} - set(STEPS))
     if unknown:
-        print(f"benchmarks/common.py: steps measured but not tracked (add them to STEPS): {unknown}", file=sys.stderr)
+        print(f"benchmarks/common.py: steps measured but not tracked (declare them in their scenario's `measures`): "
+              f"{unknown}", file=sys.stderr)
     figures: dict[tuple[str, str, str], dict[str, float]] = {}
     for key, rs in by_step.items():
         seconds = [(r.prompt_ms or 0.0) / 1000 for r in rs]

@@ -87,8 +87,8 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     width = max((len(o.name) for o in outlines), default=0)
     for o in outlines:
         print(f"{o.name:<{width}}  {o.description or '(no description)'}")
-        if o.variants != ("default",):
-            print(f"{'':<{width}}  variants: {', '.join(o.variants)}")
+        if o.variants != ("default",):  # one launch per line: the names `--variant` takes
+            print("\n".join(f"{'':<{width}}    --variant {variant}" for variant in o.variants))
     print(f"\nin {profiles.default_profiles_dir()}; use one with `reusebench run --profile NAME`", file=sys.stderr)
     return 0
 

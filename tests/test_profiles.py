@@ -461,3 +461,29 @@ def test_binary_whose_help_fails_names_the_profile(profile_dir: Path) -> None:
     path = write(profile_dir, "p", VALID + "binary: llama-server\noptions: {threads: 2}\n")
     message = load_error(path)
     assert message.startswith(f"{path}: binary: {broken} --help exited with 127: error while loading shared libraries")
+
+
+# --- first contact -----------------------------------------------------------------------------
+
+
+def test_profiles_command_shows_each_description_and_its_variants(capsys: pytest.CaptureFixture[str]) -> None:
+    from reusebench import cli
+
+    assert cli.main(["profiles"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    qwen = next(i for i, line in enumerate(lines) if line.startswith("tiny-qwen35 "))
+    assert lines[qwen].split(None, 1)[1] == load_profile("tiny-qwen35", check_binary=False).description
+    assert [line.strip() for line in lines[qwen + 1:qwen + 5]] == [
+        f"--variant {v.name}" for v in load_profile("tiny-qwen35", check_binary=False).variants]
+    assert next(line for line in lines if line.startswith("tiny-llama ")).endswith("control, default reuse options")
+
+
+def test_help_is_plain_text_and_run_says_what_its_table_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    from reusebench import cli
+
+    for argv in (["--help"], ["run", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        text = capsys.readouterr().out
+        assert "``" not in text and "report A" not in text
+    assert "re-processed against a perfect cache's" in " ".join(text.split())
