@@ -567,7 +567,8 @@ class Session:
         return logs.explain(self.handle.events_since(mark)).to_dict()
 
     def _judge(self, record: Record, c: Completion, request: Request) -> None:
-        """Speedup, correctness against a no-reuse reference (now or deferred), and the verdict."""
+        """Speedup, correctness against a no-reuse reference (now or deferred), and the step's outcome (hit, partial,
+        miss or WRONG OUTPUT; the record keeps it in its ``verdict`` field)."""
         if record.scenario == "first_load":
             self._first_load_ms = c.prompt_ms
             if c.prompt_ms > 0 and c.prompt_n > 0:

@@ -22,7 +22,7 @@ binary: default
 model: tiny:granitehybrid
 sizes: [2K]
 options:
-  log-jsonl: true       # only in b11434
+  mlock: true           # gone in b11434
   cache-reues: 256      # misspelled
   metrics: 5            # a bare flag given a value
   ctx-checkpoints: 8
@@ -112,8 +112,8 @@ def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path
     variant = profiles.load_profile(unknown_profile, check_binary=False).variants[0]
     verdicts = by_key(options.check_variant(variant))
     assert {key for key, v in verdicts.items() if v.verdict is Verdict.UNSUPPORTED} == {
-        "log-jsonl", "cache-reues", "metrics"}
-    assert "unknown llama-server option (it exists from llama.cpp b11434)" in evidence(verdicts["log-jsonl"])
+        "mlock", "cache-reues", "metrics"}
+    assert "unknown llama-server option (llama.cpp b11434 dropped it)" in evidence(verdicts["mlock"])
     assert "(did you mean 'cache-reuse'?)" in evidence(verdicts["cache-reues"])
     assert "--metrics is a bare flag; write true to pass it or false to leave it out, not 5" in evidence(
         verdicts["metrics"])
@@ -125,7 +125,7 @@ def test_cli_check_json_exits_1_on_unsupported(unknown_profile: Path, capsys: py
     assert cli.main(["check", str(unknown_profile), "--json"]) == 1
     (report,) = json.loads(capsys.readouterr().out)
     assert report["variant"] == "default" and report["build"]
-    assert {row["option"]: row["code"] for row in report["verdicts"]}["log-jsonl"] == 5
+    assert {row["option"]: row["code"] for row in report["verdicts"]}["mlock"] == 5
 
 
 def test_table_shows_option_value_verdict_and_every_evidence_line() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from reusebench import tiny
 from reusebench.client import ClientError, LlamaClient
+from reusebench.handle import ServerHandle
 from reusebench.server import LlamaServer, ServerError
 
 from conftest import default_llama_server, process_group_alive
@@ -110,3 +111,22 @@ def test_server_killed_mid_prefill_fails_the_call_with_its_exit_status():
         assert server.returncode() == -signal.SIGKILL
     finally:
         server.close()
+
+
+def test_handle_restart_gets_a_client_on_the_new_port_and_reads_the_log_by_mark():
+    handle = ServerHandle(make_server(), call_timeout_s=30.0).start()
+    try:
+        first_client = handle.client
+        mark = handle.mark()
+        handle.client.complete(words(64), n_predict=2)
+        assert any(event.kind == "new_prompt" for event in handle.events_since(mark))
+        handle.restart()
+        assert handle.client is not first_client and handle.server.starts == 2
+        assert handle.client.props()["total_slots"] == 1  # the new client reaches the restarted server
+        assert handle.events_since(handle.mark()) == []
+        raw_log = handle.server.raw_log_path
+    finally:
+        handle.close()
+    assert not raw_log.exists()
+    with pytest.raises(ServerError, match="not running"):
+        handle.client
