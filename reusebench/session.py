@@ -515,27 +515,27 @@ class Session:
         record = self._base_record(scenario, step, role, request.endpoint, started)
         record.lora, record.prompt_tokens, record.prompt_hash = key, len(request.tokens), tokens_hash(request.tokens)
         record.ideal, record.expected_hit = self._ideal(request.tokens, key), expect_hit
-        mark = self.handle.mark()
+        log_mark = self.handle.mark()
         record.host = self._host_before_load or host.capture().to_dict()
         self._host_before_load = None
-        mark = self.sampler.mark()
+        gpu_mark = self.sampler.mark()
         timeout = self._deadline(len(request.tokens))
         try:
             completion, reply = request.send(True, self._progress(scenario, step, role), timeout)
         except (ClientError, KeyboardInterrupt) as exc:
             self._clear_progress()
-            record.cause = self._cause(mark)
-            record.gpu = self.sampler.summary_dict(mark, self.sampler.mark())
+            record.cause = self._cause(log_mark)
+            record.gpu = self.sampler.summary_dict(gpu_mark, self.sampler.mark())
             record.extra["timeout_s"] = round(timeout, 1)
             if isinstance(exc, KeyboardInterrupt):  # keep what the step got to, then stop
                 record.status, record.error, record.ended_at = None, "interrupted (Ctrl-C)", time.time()
                 self.writer.write(record)
                 raise
             raise self._fail(record, exc) from exc
-        record.gpu = self.sampler.summary_dict(mark, self.sampler.mark())
+        record.gpu = self.sampler.summary_dict(gpu_mark, self.sampler.mark())
         self._clear_progress()
         self._fill(record, completion)
-        record.cause = self._cause(mark)
+        record.cause = self._cause(log_mark)
         if record.slot is None:  # chat responses do not name the slot; the log does
             record.slot = record.cause.get("slot")
         self._last_slot = record.slot if record.slot is not None else self._last_slot

@@ -308,3 +308,34 @@ def test_summary_dict_has_the_null_dicts_keys_and_is_json():
     record = summary.to_dict()
     assert list(record) == list(StepGpuSummary.null_dict())
     assert json.loads(json.dumps(record))["throttle_reasons"] == ["HwSlowdown"]
+
+
+# --- tools/gpu_check.py, with a fake GPU and the real (CPU) llama-server ---------------------------
+
+
+def load_gpu_check():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.e2e
+def test_gpu_check_samples_idle_and_a_prefill_and_stops_its_server(monkeypatch, capsys):
+    from conftest import child_llama_servers, default_llama_server
+
+    from reusebench import tiny
+
+    gpu_check = load_gpu_check()
+    fake = FakeNvml([FakeGpu([IDLE] * 20 + [Reading()] * 1000)])
+    monkeypatch.setattr(gpu_check, "GpuSampler", lambda: GpuSampler(rate_hz=FAST_HZ, nvml=fake))
+    code = gpu_check.main(["--server", str(default_llama_server()), "--model", str(tiny.model_path("llama")),
+                           "--idle-s", "0.2", "--prompt-sentences", "20", "--ctx-size", "2048"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "== prefill of " in out and "== idle, " in out and "GPU 0 NVIDIA H200:" in out
+    assert not child_llama_servers()
