@@ -199,7 +199,7 @@ def model_path(name: str, cache_dir: Path | None = None) -> Path:
 
 
 def lora_path(name: str, cache_dir: Path | None = None) -> Path:
-    """Path of a LoRA adapter (rank 4, on each attention layer) for the tiny model `name`."""
+    """Path of a rank-4 LoRA adapter for the tiny model `name` (on attn_q and attn_v, or glm5-next's first MLP)."""
     recipe = _recipe(name)
     return _cached(f"{name}-lora-{_digest('lora', recipe)}.gguf", lambda: _build_lora(recipe), cache_dir)
 
@@ -594,13 +594,20 @@ _MODEL_BUILDERS: dict[str, Callable[[str, Recipe], GGUFWriter]] = {
 }
 
 
-def _lora_targets(recipe: Recipe) -> tuple[tuple[str, int], ...]:
-    """The weights an attention layer's adapter adapts, with their output widths."""
+def _lora_targets(recipe: Recipe) -> list[tuple[str, int]]:
+    """The weights the adapter adapts, with their output widths."""
     if recipe.arch == "glm5-next":
-        # glm5-next multiplies its attention (and KDA) weights without the adapter hook,
-        # so an adapter there would load and change nothing; its FFNs do take adapters.
-        return (("ffn_gate_shexp", N_FF_EXP), ("ffn_up_shexp", N_FF_EXP))
-    return (("attn_q", _attention_q_width(recipe.arch)), ("attn_v", N_HEAD_KV * HEAD_DIM))
+        # glm5-next multiplies its attention and KDA weights without the adapter hook, so an
+        # adapter there loads and changes nothing; its MLPs take one. The first layer's MLP
+        # feeds every later layer, so the adapter changes the cached states too.
+        return [("blk.0.ffn_gate.weight", N_FF), ("blk.0.ffn_up.weight", N_FF)]
+    q_width = _attention_q_width(recipe.arch)
+    return [
+        (f"blk.{il}.{target}.weight", width)
+        for il, kind in enumerate(recipe.layers)
+        if kind == "A"
+        for target, width in (("attn_q", q_width), ("attn_v", N_HEAD_KV * HEAD_DIM))
+    ]
 
 
 def _build_lora(recipe: Recipe) -> GGUFWriter:
@@ -609,12 +616,9 @@ def _build_lora(recipe: Recipe) -> GGUFWriter:
     writer.add_string("adapter.type", "lora")
     writer.add_float32("adapter.lora.alpha", LORA_ALPHA)
     t = _Tensors(writer, recipe.seed + 1)
-    for il, kind in enumerate(recipe.layers):
-        if kind != "A":
-            continue
-        for target, width in _lora_targets(recipe):
-            t.normal(f"blk.{il}.{target}.weight.lora_a", N_EMBD, LORA_RANK, std=LORA_STD)
-            t.normal(f"blk.{il}.{target}.weight.lora_b", LORA_RANK, width, std=LORA_STD)
+    for weight, width in _lora_targets(recipe):
+        t.normal(f"{weight}.lora_a", N_EMBD, LORA_RANK, std=LORA_STD)
+        t.normal(f"{weight}.lora_b", LORA_RANK, width, std=LORA_STD)
     return writer
 
 
