@@ -9,7 +9,6 @@ starts, and every error names the file and the field it comes from.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import itertools
 import os
 import re
@@ -274,7 +273,7 @@ def _check_layer(raw: dict[str, Any], path: Path, scenario_ids: Sequence[str]) -
     for key, value in raw.items():
         expected = _FIELD_TYPES.get(key) if isinstance(key, str) else None
         if expected is None:
-            hint = _did_you_mean(str(key), _FIELD_TYPES)
+            hint = binaries.did_you_mean(str(key), _FIELD_TYPES)
             raise ProfileError(f"{file}: {key}: unknown field{hint}; valid fields: {', '.join(_FIELD_TYPES)}")
         if value is not None:  # null unsets an inherited value
             _expect(value, expected, file, key)
@@ -302,7 +301,7 @@ def _check_scenarios(scenarios: list[Any], file: str, scenario_ids: Sequence[str
     _check_items(scenarios, str, file, "scenarios")
     for index, scenario in enumerate(scenarios):
         if scenario not in scenario_ids:
-            hint = _did_you_mean(scenario, scenario_ids)
+            hint = binaries.did_you_mean(scenario, scenario_ids)
             raise ProfileError(
                 f"{file}: scenarios[{index}]: unknown scenario {scenario!r}{hint}; valid: {', '.join(scenario_ids)}"
             )
@@ -531,11 +530,6 @@ def _label(value: OptionValue) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return str(value)
-
-
-def _did_you_mean(name: str, candidates: Any) -> str:
-    matches = difflib.get_close_matches(name, list(candidates), n=1)
-    return f" (did you mean {matches[0]!r}?)" if matches else ""
 
 
 def _type_name(value: Any) -> str:
