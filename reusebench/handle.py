@@ -16,8 +16,9 @@ from reusebench.logs import Event
 from reusebench.server import LlamaServer, ServerError
 
 # The server compares its idle time with the limit at least once a second (its task loop waits at most
-# 1 s for a task) and flags is_sleeping before it frees the model, so a server that sleeps shows it within
-# ~1 s of the limit. The rest covers a CPU shared with other jobs, where a process can stall for seconds.
+# 1 s for a task: tools/server/server-queue.cpp, start_loop) and flags is_sleeping before it frees the model,
+# so a server that sleeps shows it within ~1 s of the limit. The rest covers a CPU shared with other jobs,
+# where a process can stall for seconds. What sleep does to the caches: docs/llama-server-reuse.md, "Sleep".
 SLEEP_GRACE_S = 10.0
 SLEEP_POLL_S = 0.25
 

@@ -34,7 +34,7 @@ from reusebench.verification import common_prefix, output_difference
 
 MAX_PROBE_PROMPT = 3072  # a probe that would need a longer prompt reports UNVERIFIED instead
 # The --cache-reuse probe removes a chunk this far into the document, of this many tokens: chunk reuse then
-# shifts what follows, which a recurrent state cannot follow.
+# shifts what follows, which a recurrent state cannot follow (docs/llama-server-reuse.md, "--cache-reuse").
 REUSE_CUT_AT = 64
 REUSE_REMOVED = 32
 MIN_STEP_MARGIN = 16  # user messages this far below and above --checkpoint-min-step
@@ -381,8 +381,9 @@ def probe_sleep_idle_seconds(ctx: ProbeContext, setting: Setting) -> list[Option
     if not waited.asleep:
         return [setting.verdict(Verdict.INEFFECTIVE, f"/props is_sleeping=false after {waited.waited_s:.1f} s idle")]
     slept = [quote(e) for e in of_kind(ctx.events_since(mark), "sleep_entering")]
-    # /metrics is documented as not waking a sleeping server, yet build 7e4c0a9 wakes on it. Asked last, once
-    # the sleep is shown, so the answer is a finding rather than a disturbance.
+    # In the b11434 source /metrics does not wake a sleeping server, yet build 7e4c0a9 woke on it
+    # (docs/llama-server-reuse.md, "Sleep"). Asked last, once the sleep is shown, so the answer is a finding
+    # rather than a disturbance.
     ctx.client.metrics()
     woken_by_metrics = not ctx.client.props().get("is_sleeping")
     after = ctx.complete(prompt, id_slot=slot)
