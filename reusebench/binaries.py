@@ -39,7 +39,9 @@ ADDED_IN: dict[str, str] = {
     name: "b11434"
     for name in ("log-jsonl", "kv-unified-per-slot", "mmproj-device", "n-cpu-ffn", "lazy-mode", "spec-draft-sampling")
 }
-GONE_IN: dict[str, str] = dict.fromkeys(("mlock", "mmap", "no-mmap", "direct-io"), "b11434")
+# (release that dropped it, the option that took its place)
+GONE_IN: dict[str, tuple[str, str]] = dict.fromkeys(("mlock", "mmap", "no-mmap", "direct-io"),
+                                                    ("b11434", "load-mode"))
 
 
 class BinaryError(Exception):
@@ -140,15 +142,17 @@ def _accepted(table: Mapping[str, HelpOption]) -> frozenset[str]:
 def option_problem(table: Mapping[str, HelpOption], name: str, value: str | int | float | bool) -> str | None:
     """What is wrong with passing ``--name value`` to the binary whose `--help` is `table`; None when nothing is.
 
-    `value` is True for a bare flag. An option whose placeholder is N takes a number: an integer, unless its
-    documented default has decimals (``--temp N ... (default: 0.80)``).
+    `value` is True for a bare flag. An option whose placeholder is N and whose --help states a numeric default
+    takes a number of that kind: an integer for "(default: 32)", any number for "(default: 0.80)". Without a
+    stated number the kind is unknown (``--n-gpu-layers N`` also takes "auto" and "all"), so it is not checked.
     """
     entry = table.get(name)
     if entry is None:
         if name in ADDED_IN:
             why = f" (it exists from llama.cpp {ADDED_IN[name]})"
         elif name in GONE_IN:
-            why = f" (llama.cpp {GONE_IN[name]} dropped it)"
+            release, successor = GONE_IN[name]
+            why = f" (llama.cpp {release} dropped it; see --{successor})"
         else:
             why = did_you_mean(name, _accepted(table))
         return f"unknown llama-server option{why}; flags get renamed and removed between builds"
@@ -158,8 +162,8 @@ def option_problem(table: Mapping[str, HelpOption], name: str, value: str | int 
         return f"--{name} takes a value; true is only for bare flags"
     if not entry.takes_value and not isinstance(value, bool):
         return f"--{name} is a bare flag; write true to pass it or false to leave it out, not {value!r}"
-    if entry.placeholder == _NUMBER_PLACEHOLDER and not isinstance(value, bool):
-        decimals = "." in (entry.default_number or "")
+    if entry.placeholder == _NUMBER_PLACEHOLDER and entry.default_number is not None and not isinstance(value, bool):
+        decimals = "." in entry.default_number
         if not _is_number(value, integer=not decimals):
             return f"--{name} takes {'a number' if decimals else 'an integer'} (N in --help), not {value!r}"
     return None

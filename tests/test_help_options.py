@@ -21,6 +21,8 @@ HELP = """\
 --metrics                               enable prometheus compatible metrics endpoint (default: disabled)
 --slot-save-path PATH                   path to save slot kv cache (default: disabled)
 --draft-max N                           the argument has been removed. use --spec-draft-n-max
+-ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM, either an exact number, 'auto', or
+                                        'all'
 """
 
 
@@ -41,7 +43,7 @@ def table(fake_binary: binaries.Binary) -> dict[str, binaries.HelpOption]:
 @pytest.mark.parametrize(("name", "value", "problem"), [
     ("cache-reues", 256, "unknown llama-server option (did you mean 'cache-reuse'?); flags get renamed"),
     ("log-jsonl", True, "unknown llama-server option (it exists from llama.cpp b11434)"),
-    ("mlock", True, "unknown llama-server option (llama.cpp b11434 dropped it)"),
+    ("mlock", True, "unknown llama-server option (llama.cpp b11434 dropped it; see --load-mode)"),
     ("draft-max", 4, "removed from this llama-server: the argument has been removed. use --spec-draft-n-max"),
     ("metrics", 5, "--metrics is a bare flag; write true to pass it or false to leave it out, not 5"),
     ("cache-reuse", True, "--cache-reuse takes a value; true is only for bare flags"),
@@ -58,6 +60,7 @@ def test_each_problem_is_named(table: dict[str, binaries.HelpOption], name: str,
 @pytest.mark.parametrize(("name", "value"), [
     ("ctx-size", 8192), ("ctx-size", "8192"), ("ctx-checkpoints", -1), ("temp", 0.5), ("temp", 1),
     ("metrics", True), ("slot-save-path", "/tmp/slots"), ("swa-checkpoints", 8),
+    ("n-gpu-layers", "all"), ("n-gpu-layers", 99),  # N without a stated default: the kind is unknown
 ])
 def test_accepted_values(table: dict[str, binaries.HelpOption], name: str, value: object) -> None:
     assert binaries.option_problem(table, name, value) is None

@@ -113,7 +113,7 @@ def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path
     verdicts = by_key(options.check_variant(variant))
     assert {key for key, v in verdicts.items() if v.verdict is Verdict.UNSUPPORTED} == {
         "mlock", "cache-reues", "metrics"}
-    assert "unknown llama-server option (llama.cpp b11434 dropped it)" in evidence(verdicts["mlock"])
+    assert "unknown llama-server option (llama.cpp b11434 dropped it; see --load-mode)" in evidence(verdicts["mlock"])
     assert "(did you mean 'cache-reuse'?)" in evidence(verdicts["cache-reues"])
     assert "--metrics is a bare flag; write true to pass it or false to leave it out, not 5" in evidence(
         verdicts["metrics"])
