@@ -162,6 +162,14 @@ LONG_MEMORY_RECURRENT = RecurrentInit(
 
 
 @dataclass(frozen=True)
+class AttentionShape:
+    """Query and key/value heads of a model's attention layers (each HEAD_DIM wide)."""
+
+    heads: int = N_HEAD
+    kv_heads: int = N_HEAD_KV
+
+
+@dataclass(frozen=True)
 class Recipe:
     """Everything that determines one generated text model."""
 
@@ -170,10 +178,14 @@ class Recipe:
     layers: str
     seed: int
     recurrent: RecurrentInit = DEFAULT_RECURRENT
+    attention: AttentionShape = AttentionShape()
 
 
 RECIPES: dict[str, Recipe] = {
-    "qwen35": Recipe("qwen35", "DDDA", seed=3501),
+    # One attention head: at 128K a tiny model's prefill is almost all attention (prompt length
+    # squared times heads times head size), and report A's 128K steps run six full prefills.
+    # How the server reuses a prompt does not depend on the head count.
+    "qwen35": Recipe("qwen35", "DDDA", seed=3501, attention=AttentionShape(heads=1, kv_heads=1)),
     "granitehybrid": Recipe("granitehybrid", "MMAM", seed=4001),
     "granitehybrid-longmem": Recipe("granitehybrid", "MMAM", seed=4002, recurrent=LONG_MEMORY_RECURRENT),
     "nemotron_h": Recipe("nemotron_h", "MAMF", seed=5001),
@@ -306,7 +318,7 @@ def _start_text_model(name: str, recipe: Recipe) -> _Tensors:
     writer.add_context_length(CONTEXT_LENGTH)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(n_layers)
-    writer.add_head_count(N_HEAD)
+    writer.add_head_count(recipe.attention.heads)
     writer.add_layer_norm_rms_eps(NORM_EPS)
     writer.add_rope_freq_base(ROPE_FREQ_BASE)
 
@@ -331,16 +343,18 @@ def _start_text_model(name: str, recipe: Recipe) -> _Tensors:
     return tensors
 
 
-def _attention_q_width(arch: str) -> int:
+def _attention_q_width(recipe: Recipe) -> int:
     # qwen35's gated attention projects query and gate together.
-    return 2 * N_HEAD * HEAD_DIM if arch == "qwen35" else N_HEAD * HEAD_DIM
+    width = recipe.attention.heads * HEAD_DIM
+    return 2 * width if recipe.arch == "qwen35" else width
 
 
-def _attention(t: _Tensors, il: int, arch: str) -> None:
-    t.normal(f"blk.{il}.attn_q.weight", N_EMBD, _attention_q_width(arch))
-    t.normal(f"blk.{il}.attn_k.weight", N_EMBD, N_HEAD_KV * HEAD_DIM)
-    t.normal(f"blk.{il}.attn_v.weight", N_EMBD, N_HEAD_KV * HEAD_DIM)
-    t.normal(f"blk.{il}.attn_output.weight", N_HEAD * HEAD_DIM, N_EMBD)
+def _attention(t: _Tensors, il: int, recipe: Recipe) -> None:
+    kv_width = recipe.attention.kv_heads * HEAD_DIM
+    t.normal(f"blk.{il}.attn_q.weight", N_EMBD, _attention_q_width(recipe))
+    t.normal(f"blk.{il}.attn_k.weight", N_EMBD, kv_width)
+    t.normal(f"blk.{il}.attn_v.weight", N_EMBD, kv_width)
+    t.normal(f"blk.{il}.attn_output.weight", recipe.attention.heads * HEAD_DIM, N_EMBD)
 
 
 def _gated_ffn(t: _Tensors, il: int) -> None:
@@ -382,7 +396,7 @@ def _mixer_then_ffn_layers(t: _Tensors, recipe: Recipe) -> None:
     for il, kind in enumerate(recipe.layers):
         t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
         if kind == "A":
-            _attention(t, il, recipe.arch)
+            _attention(t, il, recipe)
         else:
             _mamba2(t, il, recipe.recurrent)
         t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
@@ -392,7 +406,7 @@ def _mixer_then_ffn_layers(t: _Tensors, recipe: Recipe) -> None:
 def _build_llama(name: str, recipe: Recipe) -> GGUFWriter:
     t = _start_text_model(name, recipe)
     t.writer.add_feed_forward_length(N_FF)
-    t.writer.add_head_count_kv(N_HEAD_KV)
+    t.writer.add_head_count_kv(recipe.attention.kv_heads)
     t.writer.add_rope_dimension_count(HEAD_DIM)
     _mixer_then_ffn_layers(t, recipe)
     return t.writer
@@ -402,7 +416,7 @@ def _build_granitehybrid(name: str, recipe: Recipe) -> GGUFWriter:
     t = _start_text_model(name, recipe)
     t.writer.add_feed_forward_length(N_FF)
     # A zero kv-head count is what marks a layer as recurrent.
-    t.writer.add_head_count_kv(_per_layer(recipe, N_HEAD_KV, "A"))
+    t.writer.add_head_count_kv(_per_layer(recipe, recipe.attention.kv_heads, "A"))
     t.writer.add_rope_dimension_count(HEAD_DIM)
     # Granite's scalars, set to the identity so the model is a plain hybrid.
     t.writer.add_embedding_scale(1.0)
@@ -418,7 +432,7 @@ def _build_nemotron_h(name: str, recipe: Recipe) -> GGUFWriter:
     t = _start_text_model(name, recipe)
     # Layers with neither kv heads nor an MLP are the recurrent ones.
     t.writer.add_feed_forward_length(_per_layer(recipe, N_FF, "F"))
-    t.writer.add_head_count_kv(_per_layer(recipe, N_HEAD_KV, "A"))
+    t.writer.add_head_count_kv(_per_layer(recipe, recipe.attention.kv_heads, "A"))
     t.writer.add_key_length(HEAD_DIM)
     t.writer.add_value_length(HEAD_DIM)
     t.writer.add_layer_norm_eps(NORM_EPS)
@@ -426,7 +440,7 @@ def _build_nemotron_h(name: str, recipe: Recipe) -> GGUFWriter:
     for il, kind in enumerate(recipe.layers):
         t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
         if kind == "A":
-            _attention(t, il, recipe.arch)
+            _attention(t, il, recipe)
         elif kind == "M":
             _mamba2(t, il, recipe.recurrent)
         else:
@@ -438,7 +452,7 @@ def _build_nemotron_h(name: str, recipe: Recipe) -> GGUFWriter:
 def _build_qwen35(name: str, recipe: Recipe) -> GGUFWriter:
     t = _start_text_model(name, recipe)
     t.writer.add_feed_forward_length(N_FF)
-    t.writer.add_head_count_kv(N_HEAD_KV)
+    t.writer.add_head_count_kv(recipe.attention.kv_heads)
     t.writer.add_key_length(HEAD_DIM)
     t.writer.add_value_length(HEAD_DIM)
     t.writer.add_full_attention_interval(recipe.layers.index("A") + 1)
@@ -455,7 +469,7 @@ def _build_qwen35(name: str, recipe: Recipe) -> GGUFWriter:
     for il, kind in enumerate(recipe.layers):
         t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
         if kind == "A":
-            _attention(t, il, recipe.arch)
+            _attention(t, il, recipe)
             t.ones(f"blk.{il}.attn_q_norm.weight", HEAD_DIM)
             t.ones(f"blk.{il}.attn_k_norm.weight", HEAD_DIM)
         else:
@@ -601,12 +615,12 @@ def _lora_targets(recipe: Recipe) -> list[tuple[str, int]]:
         # adapter there loads and changes nothing; its MLPs take one. The first layer's MLP
         # feeds every later layer, so the adapter changes the cached states too.
         return [("blk.0.ffn_gate.weight", N_FF), ("blk.0.ffn_up.weight", N_FF)]
-    q_width = _attention_q_width(recipe.arch)
+    q_width = _attention_q_width(recipe)
     return [
         (f"blk.{il}.{target}.weight", width)
         for il, kind in enumerate(recipe.layers)
         if kind == "A"
-        for target, width in (("attn_q", q_width), ("attn_v", N_HEAD_KV * HEAD_DIM))
+        for target, width in (("attn_q", q_width), ("attn_v", recipe.attention.kv_heads * HEAD_DIM))
     ]
 
 
