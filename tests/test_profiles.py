@@ -220,10 +220,10 @@ matrix:
 
 
 def test_extends_by_relative_path_and_false_flag_is_omitted(profile_dir: Path) -> None:
-    write(profile_dir / "shared", "common", "model: ../model.gguf\nsizes: [100]\noptions: {kv-unified: true}\n")
-    child = write(profile_dir, "child", "extends: shared/common.yaml\noptions: {kv-unified: false}\n")
+    write(profile_dir / "bases", "common", "model: ../model.gguf\nsizes: [100]\noptions: {kv-unified: true}\n")
+    child = write(profile_dir, "child", "extends: bases/common.yaml\noptions: {kv-unified: false}\n")
     variant = load_profile(child).variant("default")
-    assert variant.model == profile_dir / "shared" / "../model.gguf"
+    assert variant.model == profile_dir / "bases" / "../model.gguf"
     assert "--kv-unified" not in variant.server_args()
 
 
@@ -317,7 +317,7 @@ ERROR_CASES = {
     "unknown scenario": (VALID + "scenarios: [first_load, resned]\n", r"scenarios\[1\]: unknown scenario 'resned' \(did you mean 'resend'\?\)"),
     "missing extends target": (VALID + "extends: nowhere\n",
                                r"extends: no profile 'nowhere': neither .*nowhere\.yaml nor .*nowhere\.yaml exists"),
-    "missing extends path": (VALID + "extends: shared/nowhere.yaml\n", r"extends: .*shared/nowhere\.yaml does not exist"),
+    "missing extends path": (VALID + "extends: bases/nowhere.yaml\n", r"extends: .*bases/nowhere\.yaml does not exist"),
     "top level not a mapping": ("- model.gguf\n", r"expected a mapping of profile fields, got a list"),
 }
 
