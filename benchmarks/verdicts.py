@@ -2,7 +2,7 @@
 
 A commit that silently disables an option (or makes it unsafe) changes its number
 in the web UI. The numbers are codes, not amounts: 0 UNVERIFIED, 1 ACTIVE,
-2 DISABLED, 3 INEFFECTIVE, 4 UNSAFE, 5 UNSUPPORTED (``reusebench.options.VERDICT_CODES``).
+2 DISABLED, 3 INEFFECTIVE, 4 UNSAFE, 5 UNSUPPORTED (``reusebench.check.VERDICT_CODES``).
 An option judged in several aspects (slot-save-path: resend, re-ask, extension after
 a restart) tracks its highest code, the most severe; ``reusebench check`` lists each.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from reusebench import options
-from reusebench.options.check import settings_to_check
+from reusebench import check
+from reusebench.check.run import settings_to_check
 
 from . import common
 
@@ -38,8 +38,8 @@ class OptionVerdict:
     def setup_cache(self) -> dict[str, dict[str, int]]:
         codes: dict[str, dict[str, int]] = {}
         for name in common.VARIANTS:
-            verdicts = options.check_variant(common.PROFILE.variant(name))
-            print(options.render_table(verdicts), file=sys.stderr)
+            verdicts = check.check_variant(common.PROFILE.variant(name))
+            print(check.render_table(verdicts), file=sys.stderr)
             by_option: dict[str, int] = {}
             for verdict in verdicts:
                 by_option[verdict.option] = max(by_option.get(verdict.option, 0), verdict.code)

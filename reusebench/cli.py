@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from reusebench import build, corpus, options, profiles, records, report, runner, scenarios, server, session, sizes, tiny
+from reusebench import build, check, corpus, profiles, records, report, runner, scenarios, server, session, sizes, tiny
 
 RESULTS_DIR = Path("results")
 
@@ -73,10 +73,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     reports, failing = [], False
     for variant in variants:
         print(f"checking {variant.profile} / {variant.name} ...", file=sys.stderr)
-        verdicts = options.check_variant(variant, progress=lambda message: print(f"  {message}", file=sys.stderr))
-        failing |= any(v.verdict in options.FAILING_VERDICTS for v in verdicts)
-        reports.append({**options.describe_launch(variant), "verdicts": [v.to_dict() for v in verdicts]}
-                       if args.json else options.render_report(variant, verdicts))
+        verdicts = check.check_variant(variant, progress=lambda message: print(f"  {message}", file=sys.stderr))
+        failing |= any(v.verdict in check.FAILING_VERDICTS for v in verdicts)
+        reports.append({**check.describe_launch(variant), "verdicts": [v.to_dict() for v in verdicts]}
+                       if args.json else check.render_report(variant, verdicts))
     print(json.dumps(reports, indent=2) if args.json else "\n\n".join(reports))
     return 1 if failing else 0
 
@@ -159,12 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true", help="JSON instead of tables")
     rep.set_defaults(func=cmd_report)
 
-    check = sub.add_parser("check", help="is each option really active? a verdict with evidence per option "
+    check_cmd = sub.add_parser("check", help="is each option really active? a verdict with evidence per option "
                            "(exit status 1 when one is UNSAFE or UNSUPPORTED)")
-    check.add_argument("profile", help="profile name in server_profiles/ or a path")
-    check.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
-    check.add_argument("--json", action="store_true", help="JSON instead of tables")
-    check.set_defaults(func=cmd_check)
+    check_cmd.add_argument("profile", help="profile name in server_profiles/ or a path")
+    check_cmd.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
+    check_cmd.add_argument("--json", action="store_true", help="JSON instead of tables")
+    check_cmd.set_defaults(func=cmd_check)
 
     sub.add_parser("profiles", help="the shipped profiles: description and variants of each"
                    ).set_defaults(func=cmd_profiles)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import binaries, options, profiles
+from reusebench import binaries, check, profiles
 
 HELP = """\
 ----- common params -----
@@ -83,9 +83,9 @@ def test_check_reports_the_same_problem_as_unsupported(tmp_path: Path, fake_bina
     path.write_text(f"binary: {fake_binary.path}\nmodel: model.bin\nsizes: [1K]\n"
                     "options:\n  ctx-checkpoints: many\n  cache-reues: 256\n")
     variant = profiles.load_profile(path, check_binary=False).variants[0]
-    verdicts = {v.option: v for v in options.check_variant(variant)}  # launches nothing: the binary rejects both
+    verdicts = {v.option: v for v in check.check_variant(variant)}  # launches nothing: the binary rejects both
     table = binaries.help_table(fake_binary)
     for name, value in (("ctx-checkpoints", "many"), ("cache-reues", 256)):
-        assert verdicts[name].verdict is options.Verdict.UNSUPPORTED
+        assert verdicts[name].verdict is check.Verdict.UNSUPPORTED
         assert verdicts[name].evidence == (
             f"`llama-server --help` of build abc1234: {binaries.option_problem(table, name, value)}",)

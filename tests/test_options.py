@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import cli, options, profiles
+from reusebench import check, cli, profiles
 from reusebench.client import Completion, TokenProbs
-from reusebench.options import OptionVerdict, Verdict
-from reusebench.options import check as check_module
-from reusebench.options.check import CHECKED_DEFAULTS, PROBE_CTX_PER_SLOT, launch_args, settings_to_check
-from reusebench.options.probes import metrics_agreement, probe_cache_prompt
+from reusebench.check import OptionVerdict, Verdict
+from reusebench.check import run as check_run
+from reusebench.check.run import CHECKED_DEFAULTS, PROBE_CTX_PER_SLOT, launch_args, settings_to_check
+from reusebench.check.probes import metrics_agreement, probe_cache_prompt
 
 UNKNOWN_OPTIONS_PROFILE = """\
 binary: default
@@ -56,7 +56,7 @@ def unknown_profile(tmp_path: Path) -> Path:
 
 def test_verdict_codes_are_stable_and_cover_every_verdict() -> None:
     # asv keeps these numbers across commits: changing one rewrites history in the web UI
-    assert {v.value: code for v, code in options.VERDICT_CODES.items()} == {
+    assert {v.value: code for v, code in check.VERDICT_CODES.items()} == {
         "UNVERIFIED": 0, "ACTIVE": 1, "DISABLED": 2, "INEFFECTIVE": 3, "UNSAFE": 4, "UNSUPPORTED": 5,
     }
 
@@ -67,7 +67,7 @@ def test_option_verdict_dict_and_keys() -> None:
     assert plain.to_dict() == {"option": "cache-reuse", "aspect": None, "value": "256", "verdict": "UNSAFE",
                                "code": 4, "evidence": ["a", "b"]}
     assert json.loads(json.dumps(aspect.to_dict()))["verdict"] == "ACTIVE"
-    assert options.tracked_codes([plain, aspect]) == {
+    assert check.tracked_codes([plain, aspect]) == {
         "cache-reuse": 4, "slot-save-path[strict extension after restart]": 1}
 
 
@@ -87,12 +87,12 @@ def test_settings_cover_the_profile_and_the_reuse_defaults_in_probe_order() -> N
     assert set(CHECKED_DEFAULTS) - {"cache-prompt"} <= set(names)
     assert names.index("parallel") == 0 and names.index("sleep-idle-seconds") == len(names) - 2  # sleeping ends it
     settings = {setting.option: (setting, probe) for setting, probe in checked}
-    assert settings["no-cache-prompt"] == (options.Setting("no-cache-prompt", "true", False), probe_cache_prompt)
+    assert settings["no-cache-prompt"] == (check.Setting("no-cache-prompt", "true", False), probe_cache_prompt)
     assert settings["mmproj"][0].label.startswith("mmproj-")
     assert settings["cache-reuse"][0].value == 256
     assert settings["ctx-checkpoints"][0].label == "32"  # set by tiny-base
     assert settings["slot-save-path"][0].label == "default (disabled)"  # from --help
-    assert settings["flash-attn"] == (options.Setting("flash-attn", "off", "off"), None)  # no probe: listed last
+    assert settings["flash-attn"] == (check.Setting("flash-attn", "off", "off"), None)  # no probe: listed last
 
 
 def test_launch_adds_a_probe_sized_context_and_metrics() -> None:
@@ -108,9 +108,9 @@ def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path
     def no_launch(*args: object, **kwargs: object) -> None:
         raise AssertionError("a server was started for a profile the binary rejects")
 
-    monkeypatch.setattr(check_module, "LlamaServer", no_launch)
+    monkeypatch.setattr(check_run, "LlamaServer", no_launch)
     variant = profiles.load_profile(unknown_profile, check_binary=False).variants[0]
-    verdicts = by_key(options.check_variant(variant))
+    verdicts = by_key(check.check_variant(variant))
     assert {key for key, v in verdicts.items() if v.verdict is Verdict.UNSUPPORTED} == {
         "mlock", "cache-reues", "metrics"}
     assert "unknown llama-server option (llama.cpp b11434 dropped it; see --load-mode)" in evidence(verdicts["mlock"])
@@ -129,7 +129,7 @@ def test_cli_check_json_exits_1_on_unsupported(unknown_profile: Path, capsys: py
 
 
 def test_table_shows_option_value_verdict_and_every_evidence_line() -> None:
-    table = options.render_table([OptionVerdict("cache-reuse", "256", Verdict.DISABLED, ("line one", "line two"),
+    table = check.render_table([OptionVerdict("cache-reuse", "256", Verdict.DISABLED, ("line one", "line two"),
                                                 aspect="x")])
     for text in ("option", "evidence", "cache-reuse[x]", "DISABLED", "line one", "line two"):
         assert text in table
@@ -141,7 +141,7 @@ def test_table_shows_option_value_verdict_and_every_evidence_line() -> None:
 @functools.cache
 def checked(profile: str, variant: str = "default") -> dict[str, OptionVerdict]:
     """One check per profile variant for the whole module (each costs a few seconds)."""
-    return by_key(options.check_variant(profiles.load_profile(profile).variant(variant)))
+    return by_key(check.check_variant(profiles.load_profile(profile).variant(variant)))
 
 
 @pytest.mark.e2e
@@ -235,7 +235,7 @@ def test_control_with_four_auto_slots_and_features_switched_off(tmp_path: Path) 
     path = tmp_path / "small.yaml"
     path.write_text("binary: default\nmodel: tiny:llama\nsizes: [2K]\n"
                     "options: {threads: 2, cache-reuse: 256, slot-prompt-similarity: 0, no-cache-prompt: true}\n")
-    verdicts = by_key(options.check_variant(profiles.load_profile(path).variants[0]))
+    verdicts = by_key(check.check_variant(profiles.load_profile(path).variants[0]))
     assert verdicts["cache-reuse"].verdict is Verdict.ACTIVE
     assert "reused output equals the cache_prompt:false reference" in verdicts["cache-reuse"].evidence
     assert verdicts["slot-prompt-similarity"].verdict is Verdict.DISABLED
@@ -250,6 +250,6 @@ def test_checkpoint_min_step_small_enough_to_probe(tmp_path: Path) -> None:
     path = tmp_path / "spacing.yaml"
     path.write_text(f"extends: {profiles.default_profiles_dir() / 'tiny-granitehybrid.yaml'}\n"
                     "options: {checkpoint-min-step: 256}\n")
-    verdict = by_key(options.check_variant(profiles.load_profile(path).variants[0]))["checkpoint-min-step"]
+    verdict = by_key(check.check_variant(profiles.load_profile(path).variants[0]))["checkpoint-min-step"]
     assert verdict.verdict is Verdict.ACTIVE
     assert "checkpoints at [1, 273," in evidence(verdict)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from reusebench.client import ClientError, Completion
 from reusebench.logs import Event
-from reusebench.options.context import (
+from reusebench.check.context import (
     N_BATCH_LINE,
     N_CTX_LINE,
     N_THREADS_LINE,
@@ -29,7 +29,7 @@ from reusebench.options.context import (
     quote,
     timings,
 )
-from reusebench.options.verdicts import OptionVerdict, Setting, Verdict
+from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.verification import common_prefix, output_difference
 
 MAX_PROBE_PROMPT = 3072  # a probe that would need a longer prompt reports UNVERIFIED instead

@@ -8,8 +8,8 @@ from typing import Any
 from tabulate import tabulate
 
 from reusebench import binaries
-from reusebench.options.check import launch_args
-from reusebench.options.verdicts import OptionVerdict
+from reusebench.check.run import launch_args
+from reusebench.check.verdicts import OptionVerdict
 from reusebench.profiles import Variant
 
 EVIDENCE_WIDTH = 100

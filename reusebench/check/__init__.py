@@ -14,13 +14,13 @@ For each option the profile sets, and for the defaults that decide prompt reuse,
 - UNVERIFIED: no probe exists, or the probe could not decide; the evidence says why.
 
 Modules: ``verdicts`` (the verdict types and asv codes), ``context`` (what probes share on one running
-server), ``probes`` (one function per option), ``check`` (what to check, the launch, the run),
+server), ``probes`` (one function per option), ``run`` (what to check, the launch, the run),
 ``render`` (the table and report).
 """
 
-from reusebench.options.check import check_variant
-from reusebench.options.render import describe_launch, render_report, render_table
-from reusebench.options.verdicts import (
+from reusebench.check.run import check_variant
+from reusebench.check.render import describe_launch, render_report, render_table
+from reusebench.check.verdicts import (
     FAILING_VERDICTS,
     VERDICT_CODES,
     OptionVerdict,

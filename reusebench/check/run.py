@@ -8,9 +8,9 @@ from dataclasses import replace
 from reusebench import binaries
 from reusebench.client import ClientError
 from reusebench.handle import ServerHandle
-from reusebench.options.context import Probe, ProbeContext, of_kind
-from reusebench.options.probes import PROBES, SLEEP_OPTION
-from reusebench.options.verdicts import OptionVerdict, Setting, Verdict
+from reusebench.check.context import Probe, ProbeContext, of_kind
+from reusebench.check.probes import PROBES, SLEEP_OPTION
+from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.profiles import OptionValue, Variant
 from reusebench.server import LlamaServer, ServerError
 

@@ -11,7 +11,7 @@ from reusebench import binaries, logs, tiny
 from reusebench.client import Completion, LlamaClient
 from reusebench.handle import ServerHandle
 from reusebench.logs import Event
-from reusebench.options.verdicts import OptionVerdict, Setting
+from reusebench.check.verdicts import OptionVerdict, Setting
 from reusebench.profiles import Variant
 
 PROBE_N_PREDICT = 8  # enough greedy tokens for a stale state to show in the output
