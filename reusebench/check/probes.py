@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reusebench.client import ClientError, Completion
+from reusebench.expectation import CHATML_USER_START
 from reusebench.logs import Event
 from reusebench.check.context import (
     N_BATCH_LINE,
@@ -38,7 +39,6 @@ MAX_PROBE_PROMPT = 3072  # a probe that would need a longer prompt reports UNVER
 REUSE_CUT_AT = 64
 REUSE_REMOVED = 32
 MIN_STEP_MARGIN = 16  # user messages this far below and above --checkpoint-min-step
-USER_DELIMITER = "<|im_start|>user"  # message delimiter of the tiny models' ChatML template
 
 
 def _flag(value: object) -> str:
@@ -199,7 +199,7 @@ def probe_checkpoint_min_step(ctx: ProbeContext, setting: Setting) -> list[Optio
     """
     configured = [quote(e) for e in of_kind(ctx.startup, "checkpoints_enabled", "checkpoints_disabled")]
     min_step = int(ctx.facts["checkpoints_min_spacing"] or ctx.number(setting, "checkpoint-min-step"))
-    delimiter = ctx.client.tokenize(USER_DELIMITER)
+    delimiter = ctx.client.tokenize(CHATML_USER_START)
     near_end = ctx.doc_tokens - PROBE_TAIL_TOKENS + 64  # past the checkpoints near the prompt's end
     needed = len(ctx.bos) + min_step + 2 * MIN_STEP_MARGIN + near_end
     if not ctx.needs_checkpoints or ctx.facts["checkpoints_max"] == 0:
@@ -215,7 +215,7 @@ def probe_checkpoint_min_step(ctx: ProbeContext, setting: Setting) -> list[Optio
     prompt += delimiter + ctx.fresh(MIN_STEP_MARGIN - len(delimiter))
     prompt += delimiter + ctx.fresh(near_end)
     mark = ctx.mark()
-    ctx.complete(prompt, extra={"message_delimiters": [{"role": "user", "delimiter": USER_DELIMITER}]})
+    ctx.complete(prompt, extra={"message_delimiters": [{"role": "user", "delimiter": CHATML_USER_START}]})
     created = {int(e.fields["n_tokens"]) for e in of_kind(ctx.events_since(mark), "checkpoint_created")}
     evidence = (*configured, f"user messages at tokens {first}, {below}, {above}: checkpoints at "
                 f"{sorted(created)} (expected {above}, not {below}, for a spacing of {min_step})")

@@ -1,0 +1,387 @@
+"""What llama-server b11434 should re-process for a request, and why: a model of its prompt reuse.
+
+The model is pure: it reads nothing but its inputs and keeps the history of one server (what each slot
+holds, its checkpoints and where they sit, what the RAM prompt cache holds, what was saved to disk). It is
+fed the same requests the server is, as token ids, and predicts ``prompt_n`` with its cause before the
+server's answer is looked at. The server's answer contributes only the tokens it generated, which a slot
+keeps (``answered``). Every rule is written down in docs/llama-server-reuse.md with its source line;
+the comments below name the section.
+
+What the model is told about the world: the model's memory (``memory_of_gguf``, from the GGUF: attention,
+recurrent or hybrid, and whether its attention cache can shift) and the launch options that decide reuse
+(``launch_of_options``). It is deliberately not told what the server logged at start-up: a build that
+quietly changes a rule (say, turns checkpoints off) must show up as a step the model did not expect.
+
+Not modelled: SWA windows, multimodal chunks in a prompt, aLoRA, speculative decoding, and the RAM
+cache's size and token limits (the tiny models' states are far below them; an eviction the model did not
+predict shows as UNEXPECTED).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import gguf
+
+from reusebench.verification import common_prefix
+
+MEMORY_KINDS = ("attention", "recurrent", "hybrid")
+# llama-server's defaults for the options that decide reuse (docs/llama-server-reuse.md, with source lines)
+DEFAULT_BATCH, DEFAULT_UBATCH = 2048, 512
+DEFAULT_CTX_CHECKPOINTS = 32
+DEFAULT_CHECKPOINT_MIN_STEP = 8192
+DEFAULT_CACHE_RAM_MIB = 8192
+DEFAULT_SLOT_PROMPT_SIMILARITY = 0.10
+AUTO_SLOTS = 4  # -np auto: 4 slots with a unified KV cache
+END_OFFSETS = 4  # checkpoints 4 and 4 + n_ubatch tokens before the end of a prompt
+F_KEEP_SAVE = 0.5  # a slot picked by similarity is saved to RAM when less than this share of it is kept
+F_KEEP_LOAD = 0.25  # a RAM entry is never loaded when less than this share of it is kept
+# Where a user message starts in a ChatML prompt (the tiny models' template): the chat endpoints pass it to the
+# server as a message delimiter, and /completion takes it in `message_delimiters`.
+CHATML_USER_START = "<|im_start|>user"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a model's context memory can do, as far as prompt reuse goes."""
+
+    kind: str  # one of MEMORY_KINDS
+    can_shift: bool  # its attention cache can shift positions (what --cache-reuse needs)
+
+    @property
+    def needs_checkpoints(self) -> bool:
+        """Recurrent state cannot be cut at any position: only checkpoints take it back."""
+        return self.kind != "attention"
+
+
+def memory_of_gguf(path: Path) -> Memory:
+    """The memory kind from a GGUF's metadata: recurrent layers carry ``{arch}.ssm.*`` keys, attention layers
+    a non-zero kv-head count; multi-position RoPE (``rope.dimension_sections``) cannot shift."""
+    fields = gguf.GGUFReader(path).fields
+    arch = str(fields["general.architecture"].contents())
+    recurrent = any(name.startswith(f"{arch}.ssm.") for name in fields)
+    kv_heads = fields.get(f"{arch}.attention.head_count_kv")
+    kv_values = kv_heads.contents() if kv_heads is not None else [1]
+    attention = any(int(v) > 0 for v in (kv_values if isinstance(kv_values, list) else [kv_values]))
+    kind = "hybrid" if recurrent and attention else "recurrent" if recurrent else "attention"
+    return Memory(kind, can_shift=f"{arch}.rope.dimension_sections" not in fields)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The launch options that decide reuse, with llama-server's defaults."""
+
+    n_batch: int = DEFAULT_BATCH
+    n_ubatch: int = DEFAULT_UBATCH
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
+    checkpoint_min_step: int = DEFAULT_CHECKPOINT_MIN_STEP
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    cache_reuse: int = 0
+    n_slots: int = AUTO_SLOTS
+    kv_unified: bool = True
+    slot_prompt_similarity: float = DEFAULT_SLOT_PROMPT_SIMILARITY
+    cache_idle_slots: bool = True
+    cache_prompt: bool = True
+    multimodal: bool = False
+    lora_adapters: int = 0
+
+
+def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False, lora_adapters: int = 0) -> Launch:
+    """A variant's options (long names, as in a profile) read as the server reads them."""
+    def number(name: str, default: float) -> float:
+        value = options.get(name)
+        return default if value is None else float(str(value))
+
+    parallel = int(number("parallel", -1))
+    n_batch = int(number("batch-size", DEFAULT_BATCH))
+    cache_ram = int(number("cache-ram", DEFAULT_CACHE_RAM_MIB))
+    return Launch(
+        n_batch=n_batch,
+        n_ubatch=min(n_batch, int(number("ubatch-size", DEFAULT_UBATCH))),  # the context clamps ubatch to batch
+        ctx_checkpoints=int(number("ctx-checkpoints", number("swa-checkpoints", DEFAULT_CTX_CHECKPOINTS))),
+        checkpoint_min_step=int(number("checkpoint-min-step", DEFAULT_CHECKPOINT_MIN_STEP)),
+        cache_ram_mib=cache_ram,
+        cache_reuse=int(number("cache-reuse", 0)),
+        n_slots=AUTO_SLOTS if parallel < 0 else parallel,
+        kv_unified=parallel < 0 or (bool(options.get("kv-unified")) and not options.get("no-kv-unified")),
+        slot_prompt_similarity=number("slot-prompt-similarity", DEFAULT_SLOT_PROMPT_SIMILARITY),
+        # --cache-idle-slots turns itself off without a RAM cache
+        cache_idle_slots=cache_ram != 0 and not options.get("no-cache-idle-slots")
+        and options.get("cache-idle-slots") is not False,
+        cache_prompt=not options.get("no-cache-prompt") and options.get("cache-prompt") is not False,
+        multimodal=multimodal,
+        lora_adapters=lora_adapters,
+    )
+
+
+def active_cache_reuse(memory: Memory, launch: Launch) -> int:
+    """--cache-reuse as the server applies it: forced to 0 with an mmproj, or when the memory cannot shift."""
+    return 0 if launch.multimodal or not memory.can_shift else launch.cache_reuse
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a request should re-process and why."""
+
+    prompt_n: int
+    cache_n: int
+    cause: str
+    wrong_output: bool = False  # reused state was computed for other tokens or another LoRA
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    n_tokens: int  # the state after this many tokens (pos_min = pos_max = n_tokens - 1 for recurrent state)
+    task: int  # the request that created it
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a slot or a RAM cache entry holds: tokens, checkpoints, and what its state was computed with."""
+
+    tokens: tuple[int, ...] = ()
+    checkpoints: tuple[Checkpoint, ...] = ()
+    computed_with: tuple[float, ...] | None = None  # adapter scales; None: mixed, matches nothing
+    stale: bool = False  # a shifted chunk left removed tokens in the recurrent state
+
+
+@dataclass
+class Slot:
+    held: Held = field(default_factory=Held)
+    lora: tuple[float, ...] = ()
+    t_last: int = -1
+
+
+def user_starts(tokens: Sequence[int], delimiter: Sequence[int]) -> tuple[int, ...]:
+    """Every position where the delimiter's tokens begin, as the server splits a prompt into message spans."""
+    width = len(delimiter)
+    if not width:
+        return ()
+    return tuple(i for i in range(len(tokens) - width + 1) if list(tokens[i:i + width]) == list(delimiter))
+
+
+class ServerModel:
+    """One llama-server's reuse state, advanced request by request."""
+
+    def __init__(self, memory: Memory, launch: Launch) -> None:
+        self.memory = memory
+        self.launch = launch
+        self.cache_reuse = active_cache_reuse(memory, launch)
+        self.restart()
+
+    @property
+    def global_lora(self) -> tuple[float, ...]:
+        return (1.0,) * self.launch.lora_adapters  # --lora applies every adapter at scale 1
+
+    def restart(self) -> None:
+        """A fresh server (or one that woke from sleep): empty slots and an empty RAM cache."""
+        self.slots = [Slot(Held(computed_with=self.global_lora), self.global_lora) for _ in range(self.launch.n_slots)]
+        self.ram: list[Held] = []
+        self.task = 0
+        self.last_slot = 0
+
+    def sleep(self) -> None:
+        """Sleeping frees the model; waking reloads it with empty slots and RAM cache."""
+        self.restart()
+
+    # -- slot files ----------------------------------------------------------------------------------
+
+    def saved(self, slot: int) -> Held:
+        """What a slot file written now holds: tokens and state, no checkpoints."""
+        return replace(self.slots[slot].held, checkpoints=())
+
+    def restore(self, slot: int, held: Held) -> None:
+        self.slots[slot].held = replace(held, checkpoints=())
+
+    # -- a completion --------------------------------------------------------------------------------
+
+    def scales(self, lora: Sequence[Mapping[str, float]] | None) -> tuple[float, ...]:
+        """A request's adapter list: every loaded adapter, scale 0 for ids it leaves out; none: the global list."""
+        if not lora:
+            return self.global_lora
+        given = {int(a["id"]): float(a["scale"]) for a in lora}
+        return tuple(given.get(i, 0.0) for i in range(self.launch.lora_adapters))
+
+    def complete(self, tokens: Sequence[int], *, lora: Sequence[Mapping[str, float]] | None = None,
+                 user_starts: Sequence[int] = (), cache_prompt: bool | None = None) -> Expected:
+        """Predict one completion request and advance the state as the server would."""
+        tokens = tuple(tokens)
+        self.task += 1
+        slot, why = self._select(tokens)
+        scales = self.scales(lora)
+        cleared = bool(lora) and scales != slot.lora  # a non-empty lora that differs clears the slot
+        if cleared:
+            slot.held = Held(computed_with=scales)
+            why = ["LoRA-change clear after restoring from RAM" if why else "LoRA-change clear"]
+        slot.lora = scales
+        self._save_idle_slots(slot)
+        use_cache = self.launch.cache_prompt if cache_prompt is None else cache_prompt
+        n_past, reason, stale = self._n_past(slot, tokens) if use_cache else (0, "cache_prompt off", False)
+        if not (cleared and n_past == 0):
+            why.append(reason)
+        held = slot.held
+        wrong = n_past > 0 and (stale or held.computed_with != scales)
+        # checkpoints past the kept position go (before the one token given back below)
+        kept = tuple(c for c in held.checkpoints if c.n_tokens - 1 <= n_past)
+        if n_past == len(tokens) and n_past > 0:  # one token is always evaluated, for its logits
+            n_past -= 1
+        slot.held = Held(tokens[:n_past], kept, None if wrong else scales, stale and n_past > 0)
+        self._prefill(slot, tokens, n_past, frozenset(user_starts))
+        slot.t_last = self.task
+        return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong)
+
+    def answered(self, generated: Sequence[int]) -> None:
+        """The reply: generated tokens are fed back as they are sampled, all but the last one."""
+        slot = self.slots[self.last_slot]
+        slot.held = replace(slot.held, tokens=slot.held.tokens + tuple(generated[:-1]))
+
+    # -- slot selection and the RAM cache ------------------------------------------------------------
+
+    def _select(self, tokens: tuple[int, ...]) -> tuple[Slot, list[str]]:
+        """By similarity above the threshold, else least recently used; either may go through the RAM cache."""
+        chosen, update, why = None, False, []
+        if self.launch.slot_prompt_similarity != 0:
+            best = 0.0
+            for index, slot in enumerate(self.slots):
+                if not slot.held.tokens:
+                    continue
+                f_sim = common_prefix(slot.held.tokens, tokens) / len(tokens)
+                if f_sim > best and f_sim > self.launch.slot_prompt_similarity:
+                    best, chosen = f_sim, index
+            if chosen is not None:
+                update = best * len(tokens) / len(self.slots[chosen].held.tokens) < F_KEEP_SAVE
+        if chosen is None:
+            for index, slot in enumerate(self.slots):
+                if chosen is None or slot.t_last <= self.slots[chosen].t_last:
+                    chosen = index
+            update = True
+        self.last_slot = chosen
+        slot = self.slots[chosen]
+        if update and self.launch.cache_ram_mib != 0:
+            self._ram_save(slot.held)
+            if self._ram_load(slot, tokens):
+                why.append("found in RAM cache")
+        return slot, why
+
+    def _ram_save(self, held: Held) -> None:
+        if not held.tokens or any(common_prefix(e.tokens, held.tokens) == len(held.tokens) for e in self.ram):
+            return
+        # entries the new one extends are obsolete
+        self.ram = [e for e in self.ram if common_prefix(e.tokens, held.tokens) != len(e.tokens)]
+        self.ram.append(held)
+
+    def _ram_load(self, slot: Slot, tokens: tuple[int, ...]) -> bool:
+        """Take the entry that beats the slot on both kept share and covered share; it leaves the cache."""
+        lcp = common_prefix(slot.held.tokens, tokens)
+        f_keep = lcp / len(slot.held.tokens) if slot.held.tokens else -1.0
+        f_sim = lcp / len(tokens)
+        best = None
+        for index, entry in enumerate(self.ram):
+            lcp = common_prefix(entry.tokens, tokens)
+            keep, sim = lcp / len(entry.tokens), lcp / len(tokens)
+            if keep >= F_KEEP_LOAD and f_keep < keep and f_sim < sim:
+                f_keep, f_sim, best = keep, sim, index
+        if best is None:
+            return False
+        slot.held = self.ram.pop(best)
+        return True
+
+    def _save_idle_slots(self, busy: Slot) -> None:
+        """After a completion task launches, every other slot is copied to RAM; with unified KV, also cleared."""
+        if not self.launch.cache_idle_slots:
+            return
+        for slot in self.slots:
+            if slot is not busy:
+                self._ram_save(slot.held)
+                if self.launch.kv_unified:
+                    slot.held = Held(computed_with=slot.lora)
+
+    # -- what is kept, and the checkpoints a prefill creates ---------------------------------------------
+
+    def _n_past(self, slot: Slot, tokens: tuple[int, ...]) -> tuple[int, str, bool]:
+        """(tokens kept, why, whether the kept state holds removed tokens)."""
+        held = slot.held
+        n_past = common_prefix(held.tokens, tokens)
+        stale = held.stale
+        last_pos = len(held.tokens) - 1  # where the recurrent state stands
+        shifted = 0
+        if self.cache_reuse > 0:
+            shifted, last_pos = self._shift_chunks(held.tokens, tokens, n_past, last_pos)
+            n_past += shifted
+        if n_past == 0:
+            return 0, "no common prefix" if held.tokens else "empty slot", False
+        if not self.memory.needs_checkpoints:
+            return n_past, f"kept {n_past} tokens in slot", stale
+        has_new = n_past < len(tokens)
+        threshold = max(0, n_past - (0 if has_new else 1))
+        if last_pos < threshold:  # the new prompt extends everything the state has seen
+            return n_past, f"kept {n_past} tokens in slot", stale or shifted > 0
+        for checkpoint in reversed(held.checkpoints):
+            pos = checkpoint.n_tokens - 1
+            if pos <= n_past and (pos < threshold or pos == 0):
+                how = "cache-reuse shifted chunk then restored" if shifted else "restored"
+                return min(n_past, checkpoint.n_tokens), f"{how} checkpoint at n_tokens={checkpoint.n_tokens}", \
+                    stale or shifted > 0
+        return 0, "forced full re-processing (no checkpoint before divergence)", False
+
+    def _shift_chunks(self, cached: tuple[int, ...], tokens: tuple[int, ...], n_past: int,
+                      last_pos: int) -> tuple[int, int]:
+        """--cache-reuse: chunks of at least N cached tokens that reappear later move to their new place.
+        Returns (tokens gained, where the recurrent state's position ends up: it moves with its chunk)."""
+        head_c = head_p = n_past
+        gained = 0
+        while head_c < len(cached) and head_p < len(tokens):
+            match = common_prefix(cached[head_c:], tokens[head_p:])
+            if match >= self.cache_reuse:
+                if head_c <= last_pos < head_c + match:
+                    last_pos += head_p - head_c
+                gained += match
+                head_c += match
+                head_p += match
+            else:
+                head_c += 1
+        return gained, last_pos
+
+    def _prefill(self, slot: Slot, tokens: tuple[int, ...], start: int, user_starts: frozenset[int]) -> None:
+        """Process the prompt in batches as the server does, creating checkpoints where it would."""
+        slot.held = replace(slot.held, tokens=tokens)
+        if not (self.memory.needs_checkpoints and self.launch.ctx_checkpoints > 0):
+            return
+        n_batch, n_ubatch, min_step = self.launch.n_batch, self.launch.n_ubatch, self.launch.checkpoint_min_step
+        end = len(tokens)
+        last_user = max(user_starts, default=-1)
+        n = start
+        while n < end:
+            batch_start = n
+            while n < end and n - batch_start < n_batch:
+                n += 1
+                checkpoints = slot.held.checkpoints
+                if n in user_starts and (n == last_user or not checkpoints or n > checkpoints[-1].n_tokens + min_step):
+                    break
+                if any(end == n + min(n_batch, offset) for offset in (END_OFFSETS + n_ubatch, END_OFFSETS)):
+                    break
+            near_end = end < n + n_ubatch
+            checkpoints = slot.held.checkpoints
+            wanted = (n == end or batch_start in user_starts or near_end) and batch_start > 0 and (
+                not checkpoints or batch_start == last_user or near_end
+                or batch_start > checkpoints[-1].n_tokens + min_step)
+            if wanted:
+                self._checkpoint(slot, batch_start)
+
+    def _checkpoint(self, slot: Slot, n_tokens: int) -> None:
+        """create_checkpoint: thin out earlier tasks' close ones when full, drop the oldest, replace a twin."""
+        limit, min_step = self.launch.ctx_checkpoints, self.launch.checkpoint_min_step
+        kept: list[Checkpoint] = []
+        last = -1
+        for index, checkpoint in enumerate(slot.held.checkpoints):
+            full = len(kept) + len(slot.held.checkpoints) - index + 1 >= limit
+            if full and checkpoint.task != self.task and last >= 0 and checkpoint.n_tokens <= last + min_step:
+                continue
+            last = checkpoint.n_tokens
+            kept.append(checkpoint)
+        while len(kept) >= limit:
+            kept.pop(0)
+        kept = [c for c in kept if c.n_tokens != n_tokens]
+        slot.held = replace(slot.held, checkpoints=(*kept, Checkpoint(n_tokens, self.task)))

@@ -1,0 +1,166 @@
+"""The reuse model (reusebench.expectation) on its own: report A's figures, the control, and each rule of
+docs/llama-server-reuse.md as a small history of requests. No server: these are the model's own rules; the
+real server checks them in tests/test_scenarios.py and tools/agreement.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from reusebench import tiny
+from reusebench.expectation import (
+    Launch,
+    Memory,
+    ServerModel,
+    active_cache_reuse,
+    launch_of_options,
+    memory_of_gguf,
+    user_starts,
+)
+
+HYBRID = Memory("hybrid", can_shift=False)
+ATTENTION = Memory("attention", can_shift=True)
+TINY_BASE = {"parallel": 1, "ubatch-size": 512, "batch-size": 2048, "ctx-checkpoints": 32, "cache-ram": 8192}
+BOS = [1]
+DOC = list(range(1000, 3048))  # 2,048 document tokens
+OTHER = list(range(4000, 6048))
+Q1, Q2 = list(range(100, 117)), list(range(200, 216))  # the second question is one token shorter (report A)
+ANSWER = list(range(300, 308))  # n_predict 8
+PROMPT = BOS + DOC + Q1
+
+
+def model(memory: Memory = HYBRID, **options: object) -> ServerModel:
+    return ServerModel(memory, launch_of_options({**TINY_BASE, **options}))
+
+
+def send(m: ServerModel, tokens: list[int], **kwargs: object) -> tuple[int, str]:
+    expected = m.complete(tokens, **kwargs)  # type: ignore[arg-type]
+    m.answered(ANSWER)
+    return expected.prompt_n, expected.cause
+
+
+def checkpoints(m: ServerModel) -> list[int]:
+    return [c.n_tokens for c in m.slots[m.last_slot].held.checkpoints]
+
+
+def test_report_a_on_a_hybrid() -> None:
+    m = model()
+    assert send(m, PROMPT) == (2066, "empty slot")
+    assert checkpoints(m) == [2066 - 516, 2066 - 4]  # 4 + n_ubatch and 4 tokens before the end
+    assert send(m, PROMPT) == (4, "restored checkpoint at n_tokens=2062")
+    assert send(m, BOS + OTHER + Q1)[1] == "forced full re-processing (no checkpoint before divergence)"
+    assert send(m, PROMPT) == (4, "found in RAM cache; restored checkpoint at n_tokens=2062")
+    assert send(m, BOS + DOC + Q2) == (515, "restored checkpoint at n_tokens=1550")
+    edited = BOS + DOC[:1024] + [7] + DOC[1024:] + Q1
+    assert send(m, edited) == (len(edited), "forced full re-processing (no checkpoint before divergence)")
+
+
+def test_the_pure_attention_control_keeps_any_common_prefix() -> None:
+    m = model(ATTENTION)
+    send(m, PROMPT)
+    assert checkpoints(m) == []
+    assert send(m, PROMPT) == (1, "kept 2066 tokens in slot")  # one token is given back for its logits
+    assert send(m, BOS + DOC + Q2)[0] == len(Q2)
+    edited = BOS + DOC[:1024] + [7] + DOC[1024:] + Q1
+    assert send(m, edited)[0] == len(edited) - 1025
+
+
+def test_a_restored_slot_file_has_no_checkpoints_so_only_a_strict_extension_reuses_it() -> None:
+    m = model()
+    send(m, PROMPT)
+    saved = m.saved(0)
+    m.restart()
+    m.restore(0, saved)
+    assert send(m, PROMPT)[0] == len(PROMPT)
+    m.restore(0, saved)
+    assert send(m, BOS + DOC + Q2)[0] == len(BOS + DOC + Q2)
+    m.restore(0, saved)
+    extension = PROMPT + ANSWER + Q2
+    assert send(m, extension) == (len(Q2) + 1, f"kept {len(PROMPT) + 7} tokens in slot")  # the last answer token
+
+
+def test_one_checkpoint_keeps_only_the_last_so_a_reask_re_processes_everything() -> None:
+    m = model(**{"ctx-checkpoints": 1})
+    send(m, PROMPT)
+    assert checkpoints(m) == [2062]
+    assert send(m, PROMPT)[0] == 4
+    assert send(m, BOS + DOC + Q2)[0] == len(BOS + DOC + Q2)
+
+
+def test_no_checkpoints_no_reuse_on_a_hybrid() -> None:
+    m = model(**{"ctx-checkpoints": 0})
+    send(m, PROMPT)
+    assert checkpoints(m) == []
+    assert send(m, PROMPT)[0] == len(PROMPT)
+
+
+def test_user_message_checkpoints_follow_checkpoint_min_step() -> None:
+    delimiter = [5, 6]
+    # the document as 8 user messages of 256 tokens, then the question as the last one
+    prompt = BOS + [t for i in range(0, 2048, 256) for t in delimiter + DOC[i:i + 254]] + delimiter + Q1
+    starts = user_starts(prompt, delimiter)
+    assert starts[:3] == (1, 257, 513) and len(starts) == 9
+    sparse = model(**{"checkpoint-min-step": 8192})
+    send(sparse, prompt, user_starts=starts)
+    dense = model(**{"checkpoint-min-step": 256})
+    send(dense, prompt, user_starts=starts)
+    assert len(checkpoints(dense)) > len(checkpoints(sparse))
+    # the first user message, then each one more than 256 tokens past the last checkpoint (257 is not)
+    assert {1, 513, 1025, 1537} <= set(checkpoints(dense)) and 257 not in checkpoints(dense)
+    # a mid-document edit now goes back only to the user message before it
+    edited = prompt[:1100] + [7] + prompt[1100:]
+    assert send(dense, edited, user_starts=user_starts(edited, delimiter)) == (
+        len(edited) - 1025, "restored checkpoint at n_tokens=1025")
+
+
+def test_report_b_lora_change_clears_a_state_just_restored_from_ram_and_then_serves_it_wrongly() -> None:
+    m = ServerModel(HYBRID, launch_of_options({**TINY_BASE, "cache-ram": 256}, lora_adapters=1))
+    lora, no_lora = [{"id": 0, "scale": 0.5}], [{"id": 0, "scale": 0.0}]
+    send(m, PROMPT)
+    assert send(m, PROMPT, lora=lora) == (len(PROMPT), "LoRA-change clear")
+    send(m, BOS + Q2, lora=no_lora)  # takes the only slot; the conversation goes to RAM
+    more = PROMPT + ANSWER + Q2
+    assert send(m, more, lora=lora) == (len(more), "LoRA-change clear after restoring from RAM")
+    send(m, BOS + Q2, lora=no_lora)
+    served = m.complete(more, lora=no_lora)
+    assert (served.prompt_n, served.wrong_output) == (4, True)  # RAM entries carry no LoRA
+
+
+def test_cache_reuse_is_disabled_where_the_server_disables_it_and_unsafe_on_a_shiftable_hybrid() -> None:
+    assert active_cache_reuse(HYBRID, Launch(cache_reuse=256)) == 0  # IMRoPE: "not supported by this context"
+    assert active_cache_reuse(Memory("hybrid", True), Launch(cache_reuse=256, multimodal=True)) == 0
+    m = model(Memory("hybrid", can_shift=True), **{"cache-reuse": 256})
+    send(m, PROMPT)
+    cut = BOS + DOC[:200] + DOC[400:] + Q1
+    shifted = m.complete(cut)
+    assert shifted.wrong_output and shifted.cause == "cache-reuse shifted chunk then restored checkpoint at n_tokens=1550"
+    assert shifted.prompt_n == len(cut) - 1550
+
+
+def test_sleep_drops_every_cache() -> None:
+    m = model()
+    send(m, PROMPT)
+    m.sleep()
+    assert send(m, PROMPT) == (len(PROMPT), "empty slot")
+
+
+def test_slot_selection_by_similarity_keeps_each_conversation_in_its_slot() -> None:
+    m = model(ATTENTION, parallel=2, **{"cache-ram": 0})
+    send(m, PROMPT)
+    assert m.last_slot == 1  # LRU, ties to the last slot
+    send(m, BOS + OTHER + Q1)  # shares only BOS: LRU again, the never-used slot
+    assert m.last_slot == 0
+    assert send(m, PROMPT)[0] == 1 and m.last_slot == 1  # by similarity
+
+
+def test_launch_options_read_as_the_server_reads_them() -> None:
+    assert launch_of_options({}) == Launch()  # auto: 4 unified slots, 32 checkpoints, 8 GiB of RAM cache
+    one = launch_of_options({"parallel": 1, "cache-ram": 0, "ubatch-size": 4096})
+    assert (one.n_slots, one.kv_unified, one.cache_idle_slots, one.n_ubatch) == (1, False, False, 2048)
+
+
+@pytest.mark.parametrize(("name", "kind", "can_shift"), [
+    ("qwen35", "hybrid", False), ("granitehybrid", "hybrid", True), ("nemotron_h", "hybrid", True),
+    ("glm5-next", "hybrid", True), ("llama", "attention", True),
+])
+def test_memory_kind_comes_from_the_gguf(name: str, kind: str, can_shift: bool) -> None:
+    assert memory_of_gguf(tiny.model_path(name)) == Memory(kind, can_shift)
