@@ -32,6 +32,10 @@ ROLES = ("setup", "measure", "reference")  # of the records of HTTP calls
 # corpus building) and prefill tokens by role, in ``extra``.
 SESSION_ROLE = "session"
 HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
+# Tokens by which a measured prompt_n may differ from the reuse model's (reusebench.expectation) before the step
+# is UNEXPECTED. Zero: the model works on the token ids the server is sent and the server's rules are integer
+# arithmetic on them, so there is no noise to allow for; every token of difference is a rule the model lacks.
+EXPECTED_TOLERANCE = 0
 
 
 def text_hash(text: str) -> str:
@@ -68,6 +72,8 @@ class Record:
     cache_n: int | None = None
     ideal: int | None = None
     excess: int | None = None
+    expected: int | None = None  # prompt_n the reuse model predicts (reusebench.expectation)
+    cause_expected: str | None = None  # and why
     prompt_ms: float | None = None
     predicted_n: int | None = None
     predicted_ms: float | None = None
@@ -139,10 +145,19 @@ class RecordWriter:
         self.close()
 
 
+def deviation(r: Record) -> int | None:
+    """Measured minus expected prompt_n, when both are known."""
+    return None if r.expected is None or r.prompt_n is None else r.prompt_n - r.expected
+
+
 def verdict(r: Record) -> str:
-    """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse."""
+    """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse, or
+    UNEXPECTED when prompt_n is not what the reuse model predicts (a wrong output outranks it: the
+    report's output column and cause columns still show both)."""
     if r.matches_reference is False:
         return "WRONG OUTPUT"
+    if abs(deviation(r) or 0) > EXPECTED_TOLERANCE:
+        return "UNEXPECTED"
     if r.extra.get("foreign_reused"):
         return "FOREIGN REUSE"
     if not r.expected_hit and (r.cache_n or 0) <= HIT_TOLERANCE:

@@ -14,7 +14,7 @@ from typing import Any
 from tabulate import tabulate
 
 from reusebench import spread
-from reusebench.records import Record
+from reusebench.records import Record, deviation
 from reusebench.sizes import size_label
 
 
@@ -30,11 +30,20 @@ def _correctness(r: Record) -> str:
     return f"same{closeness}{note}"
 
 
+def _expected(r: Record) -> str:
+    """The reuse model's prompt_n, with the deviation when the server did otherwise."""
+    if r.expected is None:
+        return "-"
+    off = deviation(r)
+    return f"{r.expected:,}" + (f" ({off:+,})" if off else "")
+
+
 def _cell(r: Record) -> list[Any]:
     if r.error:
-        return ["failed", "", "", r.error[:40]]
+        return ["failed", "", "", "", r.error[:40]]
     return [
         f"{r.prompt_n:,} / {r.ideal:,}",
+        _expected(r),
         f"{(r.prompt_ms or 0) / 1000:.2f}",
         r.verdict or "",
         _correctness(r),
@@ -57,15 +66,16 @@ def variant_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
         header = ["scenario", "step"]
         for size in sizes:
             label = size_label(size)
-            header += [f"{label} re-processed / ideal", f"{label} prompt s", f"{label} verdict", f"{label} output"]
-        header.append("why (largest size)")
+            header += [f"{label} re-processed / ideal", f"{label} expected", f"{label} prompt s", f"{label} verdict",
+                       f"{label} output"]
+        header += ["why (largest size)", "model's why (largest size)"]
         table = []
         for (scenario, step), by_size in rows.items():
             line: list[Any] = [scenario, step]
             for size in sizes:
-                line += _cell(by_size[size]) if size in by_size else ["", "", "", ""]
+                line += _cell(by_size[size]) if size in by_size else ["", "", "", "", ""]
             largest = by_size[max(by_size)]
-            line.append((largest.cause or {}).get("summary", ""))
+            line += [(largest.cause or {}).get("summary", ""), largest.cause_expected or ""]
             table.append(line)
         out.append((f"{profile} [{variant}] ({', '.join(r.model for r in rs[:1])})",
                     tabulate(table, header, tablefmt="github", disable_numparse=True) + "\n\n" + _footer(rs)))
@@ -109,6 +119,7 @@ def miss_rates(records: Iterable[Record]) -> str:
     missed = sum(not r.cache_n for r in should)
     all_full = sum(not r.cache_n for r in measured)
     wrong = sum(r.matches_reference is False for r in measured)
+    unexpected = [r for r in measured if r.verdict == "UNEXPECTED"]
     foreign = sum(bool(r.extra.get("foreign_reused")) for r in measured)
     return "\n".join((
         f"miss rate of turns that should hit: {missed} of {len(should)} re-processed everything "
@@ -117,6 +128,8 @@ def miss_rates(records: Iterable[Record]) -> str:
         + (f" ({', '.join(dict.fromkeys(f'{r.scenario}/{r.step}' for r in cannot))})" if cannot else ""),
         f"all turns in one denominator (misleading): {all_full} of {len(measured)} ({_percent(all_full, len(measured))})",
         f"wrong output: {wrong}; reused state computed for another prefix or LoRA: {foreign}",
+        f"steps the reuse model did not expect: {len(unexpected)}"
+        + (f" ({', '.join(f'{r.scenario}/{r.step}' for r in unexpected)})" if unexpected else ""),
     ))
 
 
@@ -133,7 +146,7 @@ def render_text(records: Iterable[Record]) -> str:
 def summary_json(records: Iterable[Record]) -> str:
     """Measured steps as JSON (for machines): counts, times, verdicts and causes, no text."""
     keep = ("session", "profile", "variant", "build", "size", "scenario", "step", "prompt_tokens", "prompt_n",
-            "cache_n", "ideal", "excess", "prompt_ms", "ttft_ms", "wall_ms", "verdict", "matches_reference",
+            "cache_n", "ideal", "excess", "expected", "cause_expected", "prompt_ms", "ttft_ms", "wall_ms", "verdict", "matches_reference",
             "mismatch", "expected_hit", "error")
     rows = [{k: getattr(r, k) for k in keep} | {"cause": (r.cause or {}).get("summary"), "repeat": r.extra.get("repeat")}
             for r in records if r.role == "measure"]

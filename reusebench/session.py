@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from reusebench import corpus as corpus_mod
-from reusebench import binaries, host, logs, scenarios
+from reusebench import binaries, expectation, host, logs, scenarios
 from reusebench.client import ClientError, Completion, ProgressCallback
 from reusebench.gpu import GpuSampler
 from reusebench.handle import ServerHandle
@@ -112,6 +112,7 @@ class Request:
     endpoint: str
     tokens: list[int]  # the prompt as the server tokenizes it
     lora: Lora
+    user_starts: tuple[int, ...]  # where user messages start (chat): the server may checkpoint there
     send: Callable[[bool, ProgressCallback | None, float], tuple[Completion, str]]  # (cache_prompt, progress,
     # timeout_s) -> (completion, reply)
 
@@ -174,6 +175,12 @@ class Session:
         self._last_slot = 0
         self._slot_sequence: tuple[str, list[int]] = ("default", [])  # what the last slot used holds
         self._saved: dict[str, tuple[str, list[int]]] = {}
+        # what the server should do, request by request: from the GGUF and the launch options only
+        self.expectation = expectation.ServerModel(
+            expectation.memory_of_gguf(variant.model),
+            expectation.launch_of_options(variant.options, multimodal=variant.mmproj is not None,
+                                          lora_adapters=len(variant.lora)))
+        self._expected_saved: dict[str, expectation.Held] = {}
         self._host_before_load: dict[str, Any] | None = None
         self.result = SessionResult(self.name)
 
@@ -234,6 +241,7 @@ class Session:
             return
         self._restart_server("restarting the server after the failure")
         self._slot_sequence, self._last_slot = ("default", []), 0
+        self.expectation.restart()
 
     @property
     def server(self) -> LlamaServer:
@@ -343,6 +351,7 @@ class Session:
 
     def save_slot(self, scenario: str, filename: str) -> None:
         self._saved[filename] = self._slot_sequence
+        self._expected_saved[filename] = self.expectation.saved(self._last_slot)
         timeout = self._deadline(len(self._slot_sequence[1]))
         try:
             self._call(scenario, "save slot", f"/slots/{self._last_slot}?action=save",
@@ -358,6 +367,7 @@ class Session:
                    lambda: self.handle.client.slot_restore(self._last_slot, filename, timeout_s=timeout))
         key, sequence = self._saved[filename]
         self._seen.setdefault(key, []).append(sequence)
+        self.expectation.restore(self._last_slot, self._expected_saved[filename])
 
     def wait_until_asleep(self, scenario: str) -> None:
         """Stay idle until the server sleeps (``ServerHandle.wait_until_asleep``); a server that does not fails."""
@@ -369,12 +379,14 @@ class Session:
             self._seconds["wait"] += waited.waited_s  # a deliberate wait, not harness overhead
             if not waited.asleep:
                 raise ServerError(f"the server did not sleep within {waited.waited_s:.0f} s of idling")
+            self.expectation.sleep()
             return {"n_polls": waited.polls}
 
         self._call(scenario, "idle until asleep", "/props", wait)
 
     def restart(self, scenario: str) -> None:
         self._restart_server("restarting the server (same slot-save directory)")
+        self.expectation.restart()
 
     def _restart_server(self, message: str) -> None:
         self._say(f"  {message}")
@@ -498,7 +510,7 @@ class Session:
             return self.handle.client.complete(tokens, n_predict=self.variant.n_predict, cache_prompt=cache_prompt,
                                                lora=lora, on_progress=progress, timeout_s=timeout_s), ""
 
-        return Request("/completion", tokens, lora, send)
+        return Request("/completion", tokens, lora, (), send)
 
     def _chat(self, messages: Messages) -> Request:
         messages = [dict(m) for m in messages]  # a deferred reference must send this turn, not a later one
@@ -507,7 +519,9 @@ class Session:
                                            on_progress=progress, timeout_s=timeout_s)
 
         # the server's own rendering, tokenized as it does (BOS added), so `ideal` compares what it compares
-        return Request("/v1/chat/completions", self.tokens(self.handle.client.apply_template(messages)), None, send)
+        tokens = self.tokens(self.handle.client.apply_template(messages))
+        user_starts = expectation.user_starts(tokens, self.tokens(expectation.CHATML_USER_START, bos=False))
+        return Request("/v1/chat/completions", tokens, None, user_starts, send)
 
     def _complete(self, scenario: str, step: str, role: str, request: Request, expect_hit: bool) -> tuple[Completion, str]:
         key = lora_key(request.lora)
@@ -515,6 +529,10 @@ class Session:
         record = self._base_record(scenario, step, role, request.endpoint, started)
         record.lora, record.prompt_tokens, record.prompt_hash = key, len(request.tokens), tokens_hash(request.tokens)
         record.ideal, record.expected_hit = self._ideal(request.tokens, key), expect_hit
+        expected = self.expectation.complete(request.tokens, lora=request.lora, user_starts=request.user_starts)
+        record.expected, record.cause_expected = expected.prompt_n, expected.cause
+        if expected.wrong_output:
+            record.extra["expected_wrong_output"] = True
         log_mark = self.handle.mark()
         record.host = self._host_before_load or host.capture().to_dict()
         self._host_before_load = None
@@ -540,6 +558,7 @@ class Session:
             record.slot = record.cause.get("slot")
         self._last_slot = record.slot if record.slot is not None else self._last_slot
         self._slot_sequence = (key, request.tokens + completion.tokens)
+        self.expectation.answered(completion.tokens)
         self._seen.setdefault(key, []).append(self._slot_sequence[1])
         self._prefilled[role] += completion.prompt_n
         try:
@@ -610,6 +629,10 @@ class Session:
                 raise self._fail(record, exc) from exc
             self._clear_progress()
             self._fill(record, reference)
+            # a reference overwrites the slot like any request
+            self.expectation.complete(pending.request.tokens, lora=pending.request.lora,
+                                      user_starts=pending.request.user_starts, cache_prompt=False)
+            self.expectation.answered(reference.tokens)
             self._prefilled["reference"] += reference.prompt_n
             self._use_as_reference(record, reference)
             self.writer.write(record)
@@ -643,6 +666,6 @@ class Session:
         label = "setup prefill" if r.role == "setup" else (r.verdict or "")
         self._say(
             f"  {r.scenario}/{r.step}: re-processed {r.prompt_n:,} of {r.prompt_tokens:,} "
-            f"(ideal {r.ideal:,}) in {(r.prompt_ms or 0) / 1000:.2f} s  [{label}]  {r.cause['summary'] if r.cause else ''}"
+            f"(ideal {r.ideal:,}, expected {r.expected:,}) in {(r.prompt_ms or 0) / 1000:.2f} s  [{label}]  {r.cause['summary'] if r.cause else ''}"
         )
 

@@ -64,3 +64,19 @@ def test_jsonl_reads_back_into_the_same_tables(tmp_path: Path):
     assert "reference prefills for correctness: 1" in text
     assert "same (logprobs within 1e-06)" in text
     assert "DIFFERS (token 0: id 5 != reference id 7); 700 tokens reused from another prefix or LoRA" in text
+
+
+def test_a_step_the_reuse_model_did_not_expect_is_unexpected_and_the_report_shows_both_causes():
+    agreed = record("reask", "new question", cache_n=485, ideal=17, expected=515, cause_expected="restored checkpoint")
+    assert agreed.verdict == "partial"
+    changed = record("reask", "new question", cache_n=0, ideal=17, expected=515,
+                     cause_expected="restored checkpoint at n_tokens=485")
+    changed.cause = {"summary": "forced full re-processing (no checkpoint before divergence)"}
+    changed.verdict = verdict(changed)
+    assert changed.verdict == "UNEXPECTED"
+    wrong = record("reask", "new question", cache_n=0, expected=515, matches_reference=False)
+    assert wrong.verdict == "WRONG OUTPUT"  # a wrong output outranks it
+    text = report.render_text([record("first_load", "cold", ideal=1000, expected=1000, expected_hit=False), changed])
+    assert "| reask      | new question | 1,000 / 17" in text and "| 515 (+485)" in text
+    assert "forced full re-processing (no checkpoint before divergence) | restored checkpoint at n_tokens=485" in text
+    assert "steps the reuse model did not expect: 1 (reask/new question)" in text
