@@ -200,6 +200,8 @@ def summarise(measured: list[records.Record], records_paths: list[str],
             "ttft_seconds": statistics.median((r.ttft_ms or 0.0) / 1000 for r in rs),
             "reprocessed_tokens": statistics.median(r.prompt_n or 0 for r in rs),
             "excess_tokens": statistics.median(r.excess or 0 for r in rs),
+            # measured minus what the reuse model predicts: 0 while the build behaves as its rules say
+            "deviation_tokens": _median_known(records.deviation(r) for r in rs),
             "mismatches": max(int(r.matches_reference is False) for r in rs),  # any repeat that differed
             # the machine state beside the figures (benchmarks/gpu_state.py)
             **{name: _median_known((r.gpu or {}).get(name) for r in rs) for name in GPU_STATE},

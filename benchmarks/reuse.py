@@ -2,7 +2,9 @@
 
 A perfect cache re-processes only the tokens after the longest prefix it has
 already seen (``ideal``): one token for a resend, the new question for a re-ask,
-the half after the edit for a mid-document edit.
+the half after the edit for a mid-document edit. What this build of llama-server
+should re-process by its own rules (``expected``) comes from the reuse model,
+``reusebench.expectation``.
 """
 
 from . import common
@@ -42,3 +44,18 @@ class ReprocessedTokens(common.SessionFigures):
 
     track_reprocessed_tokens = common.track("reprocessed_tokens")
     track_excess_over_ideal = common.track("excess_tokens")
+
+
+class ExpectedTokens(common.SessionFigures):
+    """Prompt tokens re-processed beyond what the reuse model expects of this build (measured - expected).
+
+    0 while the server behaves as its rules say, at any document size; a llama.cpp change to a reuse rule
+    moves it off 0 (e.g. to the whole prompt minus 516 when a re-ask loses its checkpoint).
+    """
+
+    params = (common.SIZES, common.VARIANTS, common.REUSE_STEPS)
+    param_names = ["size", "variant", "step"]
+    unit = "tokens"
+    version = "1"
+
+    track_deviation_from_expected = common.track("deviation_tokens")

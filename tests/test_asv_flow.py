@@ -80,6 +80,7 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "reuse.ReusedPromptSeconds.track_ttft_seconds",
         "reuse.ReprocessedTokens.track_reprocessed_tokens",
         "reuse.ReprocessedTokens.track_excess_over_ideal",
+        "reuse.ExpectedTokens.track_deviation_from_expected",
         "correctness.ReusedOutputMismatch.track_mismatch",
         *(f"gpu_state.FirstLoadGpuState.track_first_load_{name}"
           for name in ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s",
@@ -266,6 +267,18 @@ def test_nightly_over_two_commits(tmp_path: Path) -> None:
     checkpoints = (repr(VARIANT), "'ctx-checkpoints'")
     assert before[("verdicts.OptionVerdict.track_verdict_code", checkpoints)] == 1  # ACTIVE
     assert after[("verdicts.OptionVerdict.track_verdict_code", checkpoints)] != 1
+    # The reuse model expects the checkpoint at 4 + ubatch tokens before the end on both commits: the second
+    # commit's re-ask deviates by everything but those tokens, and its record says UNEXPECTED.
+    deviation = ("reuse.ExpectedTokens.track_deviation_from_expected", reask)
+    assert before[deviation] == 0 and after[deviation] >= 2048 - 600
+    runs = sorted((tmp_path / "records" / "runs").glob("*/records.jsonl"))
+    assert len(runs) == 2
+    reasks = [next(r for r in records.read_records(run) if r.role == "measure" and f"{r.scenario}/{r.step}" == REASK)
+              for run in runs]
+    assert [r.verdict for r in reasks] == ["partial", "UNEXPECTED"]
+    assert reasks[1].expected == reasks[0].expected == reasks[0].prompt_n <= 600  # "expected 515"
+    assert reasks[1].prompt_n == reasks[1].prompt_tokens  # "measured: the whole prompt"
+    assert reasks[1].cause["forced_full"] and reasks[1].cause_expected.startswith("restored checkpoint at")
     # A scenario that does not apply to the variant (no sleep-idle-seconds) is n/a, not a failure.
     assert math.isnan(after[("reuse.ReprocessedTokens.track_reprocessed_tokens", (*sized, repr(AFTER_SLEEP)))])
     # Both binaries came from the build cache `reusebench build` keeps per commit.
