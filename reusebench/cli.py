@@ -12,7 +12,21 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from reusebench import build, check, corpus, profiles, records, report, runner, scenarios, server, session, sizes, tiny
+from reusebench import (
+    agreement,
+    build,
+    check,
+    corpus,
+    profiles,
+    records,
+    report,
+    runner,
+    scenarios,
+    server,
+    session,
+    sizes,
+    tiny,
+)
 
 RESULTS_DIR = Path("results")
 
@@ -52,17 +66,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if result.failed_sessions else 0
 
 
+def _records_paths(given: Sequence[str]) -> list[Path]:
+    """Run directories or records.jsonl files, as records.jsonl paths."""
+    return [Path(p) / "records.jsonl" if Path(p).is_dir() else Path(p) for p in given]
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    paths: list[Path] = []
-    for given in args.paths or sorted((Path(args.results) / "runs").glob("*"))[-args.last:]:
-        path = Path(given)
-        paths.append(path / "records.jsonl" if path.is_dir() else path)
+    paths = _records_paths(args.paths or [str(p) for p in sorted((Path(args.results) / "runs").glob("*"))[-args.last:]])
     missing = [p for p in paths if not p.is_file()]
     if not paths or missing:
         print(f"reusebench report: no records at {', '.join(map(str, missing)) or args.results}", file=sys.stderr)
         return 2
     measured = records.read_many(paths)
     print(report.summary_json(measured) if args.json else report.render_text(measured))
+    return 0
+
+
+def cmd_agreement(args: argparse.Namespace) -> int:
+    if args.records:
+        recorded = records.read_many(_records_paths(args.records))
+    else:
+        started = time.monotonic()
+        recorded = agreement.run(args.profile or agreement.TINY_PROFILES, agreement.option_sets_named(args.option_set),
+                                 args.size or agreement.DEFAULT_SIZES, results_dir=Path(args.results), out=sys.stderr)
+        print(f"agreement runs took {time.monotonic() - started:.0f} s", file=sys.stderr)
+    print(agreement.render(recorded))
     return 0
 
 
@@ -165,6 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
     check_cmd.add_argument("--json", action="store_true", help="JSON instead of tables")
     check_cmd.set_defaults(func=cmd_check)
+
+    agree = sub.add_parser("agreement", help="does the reuse model predict the real server? every scenario on each "
+                           "profile under each option set and size: agreements per profile, option set and size, "
+                           "and every disagreement with both causes")
+    agree.add_argument("--profile", action="append", help="profile (repeatable; default: the tiny profiles)")
+    agree.add_argument("--option-set", action="append", metavar="NAME",
+                       help=f"repeatable; default: all of {', '.join(agreement.OPTION_SETS)}")
+    agree.add_argument("--size", action="append", type=_size, help="repeatable; default: 2K and 8K")
+    agree.add_argument("--results", default=str(RESULTS_DIR), help="where the runs go (default: results)")
+    agree.add_argument("--records", nargs="+", metavar="RUN", help="tabulate these recorded runs instead of running")
+    agree.set_defaults(func=cmd_agreement)
 
     sub.add_parser("profiles", help="the shipped profiles: description and variants of each"
                    ).set_defaults(func=cmd_profiles)

@@ -1,0 +1,123 @@
+"""Does the reuse model agree with the real server? Every scenario, on every tiny profile, under option sets.
+
+``reusebench agreement`` runs the catalogue on each profile once per option set (a profile extending the
+shipped one with those options, named ``PROFILE+OPTION=VALUE``) and size, then counts the measured steps
+whose ``prompt_n`` the model (``reusebench.expectation``) predicted within the tolerance of
+``records.EXPECTED_TOLERANCE``. Every disagreement is listed with both causes. ``--records`` tabulates runs
+already recorded, so the table can be rebuilt without running anything.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import yaml
+from tabulate import tabulate
+
+from reusebench import profiles, records, runner
+from reusebench.sizes import size_label
+
+# The tiny model profiles run the whole catalogue; tiny-lora, tiny-lora-llama and tiny-sleep add the two
+# scenarios that need a LoRA or sleep (lora_swap, after_sleep), which do not apply to the others.
+TINY_PROFILES = ("tiny-qwen35", "tiny-nemotron_h", "tiny-granitehybrid", "tiny-granitehybrid-longmem", "tiny-glm",
+                 "tiny-llama", "tiny-lora", "tiny-lora-llama", "tiny-sleep")
+DEFAULT_SIZES = (2048, 8192)
+# The three worlds the model is checked in: the pinned defaults; one checkpoint per slot (a re-ask loses the one
+# at 4 + n_ubatch before the end); and user-message checkpoints close together (the chat turns' boundaries).
+OPTION_SETS: dict[str, dict[str, int]] = {
+    "defaults": {},
+    "ctx-checkpoints=1": {"ctx-checkpoints": 1},
+    "checkpoint-min-step=64": {"checkpoint-min-step": 64},
+}
+SEPARATOR = "+"  # between a shipped profile's name and its option set's in a derived profile's name
+
+
+def derived_profile(directory: Path, profile: str, option_set: str) -> Path:
+    """A profile file extending `profile` with the options of `option_set`; the defaults are the profile itself."""
+    path = directory / f"{profile}{SEPARATOR}{option_set}.yaml"
+    options = OPTION_SETS[option_set]
+    body = {"description": f"{profile} with {option_set}", "extends": profile, **({"options": options} if options else {})}
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def split_profile(name: str) -> tuple[str, str]:
+    """(shipped profile, option set) of a derived profile's name."""
+    profile, _, option_set = name.partition(SEPARATOR)
+    return profile, option_set or "defaults"
+
+
+@dataclass(frozen=True)
+class Tally:
+    profile: str
+    option_set: str
+    size: int
+    agree: int
+    total: int
+
+
+def measured_steps(recorded: Iterable[records.Record]) -> list[records.Record]:
+    return [r for r in recorded if r.role == "measure" and not r.error and r.expected is not None]
+
+
+def agrees(r: records.Record) -> bool:
+    return abs(records.deviation(r) or 0) <= records.EXPECTED_TOLERANCE
+
+
+def tally(recorded: Iterable[records.Record]) -> list[Tally]:
+    """Agreements per profile x option set x size, in the order first seen."""
+    counts: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0])
+    for r in measured_steps(recorded):
+        count = counts[(*split_profile(r.profile), r.size)]
+        count[0] += agrees(r)
+        count[1] += 1
+    return [Tally(profile, option_set, size, agree, total) for (profile, option_set, size), (agree, total)
+            in counts.items()]
+
+
+def render(recorded: Sequence[records.Record]) -> str:
+    """The agreement table (model x option set, sizes across), its total, and every disagreement."""
+    tallies = tally(recorded)
+    sizes = sorted({t.size for t in tallies})
+    rows: dict[tuple[str, str], dict[int, Tally]] = {}
+    for t in tallies:
+        rows.setdefault((t.profile, t.option_set), {})[t.size] = t
+    table = [[profile, option_set, *(f"{by[s].agree}/{by[s].total}" if s in by else "" for s in sizes)]
+             for (profile, option_set), by in rows.items()]
+    agree, total = sum(t.agree for t in tallies), sum(t.total for t in tallies)
+    lines = [tabulate(table, ["profile", "option set", *map(size_label, sizes)], tablefmt="github"),
+             "", f"agree: {agree} of {total} measured steps (tolerance {records.EXPECTED_TOLERANCE} tokens)"]
+    differing = [r for r in measured_steps(recorded) if not agrees(r)]
+    if differing:
+        lines += ["", "disagreements:"]
+        lines += [f"- {r.profile} [{r.variant}] @ {size_label(r.size)} {r.scenario}/{r.step}: expected {r.expected:,} "
+                  f"({r.cause_expected}), measured {r.prompt_n:,} ({(r.cause or {}).get('summary', '?')})"
+                  for r in differing]
+    return "\n".join(lines)
+
+
+def run(profile_names: Sequence[str], option_sets: Sequence[str], sizes: Sequence[int], *, results_dir: Path,
+        out: TextIO) -> list[records.Record]:
+    """Run every scenario of each profile under each option set at each size; all their records."""
+    recorded: list[records.Record] = []
+    with tempfile.TemporaryDirectory(prefix="reusebench-agreement-") as directory:
+        for name in profile_names:
+            for option_set in option_sets:
+                profile = profiles.load_profile(derived_profile(Path(directory), name, option_set))
+                result = runner.run_profile(profile, results_dir=results_dir, sizes=sizes, on_failure="continue",
+                                            out=out)
+                recorded += result.records
+                print(render(result.records), file=out, flush=True)
+    return recorded
+
+
+def option_sets_named(names: Sequence[str] | None) -> list[str]:
+    unknown = sorted(set(names or ()) - set(OPTION_SETS))
+    if unknown:
+        raise ValueError(f"unknown option set(s) {', '.join(unknown)}; known: {', '.join(OPTION_SETS)}")
+    return list(names or OPTION_SETS)
