@@ -6,6 +6,7 @@ whether the reused output equals output computed without reuse."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reusebench import (
+    advice,
     agreement,
     build,
     check,
@@ -91,6 +93,17 @@ def cmd_agreement(args: argparse.Namespace) -> int:
                                  args.size or agreement.DEFAULT_SIZES, results_dir=Path(args.results), out=sys.stderr)
         print(f"agreement runs took {time.monotonic() - started:.0f} s", file=sys.stderr)
     print(agreement.render(recorded))
+    return 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    profile = profiles.load_profile(args.profile)
+    if args.variant:
+        profile = dataclasses.replace(profile, variants=tuple(profile.variant(name) for name in args.variant))
+    started = time.monotonic()
+    found = advice.advise(profile, results_dir=Path(args.results), say=lambda line: print(line, file=sys.stderr))
+    print(advice.render(found))
+    print(f"\nadvice for {profile.name} took {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
 
 
@@ -204,6 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
     agree.add_argument("--results", default=str(RESULTS_DIR), help="where the runs go (default: results)")
     agree.add_argument("--records", nargs="+", metavar="RUN", help="tabulate these recorded runs instead of running")
     agree.set_defaults(func=cmd_agreement)
+
+    adv = sub.add_parser("advise", help="profile changes for prompt reuse, each with its effect: measured by a short "
+                         "run on the profile's model where tried, predicted by the reuse model where not")
+    adv.add_argument("profile", help="profile name in server_profiles/ or a path")
+    adv.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
+    adv.add_argument("--results", default=str(RESULTS_DIR), help="where the trial runs go (default: results)")
+    adv.set_defaults(func=cmd_advise)
 
     sub.add_parser("profiles", help="the shipped profiles: description and variants of each"
                    ).set_defaults(func=cmd_profiles)
