@@ -92,7 +92,14 @@ def render(recorded: Sequence[records.Record]) -> str:
     agree, total = sum(t.agree for t in tallies), sum(t.total for t in tallies)
     lines = [tabulate(table, ["profile", "option set", *map(size_label, sizes)], tablefmt="github"),
              "", f"agree: {agree} of {total} measured steps (tolerance {records.EXPECTED_TOLERANCE} tokens)"]
-    differing = [r for r in measured_steps(recorded) if not agrees(r)]
+    steps = measured_steps(recorded)
+    predicted = {id(r) for r in steps if r.extra.get("expected_wrong_output")}
+    wrong = {id(r) for r in steps if r.matches_reference is False}
+    lines.append(f"wrong output: predicted {len(predicted)}, measured {len(wrong)}, both {len(predicted & wrong)}")
+    lines += [f"- wrong output {'predicted, not measured' if id(r) in predicted else 'measured, not predicted'}: "
+              f"{r.profile} [{r.variant}] @ {size_label(r.size)} {r.scenario}/{r.step}"
+              for r in steps if (id(r) in predicted) != (id(r) in wrong)]
+    differing = [r for r in steps if not agrees(r)]
     if differing:
         lines += ["", "disagreements:"]
         lines += [f"- {r.profile} [{r.variant}] @ {size_label(r.size)} {r.scenario}/{r.step}: expected {r.expected:,} "

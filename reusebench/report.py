@@ -35,7 +35,8 @@ def _expected(r: Record) -> str:
     if r.expected is None:
         return "-"
     off = deviation(r)
-    return f"{r.expected:,}" + (f" ({off:+,})" if off else "")
+    wrong = ", wrong output" if r.extra.get("expected_wrong_output") else ""
+    return f"{r.expected:,}" + (f" ({off:+,}{wrong})" if off else f" ({wrong[2:]})" if wrong else "")
 
 
 def _cell(r: Record) -> list[Any]:

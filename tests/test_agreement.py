@@ -24,15 +24,22 @@ def test_agreements_are_counted_per_profile_option_set_and_size_and_disagreement
         step("tiny-qwen35+ctx-checkpoints=1", 2048, "reask", 2066, 2066),
         step("tiny-qwen35", 8192, "resend", 4, 4),
         step("tiny-qwen35", 8192, "edit_middle", 0, None, error="server died"),  # failed: not counted
+        step("tiny-granitehybrid-longmem", 2048, "chunk_removed", 300, 300, matches_reference=False,
+             extra={"expected_wrong_output": True}),
+        step("tiny-lora", 2048, "lora_swap", 4, 4, matches_reference=False),
     ]
     assert agreement.tally(recorded) == [
         agreement.Tally("tiny-qwen35", "defaults", 2048, 1, 2),
         agreement.Tally("tiny-qwen35", "ctx-checkpoints=1", 2048, 1, 1),
         agreement.Tally("tiny-qwen35", "defaults", 8192, 1, 1),
+        agreement.Tally("tiny-granitehybrid-longmem", "defaults", 2048, 1, 1),
+        agreement.Tally("tiny-lora", "defaults", 2048, 1, 1),
     ]
     text = agreement.render(recorded)
     assert "| tiny-qwen35 | defaults          | 1/2  | 1/1  |" in text
-    assert "agree: 3 of 4 measured steps (tolerance 0 tokens)" in text
+    assert "agree: 5 of 6 measured steps (tolerance 0 tokens)" in text
+    assert "wrong output: predicted 1, measured 2, both 1" in text
+    assert "- wrong output measured, not predicted: tiny-lora [default] @ 2K lora_swap/x" in text
     assert ("- tiny-qwen35 [default] @ 2K reask/x: expected 515 (restored checkpoint at n_tokens=1550), "
             "measured 2,066 (forced full re-processing)") in text
 
