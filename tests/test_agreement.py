@@ -36,7 +36,7 @@ def test_agreements_are_counted_per_profile_option_set_and_size_and_disagreement
         agreement.Tally("tiny-lora", "defaults", 2048, 1, 1),
     ]
     text = agreement.render(recorded)
-    assert "| tiny-qwen35 | defaults          | 1/2  | 1/1  |" in text
+    assert "| tiny-qwen35                | defaults          | 1/2  | 1/1  |" in text
     assert "agree: 5 of 6 measured steps (tolerance 0 tokens)" in text
     assert "wrong output: predicted 1, measured 2, both 1" in text
     assert "- wrong output measured, not predicted: tiny-lora [default] @ 2K lora_swap/x" in text
