@@ -3,6 +3,10 @@ The trials themselves run in tests/test_advice_e2e.py against the real server.""
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from reusebench import advice
 from reusebench.expectation import Memory, launch_of_options
 from reusebench.records import Record
@@ -56,3 +60,22 @@ def test_advice_says_whether_it_was_measured_or_predicted() -> None:
     text = advice.render({"v": [advice.Advice("cache-reuse 256", "DISABLED: remove it; nothing changes", "measured")],
                           "w": []})
     assert text == "v:\n- cache-reuse 256: DISABLED: remove it; nothing changes [measured]\n\nw:\n- nothing to change"
+
+
+@pytest.mark.e2e
+def test_advise_tiny_qwen35_removes_its_disabled_cache_reuse_and_splits_the_document(tmp_path, capsys) -> None:
+    from reusebench import cli
+
+    status = cli.main(["advise", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=256",
+                       "--results", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert status == 0
+    assert ("- cache-reuse 256: DISABLED on this model (this model's attention cache cannot shift): remove it; "
+            "nothing changes (re-processed tokens equal with and without it on 4 steps at 2K) [measured]") in printed
+    (split,) = [line for line in printed.splitlines() if line.startswith("- checkpoint-min-step")]
+    assert "[measured at 2K, predicted at the profile's sizes]" in split
+    plain, messages = (int(n.replace(",", "")) for n in re.findall(
+        r"at 2K a one-line edit at 50% re-processes ([\d,]+) tokens; as user messages of 256 tokens with "
+        r"checkpoint-min-step 256, ([\d,]+)", split)[0])
+    assert plain > 2048 and messages < plain // 2 + 600
+    assert "at 128K with checkpoint-min-step 4096" in split

@@ -375,6 +375,28 @@ def test_restore_disk_alone_saves_its_own_slot(tmp_path: Path, capsys: pytest.Ca
     assert extension.cache_n > SIZE and extension.prompt_n <= extension.ideal + 4  # the saved D + Q1 was restored
 
 
+# -- the reuse model ---------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_the_reuse_model_expects_every_measured_step_of_the_pinned_build(
+    hybrid, control, lora_hybrid, lora_control, sleep, probe
+):
+    """Expected vs measured on every run of this module: no step is UNEXPECTED, and the known wrong outputs
+    (cache-reuse on the long-memory hybrid, the LoRA-computed RAM entry) are predicted as such."""
+    for run_ in (hybrid, control, lora_hybrid, lora_control, sleep, probe):
+        measured = [r for r in run_.records if r.role == "measure"]
+        off = [f"{r.variant} {r.scenario}/{r.step}: expected {r.expected} ({r.cause_expected}), measured {r.prompt_n} "
+               f"({r.cause['summary']})" for r in measured if r.prompt_n != r.expected]
+        assert not off, off
+        assert all(r.verdict != "UNEXPECTED" for r in measured)
+    assert hybrid.step("chunk_removed", scenarios.CHUNK_STEP).extra["expected_wrong_output"]
+    for run_ in (lora_hybrid, lora_control):
+        assert run_.step("lora_swap", "P + more, no LoRA").extra["expected_wrong_output"]
+        assert run_.step("lora_swap", "P + more, same LoRA").cause_expected == \
+            "LoRA-change clear after restoring from RAM"
+
+
 # -- privacy -----------------------------------------------------------------------------------
 
 
