@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import tiny
+from reusebench import check, cli, profiles, tiny
 from reusebench.client import LlamaClient
 from reusebench.server import LlamaServer, ServerError
 
@@ -75,6 +75,19 @@ def test_a_server_killed_by_sigill_gets_one_line_that_says_why(avx512_binary: Pa
     assert "\n" not in message and "died with SIGILL" in message
     assert "uses CPU instructions this machine lacks" in message and "`reusebench build`" in message
     assert "Illegal instruction" in died.value.log_tail  # the start-up log stays available
+
+
+def test_check_and_run_name_sigill_in_one_line(avx512_binary: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    binary = emulated(avx512_binary, tmp_path / "llama-server")
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"extends: tiny-llama\nbinary: {binary}\n")
+    verdicts = check.check_variant(profiles.load_profile(profile, check_binary=False).variants[0])
+    assert verdicts and {v.verdict for v in verdicts} == {check.Verdict.UNVERIFIED}
+    assert all(len(v.evidence) == 1 and "died with SIGILL" in v.evidence[0] for v in verdicts)
+    assert cli.main(["run", "--profile", str(profile), "--size", "1K", "--results", str(tmp_path)]) == 2
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert "died with SIGILL" in error and "`reusebench build`" in error
 
 
 def test_default_build_serves_a_completion_on_a_cpu_without_avx512(tmp_path: Path) -> None:

@@ -23,9 +23,13 @@ def render_table(verdicts: Sequence[OptionVerdict]) -> str:
 
 def describe_launch(variant: Variant) -> dict[str, Any]:
     """What was checked: profile, variant, binary and its build, and the arguments the check adds."""
+    try:
+        build = binaries.version(variant.binary)
+    except binaries.BinaryError:  # the verdicts say why it did not run
+        build = "unknown"
     return {
         "profile": variant.profile, "variant": variant.name, "model": variant.model_spec,
-        "binary": str(variant.binary.path), "build": binaries.version(variant.binary),
+        "binary": str(variant.binary.path), "build": build,
         "added_args": launch_args(variant)[1],
     }
 

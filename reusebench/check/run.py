@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from reusebench import binaries
+from reusebench.binaries import HelpOption
 from reusebench.client import ClientError
 from reusebench.handle import ServerHandle
 from reusebench.check.context import Probe, ProbeContext, of_kind
@@ -35,9 +36,13 @@ def _label(value: OptionValue) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def settings_to_check(variant: Variant) -> list[tuple[Setting, Probe | None]]:
-    """The variant's options and the reuse defaults, each with its probe (None: no probe yet), in probe order."""
-    table = binaries.help_table(variant.binary)
+def settings_to_check(variant: Variant, table: Mapping[str, HelpOption] | None = None
+                      ) -> list[tuple[Setting, Probe | None]]:
+    """The variant's options and the reuse defaults, each with its probe (None: no probe yet), in probe order.
+
+    `table` is the binary's --help (read when not given); the defaults' labels come from it.
+    """
+    table = binaries.help_table(variant.binary) if table is None else table
     written: dict[str, list[Setting]] = {}
     for name, value in variant.options.items():
         probed, negated = ALIASES.get(name, (name, False))
@@ -85,6 +90,13 @@ def launch_args(variant: Variant) -> tuple[list[str], list[str]]:
 def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = None) -> list[OptionVerdict]:
     """Verdicts for every option `variant` sets and every reuse default; stops every server it starts."""
     say = progress or (lambda _message: None)
+    try:
+        binaries.help_table(variant.binary)
+    except binaries.BinaryError as error:
+        # A binary that cannot even print its --help (SIGILL on this CPU, a missing library) is
+        # named in one line, the same for every setting.
+        return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not run: {error}")
+                for setting, _ in settings_to_check(variant, table={})]
     checked = settings_to_check(variant)
     unsupported = unsupported_options(variant)
     if unsupported:
