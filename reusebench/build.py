@@ -175,7 +175,12 @@ def fetch_pinned(progress: Callable[[str], None]) -> Source:
             progress(f"unpacking {sdist.name}")
             unpacked = Path(scratch) / "unpacked"
             with tarfile.open(sdist) as archive:
-                archive.extractall(unpacked, filter="data")
+                # The "data" filter (no links out, no device files) exists from Python 3.11.4; Debian 12 has 3.11.2,
+                # where the hash pip checked is what vouches for the archive.
+                if hasattr(tarfile, "data_filter"):
+                    archive.extractall(unpacked, filter="data")
+                else:
+                    archive.extractall(unpacked)
             (top,) = unpacked.iterdir()
             if not (top / PINNED.tree / "CMakeLists.txt").is_file():
                 raise BuildError(f"{sdist.name}: no llama.cpp tree at {PINNED.tree}/")
@@ -199,8 +204,17 @@ def _pip_download(into: Path, progress: Callable[[str], None]) -> Path:
     return sdist
 
 
+# Commit-message trailers that state a commit's llama.cpp version, for a repository whose history is not
+# llama.cpp's own (released source trees committed one after another), where the commit count is not the
+# build number.
+BUILD_NUMBER_TRAILER = "LLAMA_BUILD_NUMBER"
+BUILD_COMMIT_TRAILER = "LLAMA_BUILD_COMMIT"
+
+
 def git_source(tree: Path, commit: str) -> Source:
-    """A llama.cpp git checkout at `commit`: the build number is the commit count, as llama.cpp's CMake counts it."""
+    """A llama.cpp git checkout at `commit`: the build number is the commit count, as llama.cpp's CMake counts it,
+    and the commit its hash, unless the commit message states them in `LLAMA_BUILD_NUMBER:` and
+    `LLAMA_BUILD_COMMIT:` trailers."""
     def git(*args: str) -> str:
         done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True)
         if done.returncode != 0:
@@ -208,8 +222,24 @@ def git_source(tree: Path, commit: str) -> Source:
         return done.stdout.strip()
 
     full = git("rev-parse", commit)
-    return Source(tree=tree, build_number=int(git("rev-list", "--count", full)), commit=full[:8], identity=full,
-                  label=f"llama.cpp {full[:8]}")
+    stated = commit_trailers(git("show", "-s", "--format=%B", full))
+    number = stated.get(BUILD_NUMBER_TRAILER) or git("rev-list", "--count", full)
+    if not number.isdigit():
+        raise BuildError(f"{tree}: commit {full[:8]}: {BUILD_NUMBER_TRAILER}: {number!r} is not a number")
+    label_commit = stated.get(BUILD_COMMIT_TRAILER) or full[:8]
+    return Source(tree=tree, build_number=int(number), commit=label_commit, identity=full,
+                  label=f"llama.cpp b{number} ({label_commit})" if stated else f"llama.cpp {full[:8]}")
+
+
+def commit_trailers(message: str) -> dict[str, str]:
+    """The version trailers (`LLAMA_BUILD_NUMBER: 11434`) of a commit message's last paragraph."""
+    last = message.strip().split("\n\n")[-1]
+    found = {}
+    for line in last.splitlines():
+        key, separator, value = line.partition(":")
+        if separator and key.strip() in (BUILD_NUMBER_TRAILER, BUILD_COMMIT_TRAILER):
+            found[key.strip()] = value.strip()
+    return found
 
 
 # --- building --------------------------------------------------------------------------------------
