@@ -1,0 +1,129 @@
+"""Per-request causes when requests run concurrently: the server log cut into tasks.
+
+``logs.explain`` reads the events logged while one request ran, which is right
+when requests come one at a time. Under load, several tasks decode at once and
+their lines interleave. What keeps them apart: the server launches one task at a
+time on its main loop, so a launch is one contiguous block of lines (slot
+selection, the RAM cache lookup, a LoRA clear, ``processing task``, then the idle
+slots it saves to RAM), and every later line of that task carries its slot and
+task id. A sleep logged before a launch belongs to it (the request woke the server).
+
+The block's RAM saves before ``processing task`` are the selected slot's old
+contents (displaced by this request); those after it are idle slots moved to RAM.
+A request is matched to its task by slot and prompt length (the ``new prompt``
+line), first unclaimed first: one slot serves one request at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reusebench import logs
+from reusebench.logs import Event
+
+SELECTION_KINDS = frozenset({"slot_skipped_empty", "slot_similarity_checked", "slot_selected_by_id",
+                             "slot_selected_by_lcp", "slot_selected_by_lru"})
+SLEEP_KINDS = frozenset({"sleep_entering", "sleep_exiting"})
+POLL_S = 0.05
+
+
+@dataclass
+class Task:
+    """One launched task: the events that explain it and what its launch moved to RAM."""
+
+    slot: int | None = None
+    task: int | None = None
+    events: list[Event] = field(default_factory=list)
+    displaced: list[int] = field(default_factory=list)  # tokens of the selected slot's old contents saved to RAM
+    idle_saved: list[int] = field(default_factory=list)  # tokens of idle slots saved to RAM by this launch
+    evicted_mib: list[float] = field(default_factory=list)  # RAM entries dropped during this launch
+    n_tokens: int | None = None  # the prompt length (``new prompt``)
+    claimed: bool = False
+
+    def cause(self) -> logs.Cause:
+        return logs.explain(self.events)
+
+
+class TaskLog:
+    """Reads a growing server log and hands each finished request the task that served it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._offset = 0
+        self._lock = threading.Lock()
+        self._tasks: dict[tuple[int, int], Task] = {}
+        self._by_slot: dict[int, list[Task]] = {}
+        self._launching: Task | None = None  # the block being read, until the next selection starts another
+        self._asleep_events: list[Event] = []
+
+    def claim(self, slot: int, n_tokens: int, wait_s: float = 2.0) -> Task | None:
+        """The first unclaimed task on `slot` whose prompt had `n_tokens` tokens, waiting up to `wait_s`
+        for its lines to reach the log; None when it never shows (the request's record then has no cause)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._lock:
+                self._read()
+                for task in self._by_slot.get(slot, ()):
+                    if not task.claimed and task.n_tokens == n_tokens:
+                        task.claimed = True
+                        return task
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(POLL_S)
+
+    def _read(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        for event in logs.parse_lines(complete.decode("utf-8", errors="replace").splitlines()):
+            self._add(event)
+
+    def _add(self, e: Event) -> None:
+        block = self._launching
+        if e.kind in SLEEP_KINDS:
+            self._asleep_events.append(e)
+        elif e.kind in SELECTION_KINDS and (block is None or block.task is not None):
+            block = self._launching = Task(events=self._asleep_events)
+            self._asleep_events = []
+            self._selection(block, e)
+        elif e.kind == "processing_task" and block is not None and block.task is None:
+            block.slot, block.task = e.slot, e.task
+            block.events.append(e)
+            self._tasks[(e.slot, e.task)] = block
+            self._by_slot.setdefault(e.slot, []).append(block)
+        elif e.task is not None and e.task >= 0:
+            task = self._tasks.get((e.slot, e.task))
+            if task is not None:
+                task.events.append(e)
+                if e.kind == "new_prompt":
+                    task.n_tokens = int(e.fields["n_tokens"])
+        elif block is not None:
+            self._launch_line(block, e)
+
+    @staticmethod
+    def _selection(block: Task, e: Event) -> None:
+        if e.kind.startswith("slot_selected"):
+            block.slot = e.slot
+            block.events.append(e)
+
+    def _launch_line(self, block: Task, e: Event) -> None:
+        """A line of the launch block with no task id: the selection, RAM cache work, a LoRA clear."""
+        if e.kind in SELECTION_KINDS and block.task is None:
+            self._selection(block, e)
+            return
+        if e.slot is not None and e.slot != block.slot:
+            return  # an idle slot's own lines (saved, cleared): its tokens come with the srv save line
+        if e.kind == "ram_prompt_saved":
+            (block.displaced if block.task is None else block.idle_saved).append(int(e.fields["n_tokens"]))
+        elif e.kind in ("ram_entry_evicted_for_room", "ram_entry_evicted_over_limit"):
+            block.evicted_mib.append(float(e.fields["size_mib"]))
+        if block.task is None or e.kind not in ("ram_prompt_saved",):
+            block.events.append(e)
