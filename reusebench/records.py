@@ -89,6 +89,8 @@ class Record:
     gpu: dict[str, Any] | None = None
     host: dict[str, Any] | None = None
     error: str | None = None
+    user: str | None = None  # a workload's user ("chat-3", "health check"); None in scenario runs
+    turn: int | None = None  # that user's turn, from 1
     schema: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
