@@ -25,10 +25,13 @@ from reusebench import (
     runner,
     scenarios,
     server,
+    service_report,
     session,
     sizes,
     tiny,
+    workload,
 )
+from reusebench.driver import ServiceDriver
 
 RESULTS_DIR = Path("results")
 
@@ -66,6 +69,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"\n{len(result.records)} records in {time.monotonic() - started:.0f} s; "
           f"report: {result.run_dir / 'report.md'}", file=sys.stderr)
     return 1 if result.failed_sessions else 0
+
+
+def cmd_workload(args: argparse.Namespace) -> int:
+    load = workload.load_workload(args.workload)
+    profile = profiles.load_profile(args.profile or load.profile)
+    variant = profile.variant(args.variant or load.variant) if (args.variant or load.variant) else profile.variants[0]
+    run_id = runner.new_run_id()
+    run_dir = Path(args.results) / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    records_path = run_dir / "records.jsonl"
+    print(f"run {run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> {records_path}",
+          file=sys.stderr)
+    started = time.monotonic()
+    try:
+        with records.RecordWriter(records_path) as writer:
+            ServiceDriver(load, variant, writer, run_id=run_id, log_dir=run_dir / "logs").run()
+    except KeyboardInterrupt:
+        server.stop_all()
+        print(f"\ninterrupted: every server stopped; {len(records.read_records(records_path))} records kept in "
+              f"{records_path}", file=sys.stderr)
+        return 130
+    text = service_report.render(records.read_records(records_path))
+    (run_dir / "report.md").write_text(f"# reusebench workload {load.name}, run {run_id}\n\n{text}\n")
+    print(text)
+    print(f"\nworkload took {time.monotonic() - started:.0f} s; report: {run_dir / 'report.md'}", file=sys.stderr)
+    return 0
 
 
 def _records_paths(given: Sequence[str]) -> list[Path]:
@@ -193,6 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "text on the same server before each measured load (recorded as a setup call)")
     run.set_defaults(func=cmd_run)
 
+    shows = ("run a workload (workloads/): its users talk to one server at once; prints miss rates by class with "
+             "the log's cause of each miss, what a long prefill costs the other users, and the health check's effect")
+    load = sub.add_parser("workload", help=shows, description=shows)
+    load.add_argument("workload", help=f"workload name in workloads/ or a path ({', '.join(workload.workload_names())})")
+    load.add_argument("--profile", help="another server profile than the workload's")
+    load.add_argument("--variant", help="a variant of that profile (default: the workload's, else the first)")
+    load.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
+    load.set_defaults(func=cmd_workload)
+
     rep = sub.add_parser("report", help="tables from recorded runs (default: the latest run)")
     rep.add_argument("paths", nargs="*", help="run directories or records.jsonl files")
     rep.add_argument("--results", default=str(RESULTS_DIR))
@@ -254,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (profiles.ProfileError, corpus.CorpusError, ValueError) as exc:
+    except (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, ValueError) as exc:
         print(f"reusebench: {exc}", file=sys.stderr)
         return 2
     finally:

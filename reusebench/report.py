@@ -13,7 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from reusebench import spread
+from reusebench import service_report, spread
 from reusebench.records import Record, deviation
 from reusebench.sizes import size_label
 
@@ -139,8 +139,13 @@ def _percent(part: int, whole: int) -> str:
 
 
 def render_text(records: Iterable[Record]) -> str:
+    """Scenario runs as tables; workload runs (records that name a user) as service reports."""
     records = list(records)
-    tables = variant_tables(records) + repeat_tables(records)
+    workload_runs = {r.run_id for r in records if r.user is not None}
+    scenario_records = [r for r in records if r.run_id not in workload_runs]
+    tables = variant_tables(scenario_records) + repeat_tables(scenario_records)
+    tables += [(f"workload run {run_id}", service_report.render([r for r in records if r.run_id == run_id]))
+               for run_id in dict.fromkeys(r.run_id for r in records if r.run_id in workload_runs)]
     return "\n\n".join(f"## {title}\n\n{table}" for title, table in tables)
 
 

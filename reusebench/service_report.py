@@ -1,0 +1,319 @@
+"""What a workload run shows: miss rates by class, the cause of each miss, interference, the health check.
+
+Read from the records alone (``reusebench.driver`` writes them), so a report can be rebuilt from
+``results/``. Every rate has its denominator beside it. The classes are report B's:
+
+- by what the turn could hope for: ``continues``/``regenerate`` should hit; ``first``, ``head insert`` and
+  ``after sleep`` cannot (``reusebench.users``), and are counted apart;
+- by where the reuse came from: the slot kept the conversation (``slot-kept``), the RAM cache gave it back
+  (``RAM-restored``), or neither held it (``not held``);
+- with or without a LoRA.
+
+A should-hit turn that re-processed more than a perfect cache is explained by the first rule of
+``MISS_CAUSES`` that fits its log. Interference compares other users' requests whose decoding (or whose
+wait for the first token) overlapped a long prefill with those that overlapped none.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tabulate import tabulate
+
+from reusebench import users
+from reusebench.driver import PROBE_ROLE
+from reusebench.records import HIT_TOLERANCE, SESSION_ROLE, Record
+
+LORA_AFTER_RESTORE = "LoRA-change clear after restore"
+SIMILARITY_STOLE = "similarity stole the slot"
+LRU_EVICTED = "LRU evicted from RAM"
+CHECKPOINT_LIMIT = "checkpoint limit"
+FORCED_FULL = "forced full re-processing"
+ROUTES = ("slot-kept", "RAM-restored", "not held")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One user turn as the report sees it."""
+
+    record: Record
+    outcome: str  # "hit" | "partial" | "miss"
+    route: str  # one of ROUTES
+    cause: str | None  # why a should-hit turn was not a hit; None for hits and turns that cannot hit
+
+    @property
+    def should_hit(self) -> bool:
+        return self.record.step in users.SHOULD_HIT
+
+    @property
+    def with_lora(self) -> bool:
+        return not (self.record.lora or "").endswith(":0")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a miss's cause may depend on beyond its own log lines: the run's other calls."""
+
+    by_user: dict[str, list[Record]]
+    calls: list[Record]
+    system_tokens: int
+
+
+def _cause(r: Record) -> dict[str, Any]:
+    return r.cause or {}
+
+
+def _previous(r: Record, ctx: Context) -> Record | None:
+    earlier = [p for p in ctx.by_user.get(r.user or "", []) if (p.turn or 0) < (r.turn or 0)]
+    return earlier[-1] if earlier else None
+
+
+def _stolen(r: Record, ctx: Context) -> bool:
+    """Another request took the slot this user's last turn left, by prompt similarity, before this turn."""
+    prev = _previous(r, ctx)
+    return prev is not None and any(
+        o.user != r.user and o.slot == prev.slot and _cause(o).get("selection") == "lcp"
+        and prev.ended_at <= o.started_at <= r.started_at for o in ctx.calls)
+
+
+def _evicted_since(r: Record, ctx: Context) -> bool:
+    prev = _previous(r, ctx)
+    start = prev.ended_at if prev is not None else 0.0
+    return any(o.extra.get("evicted_mib") and start <= o.started_at <= r.started_at for o in ctx.calls)
+
+
+# First match wins. A LoRA clear outranks the rest: it throws away whatever was found (report B's bug when what
+# it throws away was just restored from RAM); a forced re-processing means the state was there but unusable.
+MISS_CAUSES: tuple[tuple[str, Callable[[Record, Context], bool]], ...] = (
+    ("woke from sleep", lambda r, ctx: bool(_cause(r).get("woke"))),
+    (LORA_AFTER_RESTORE, lambda r, ctx: bool(_cause(r).get("lora_clear_after_ram_restore"))),
+    ("LoRA-change clear", lambda r, ctx: bool(_cause(r).get("lora_clear"))),
+    (CHECKPOINT_LIMIT, lambda r, ctx: bool(_cause(r).get("forced_full"))
+     and bool((_previous(r, ctx) or r).extra.get("checkpoints_erased_old"))),
+    (FORCED_FULL, lambda r, ctx: bool(_cause(r).get("forced_full"))),
+    (SIMILARITY_STOLE, lambda r, ctx: not _cause(r).get("ram_restored") and _stolen(r, ctx)),
+    (LRU_EVICTED, lambda r, ctx: not _cause(r).get("ram_restored") and _evicted_since(r, ctx)),
+    ("not in the slot nor in RAM", lambda r, ctx: not _cause(r).get("ram_restored")),
+)
+
+
+def outcome(r: Record, system_tokens: int) -> str:
+    if (r.excess or 0) <= HIT_TOLERANCE:
+        return "hit"
+    return "miss" if (r.cache_n or 0) <= system_tokens else "partial"
+
+
+def route(r: Record) -> str:
+    cause = _cause(r)
+    if cause.get("ram_restored"):
+        return "RAM-restored"
+    return "slot-kept" if cause.get("selection") == "lcp" else "not held"
+
+
+def turns(records: Sequence[Record]) -> list[Turn]:
+    calls = sorted((r for r in records if r.role in ("measure", PROBE_ROLE) and not r.error),
+                   key=lambda r: r.started_at)
+    summary = next((r for r in records if r.role == SESSION_ROLE), None)
+    ctx = Context({}, calls, int((summary.extra if summary else {}).get("system_prompt_tokens", 0)))
+    for r in calls:
+        ctx.by_user.setdefault(r.user or "", []).append(r)
+    found = []
+    for r in calls:
+        if r.role != "measure":
+            continue
+        result = outcome(r, ctx.system_tokens)
+        cause = None
+        if result != "hit" and r.step in users.SHOULD_HIT:
+            cause = next((name for name, fits in MISS_CAUSES if fits(r, ctx)), f"other: {_cause(r).get('summary')}")
+        found.append(Turn(r, result, route(r), cause))
+    return found
+
+
+def _rate(part: int, whole: int) -> str:
+    return f"{part} of {whole} ({100 * part / whole:.0f}%)" if whole else "0 of 0"
+
+
+def miss_table(found: Sequence[Turn]) -> str:
+    """Misses (and partials) per class, each over its own turns."""
+    def row(label: str, group: list[Turn]) -> list[str]:
+        misses = sum(t.outcome == "miss" for t in group)
+        partial = sum(t.outcome == "partial" for t in group)
+        return [label, str(len(group)), _rate(misses, len(group)), str(partial)]
+
+    should = [t for t in found if t.should_hit]
+    rows = [row("should hit (conversation continues, regenerate)", should)]
+    rows += [row(f"  {name}", [t for t in should if t.route == name]) for name in ROUTES]
+    rows += [row("  with LoRA", [t for t in should if t.with_lora]),
+             row("  without LoRA", [t for t in should if not t.with_lora])]
+    rows += [row(f"  {kind}", [t for t in should if t.record.step == kind]) for kind in users.SHOULD_HIT]
+    cannot = [t for t in found if not t.should_hit]
+    rows.append(row("cannot hit", cannot))
+    rows += [row(f"  {kind}", [t for t in cannot if t.record.step == kind]) for kind in users.CANNOT_HIT]
+    return tabulate(rows, ["turns", "n", "missed (re-processed everything)", "partial"], tablefmt="github",
+                    disable_numparse=True)
+
+
+def miss_causes(found: Sequence[Turn]) -> Counter[str]:
+    return Counter(t.cause for t in found if t.cause is not None)
+
+
+def cause_table(found: Sequence[Turn]) -> str:
+    should = [t for t in found if t.should_hit]
+    rows = []
+    for cause, n in miss_causes(found).most_common():
+        group = [t for t in should if t.cause == cause]
+        rows.append([cause, n, sum(t.with_lora for t in group), Counter(t.route for t in group).most_common(1)[0][0]])
+    return tabulate(rows, ["cause (from the log)", f"turns (of {len(should)} that should hit)", "with LoRA",
+                           "mostly"], tablefmt="github", disable_numparse=True) if rows else "no misses"
+
+
+# -- interference -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interference:
+    """Other users' per-request figures while a long prefill ran, against while none did (ms)."""
+
+    decode_during: list[float]  # ms per generated token
+    decode_alone: list[float]
+    ttft_during: list[float]
+    ttft_alone: list[float]
+
+    @staticmethod
+    def percentile(values: list[float], q: int) -> float | None:
+        if not values:
+            return None
+        if len(values) == 1:
+            return values[0]
+        return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+    def ratio(self, during: list[float], alone: list[float], q: int) -> float | None:
+        a, b = self.percentile(during, q), self.percentile(alone, q)
+        return None if a is None or not b else a / b
+
+
+def _overlaps(start: float, end: float, spans: Iterable[tuple[float, float]]) -> bool:
+    return any(s < end and start < e for s, e in spans)
+
+
+def interference(records: Sequence[Record], long_prefill_tokens: int) -> Interference:
+    calls = [r for r in records if r.role in ("measure", PROBE_ROLE) and not r.error
+             and r.extra.get("first_token_at") is not None]
+    # the prefill ran in the prompt_ms before the first token reached the client
+    long_spans = [(r.user, r.extra["first_token_at"] - (r.prompt_ms or 0) / 1000, r.extra["first_token_at"])
+                  for r in calls if (r.prompt_n or 0) >= long_prefill_tokens]
+    result = Interference([], [], [], [])
+    for r in calls:
+        if r.role != "measure" or (r.prompt_n or 0) >= long_prefill_tokens:
+            continue
+        others = [(s, e) for user, s, e in long_spans if user != r.user]
+        first = r.extra["first_token_at"]
+        if r.extra.get("decode_ms_per_token") is not None:
+            during = _overlaps(first, r.ended_at, others)
+            (result.decode_during if during else result.decode_alone).append(r.extra["decode_ms_per_token"])
+        during = _overlaps(r.started_at, first, others)
+        (result.ttft_during if during else result.ttft_alone).append(r.ttft_ms or 0.0)
+    return result
+
+
+def interference_table(i: Interference) -> str:
+    def cells(values: list[float]) -> list[str]:
+        return [str(len(values))] + [f"{v:.1f}" if (v := i.percentile(values, q)) is not None else "-"
+                                     for q in (50, 90)]
+
+    def ratio(during: list[float], alone: list[float]) -> list[str]:
+        return [f"{r:.2f}x" if (r := i.ratio(during, alone, q)) is not None else "-" for q in (50, 90)]
+
+    rows = [["decode ms/token, during a long prefill", *cells(i.decode_during), *ratio(i.decode_during, i.decode_alone)],
+            ["decode ms/token, no long prefill", *cells(i.decode_alone), "", ""],
+            ["TTFT ms, during a long prefill", *cells(i.ttft_during), *ratio(i.ttft_during, i.ttft_alone)],
+            ["TTFT ms, no long prefill", *cells(i.ttft_alone), "", ""]]
+    return tabulate(rows, ["other users' requests", "n", "p50", "p90", "p50 ratio", "p90 ratio"],
+                    tablefmt="github", disable_numparse=True)
+
+
+# -- the health check ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HealthEffect:
+    probes: int
+    took_slot: int  # selected by similarity a slot that held a conversation
+    took_big_slot: int  # ... one of at least long_prefill_tokens
+    pushed_to_ram: int  # that conversation was saved to the RAM cache before the probe overwrote it
+
+
+def health_effect(records: Sequence[Record], long_prefill_tokens: int) -> HealthEffect:
+    probes = [r for r in records if r.role == PROBE_ROLE and not r.error]
+    took = [r for r in probes if _cause(r).get("selection") == "lcp" and r.extra.get("displaced")]
+    return HealthEffect(len(probes), len(took),
+                        sum(max(r.extra["displaced"]) >= long_prefill_tokens for r in took),
+                        sum(not _cause(r).get("ram_skipped_too_large") for r in took))
+
+
+# -- the whole report --------------------------------------------------------------------------------
+
+
+def findings(found: Sequence[Turn], health: HealthEffect) -> list[str]:
+    """Report B's two findings, named by cause with counts, when the run shows them."""
+    lines = []
+    restored = [t for t in found if t.should_hit and t.route == "RAM-restored"]
+    lora_clears = sum(t.cause == LORA_AFTER_RESTORE for t in found)
+    if lora_clears:
+        lines.append(f"{LORA_AFTER_RESTORE}: {lora_clears} should-hit turns found their conversation in RAM and lost "
+                     f"it to the LoRA comparison (cache_n 0), {_rate(lora_clears, len(restored))} of the "
+                     "should-hit turns restored from RAM")
+    if health.took_slot:
+        lines.append(f"the health check took a conversation's slot by prompt similarity: {health.took_slot} of "
+                     f"{health.probes} probes ({health.took_big_slot} of them a long conversation's), "
+                     f"{health.pushed_to_ram} of those conversations pushed to the RAM cache")
+    return lines or ["neither of report B's findings showed in this run"]
+
+
+def render(records: Sequence[Record]) -> str:
+    summary = next((r for r in records if r.role == SESSION_ROLE), None)
+    extra = summary.extra if summary else {}
+    long_tokens = int(extra.get("long_prefill_tokens", 4096))
+    found = turns(records)
+    health = health_effect(records, long_tokens)
+    head = (f"{summary.scenario} on {summary.profile} [{summary.variant}] ({summary.model}), build {summary.build}: "
+            f"{extra.get('requests')} requests from {extra.get('users')} users in {(summary.wall_ms or 0) / 1000:.0f} s, "
+            f"{extra.get('sleeps')} sleep(s); stopped: {extra.get('stopped_by')}") if summary else "no summary record"
+    errors = [r for r in records if r.error]
+    return "\n\n".join((
+        head + (f"; {len(errors)} failed call(s): {errors[0].error}" if errors else ""),
+        "### Findings\n\n" + "\n".join(f"- {line}" for line in findings(found, health)),
+        "### Miss rates by class\n\n" + miss_table(found),
+        "### Why should-hit turns missed (from the log)\n\n" + cause_table(found),
+        f"### Interference (a long prefill: at least {long_tokens:,} tokens)\n\n"
+        + interference_table(interference(records, long_tokens)),
+        f"### The health check\n\n{health.probes} probes; took a conversation's slot by similarity: "
+        f"{health.took_slot} (a long conversation's: {health.took_big_slot}); pushed it to RAM: {health.pushed_to_ram}",
+    ))
+
+
+def figures(records: Sequence[Record]) -> dict[str, float]:
+    """Counts and ms for asv: misses by class and cause, interference percentiles (lower is better)."""
+    summary = next((r for r in records if r.role == SESSION_ROLE), None)
+    long_tokens = int((summary.extra if summary else {}).get("long_prefill_tokens", 4096))
+    found = turns(records)
+    should = [t for t in found if t.should_hit]
+    out: dict[str, float] = {f"misses/{route}": sum(t.outcome != "hit" for t in should if t.route == route)
+                             for route in ROUTES}
+    out |= {"misses/should hit": sum(t.outcome != "hit" for t in should),
+            "misses/with LoRA": sum(t.outcome != "hit" for t in should if t.with_lora),
+            "misses/without LoRA": sum(t.outcome != "hit" for t in should if not t.with_lora)}
+    causes = miss_causes(found)
+    out |= {f"cause/{name}": causes.get(name, 0) for name, _ in MISS_CAUSES}
+    out["health/took a conversation's slot"] = health_effect(records, long_tokens).took_slot
+    i = interference(records, long_tokens)
+    for name, values in (("decode ms per token during", i.decode_during), ("decode ms per token alone", i.decode_alone),
+                         ("ttft ms during", i.ttft_during), ("ttft ms alone", i.ttft_alone)):
+        for q in (50, 90):
+            value = i.percentile(values, q)
+            out[f"interference/{name} p{q}"] = float("nan") if value is None else value
+    return out
