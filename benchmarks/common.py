@@ -37,7 +37,7 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import build, profiles, provenance, records, runner, scenarios, sizes
+from reusebench import binaries, build, profiles, provenance, records, runner, scenarios, sizes
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = "32K,128K"
@@ -154,11 +154,34 @@ def _measure() -> dict[str, Any]:
     if IMPORTED:
         return summarise(IMPORTED, [str(RECORDS_FILE)])
     results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
-    profile = profiles.load_profile(PROFILE.path)  # now checked against the binary's --help
-    runs = [runner.run_profile(profile, results_dir=results_dir, variants=VARIANTS, sizes=SIZE_TOKENS,
-                               scenario_ids=SCENARIOS, verify=True, out=sys.stderr) for _ in range(REPEAT)]
-    return summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs],
-                     failed_sessions=sum(run.failed_sessions for run in runs))
+    skipped = not_applicable(profiles.load_profile(PROFILE.path, check_binary=False), VARIANTS)
+    for name, why in skipped.items():
+        print(f"benchmarks: variant {name} does not apply to this build: {why}", file=sys.stderr)
+    # Checked against the binary's --help now, unless a variant is left out for options it lacks.
+    profile = profiles.load_profile(PROFILE.path, check_binary=not skipped)
+    runnable = [name for name in VARIANTS if name not in skipped]
+    runs = [runner.run_profile(profile, results_dir=results_dir, variants=runnable, sizes=SIZE_TOKENS,
+                               scenario_ids=SCENARIOS, verify=True, out=sys.stderr)
+            for _ in range(REPEAT if runnable else 0)]
+    cache = summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs],
+                      failed_sessions=sum(run.failed_sessions for run in runs))
+    return {**cache, "not_applicable": skipped}
+
+
+def not_applicable(profile: profiles.Profile, variants: Iterable[str]) -> dict[str, str]:
+    """The variants that set an option this build's llama-server does not have (an older llama.cpp): why.
+
+    The nightly runs one profile over llama.cpp's history; such a variant does not apply to that commit
+    (n/a in asv), which is neither a failure nor a gap.
+    """
+    found = {}
+    for name in variants:
+        variant = profile.variant(name)
+        accepted = binaries.help_options(variant.binary)
+        missing = [option for option in variant.options if option not in accepted]
+        if missing:
+            found[name] = f"its llama-server has no {', '.join(f'--{option}' for option in missing)}"
+    return found
 
 
 GPU_STATE = ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s")
@@ -215,7 +238,11 @@ def summarise(measured: list[records.Record], records_paths: list[str],
 
 
 def figure(cache: dict[str, Any], size: str, variant: str, step: str, name: str) -> float:
-    """One figure. Missing: skipped (n/a) when the session ran cleanly, else a failure that says why."""
+    """One figure. Missing: skipped (n/a) when the session ran cleanly or the variant does not apply to this
+    build, else a failure that says why."""
+    inapplicable = cache.get("not_applicable", {}).get(variant)
+    if inapplicable:
+        raise SkipNotImplemented(f"{variant} does not apply to this build: {inapplicable}")
     found = cache["figures"].get((variant, size, step))
     if found is not None:
         return found[name]

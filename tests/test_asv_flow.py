@@ -26,7 +26,7 @@ import pytest
 from asv import util as asv_util
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import profiles, provenance, records, tiny
+from reusebench import binaries, profiles, provenance, records, tiny
 
 from conftest import default_llama_server
 
@@ -93,9 +93,14 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "harness.CorpusBuilding.track_corpus_seconds",
         "harness.CorpusBuilding.track_corpus_tokenizer_calls",
         "verdicts.OptionVerdict.track_verdict_code",
+        "service.WorkloadMisses.track_missed_turns",
+        "service.WorkloadInterference.track_other_users_ms",
     }
-    # One session per commit feeds every figure; the option check is its own short run.
-    session_keys = {b["setup_cache_key"] for name, b in found.items() if not name.startswith("verdicts.")}
+    # One session per commit feeds every figure; the option check and the workload are their own runs.
+    session_keys = {b["setup_cache_key"] for name, b in found.items() if not name.startswith(("verdicts.", "service."))}
+    workload_keys = {b["setup_cache_key"] for name, b in found.items() if name.startswith("service.")}
+    assert len(workload_keys) == 1 and not workload_keys & session_keys
+    assert "'cause: LoRA-change clear after restore'" in found["service.WorkloadMisses.track_missed_turns"]["params"][0]
     assert session_keys == {found["reuse.FirstLoad.track_prompt_seconds"]["setup_cache_key"]}
     variants, checked = found["verdicts.OptionVerdict.track_verdict_code"]["params"]
     assert variants == [repr(VARIANT)] and {"'cache-reuse'", "'ctx-checkpoints'", "'cache-ram'"} <= set(checked)
@@ -178,6 +183,23 @@ def test_a_session_whose_server_died_at_start_up_fails_in_replay_as_live(tmp_pat
             common.figure(cache, "2K", VARIANT, "reask/new question", "prompt_seconds")
         with pytest.raises(RuntimeError, match=f"no prompt_seconds for {VARIANT} @ 4K first_load/cold: {died}"):
             common.figure(cache, "4K", VARIANT, "first_load/cold", "prompt_seconds")
+
+
+def test_a_variant_whose_option_an_older_build_lacks_is_not_applicable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import common
+
+    profile = profiles.load_profile("tiny-qwen35", check_binary=False)
+    names = [v.name for v in profile.variants]
+    accepted = binaries.help_options(profile.variants[0].binary)
+    monkeypatch.setattr(binaries, "help_options", lambda binary: accepted - {"cache-reuse"})
+    skipped = common.not_applicable(profile, names)
+    assert skipped == {name: "its llama-server has no --cache-reuse" for name in names}  # cache-reuse=0 passes it too
+    cache = {**common.summarise([], []), "not_applicable": {"mmproj=on,cache-reuse=256": skipped[names[0]]}}
+    with pytest.raises(SkipNotImplemented, match="mmproj=on,cache-reuse=256 does not apply to this build: its "
+                                                 "llama-server has no --cache-reuse"):
+        common.figure(cache, "2K", "mmproj=on,cache-reuse=256", REASK, "reprocessed_tokens")
+    with pytest.raises(RuntimeError, match="no reprocessed_tokens"):  # an applicable variant without figures fails
+        common.figure(cache, "2K", VARIANT, REASK, "reprocessed_tokens")
 
 
 # --- the nightly flow ----------------------------------------------------------------------------
