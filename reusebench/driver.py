@@ -54,6 +54,7 @@ class Texts:
 class DriverResult:
     records: list[Record] = field(default_factory=list)
     sleeps: int = 0
+    gaps: list[tuple[float, float]] = field(default_factory=list)  # (began, ended) of each idle gap, epoch seconds
     wall_s: float = 0.0
     stopped_by: str = "every user finished"
 
@@ -155,6 +156,7 @@ class ServiceDriver:
             time.sleep(0.1)
 
     def _idle_gap(self) -> None:
+        began = time.time()
         with self._idle:
             self._open.clear()
             self._idle.wait_for(lambda: self._in_flight == 0)
@@ -166,6 +168,7 @@ class ServiceDriver:
             self._say(f"idle gap: {'asleep' if waited.asleep else 'still awake'} after {waited.waited_s:.1f} s")
         else:
             self._say("idle gap: the variant sets no sleep-idle-seconds, so the server cannot sleep")
+        self.result.gaps.append((began, time.time()))
         self._open.set()
 
     def _admit(self) -> bool:
@@ -335,7 +338,7 @@ class ServiceDriver:
             build=self.build, model=self.variant.model_spec, size=max(u.opening_tokens for u in self.users),
             scenario=self.workload.name, step="summary", role=SESSION_ROLE, endpoint="", started_at=started_at,
             ended_at=time.time(), status=None, wall_ms=self.result.wall_s * 1000.0,
-            extra={"sleeps": self._sleeps, "stopped_by": self.result.stopped_by, "requests": self._sent,
+            extra={"sleeps": self._sleeps, "gaps": self.result.gaps, "stopped_by": self.result.stopped_by, "requests": self._sent,
                    "users": len(self.users), "long_prefill_tokens": self.workload.long_prefill_tokens,
                    "system_prompt_tokens": self.workload.system_prompt_tokens + 1})
         self.writer.write(record)

@@ -33,6 +33,7 @@ SIMILARITY_STOLE = "similarity stole the slot"
 LRU_EVICTED = "LRU evicted from RAM"
 CHECKPOINT_LIMIT = "checkpoint limit"
 FORCED_FULL = "forced full re-processing"
+TOO_LARGE = "state larger than the RAM cache (skipped)"
 ROUTES = ("slot-kept", "RAM-restored", "not held")
 
 
@@ -72,32 +73,54 @@ def _previous(r: Record, ctx: Context) -> Record | None:
     return earlier[-1] if earlier else None
 
 
+def _between(r: Record, ctx: Context) -> list[Record]:
+    """The calls that started after this user's previous turn ended and before this turn."""
+    prev = _previous(r, ctx)
+    start = prev.ended_at if prev is not None else 0.0
+    return [o for o in ctx.calls if start <= o.started_at <= r.started_at and o is not r]
+
+
 def _stolen(r: Record, ctx: Context) -> bool:
     """Another request took the slot this user's last turn left, by prompt similarity, before this turn."""
     prev = _previous(r, ctx)
-    return prev is not None and any(
-        o.user != r.user and o.slot == prev.slot and _cause(o).get("selection") == "lcp"
-        and prev.ended_at <= o.started_at <= r.started_at for o in ctx.calls)
+    return prev is not None and any(o.user != r.user and o.slot == prev.slot and _cause(o).get("selection") == "lcp"
+                                    for o in _between(r, ctx))
 
 
 def _evicted_since(r: Record, ctx: Context) -> bool:
+    return any(o.extra.get("evicted_mib") for o in _between(r, ctx))
+
+
+def _too_large(r: Record, ctx: Context) -> bool:
+    """The conversation left its slot as a state larger than the whole RAM cache, which skips it (lost)."""
     prev = _previous(r, ctx)
-    start = prev.ended_at if prev is not None else 0.0
-    return any(o.extra.get("evicted_mib") and start <= o.started_at <= r.started_at for o in ctx.calls)
+    return prev is not None and any(
+        _cause(o).get("ram_skipped_too_large")
+        and max([*o.extra.get("displaced", []), *o.extra.get("idle_saved", [])], default=0) >= (prev.prompt_tokens or 0)
+        for o in _between(r, ctx))
 
 
-# First match wins. A LoRA clear outranks the rest: it throws away whatever was found (report B's bug when what
-# it throws away was just restored from RAM); a forced re-processing means the state was there but unusable.
+def _found(r: Record) -> bool:
+    """The server had the conversation: its slot was chosen for it by similarity, or the RAM cache gave it back.
+    Otherwise a LoRA clear or a forced re-processing on the slot it got is incidental: there was nothing to keep."""
+    return bool(_cause(r).get("ram_restored")) or _cause(r).get("selection") == "lcp"
+
+
+# First match wins. A wake empties everything; a LoRA clear after a RAM restore is report B's bug (whatever it
+# throws away was just found); then, when the server had the conversation, what made it unusable; when it had
+# not, where the conversation went.
 MISS_CAUSES: tuple[tuple[str, Callable[[Record, Context], bool]], ...] = (
     ("woke from sleep", lambda r, ctx: bool(_cause(r).get("woke"))),
     (LORA_AFTER_RESTORE, lambda r, ctx: bool(_cause(r).get("lora_clear_after_ram_restore"))),
-    ("LoRA-change clear", lambda r, ctx: bool(_cause(r).get("lora_clear"))),
-    (CHECKPOINT_LIMIT, lambda r, ctx: bool(_cause(r).get("forced_full"))
+    ("LoRA-change clear", lambda r, ctx: _found(r) and bool(_cause(r).get("lora_clear"))),
+    (CHECKPOINT_LIMIT, lambda r, ctx: _found(r) and bool(_cause(r).get("forced_full"))
      and bool((_previous(r, ctx) or r).extra.get("checkpoints_erased_old"))),
-    (FORCED_FULL, lambda r, ctx: bool(_cause(r).get("forced_full"))),
-    (SIMILARITY_STOLE, lambda r, ctx: not _cause(r).get("ram_restored") and _stolen(r, ctx)),
-    (LRU_EVICTED, lambda r, ctx: not _cause(r).get("ram_restored") and _evicted_since(r, ctx)),
-    ("not in the slot nor in RAM", lambda r, ctx: not _cause(r).get("ram_restored")),
+    (FORCED_FULL, lambda r, ctx: _found(r) and bool(_cause(r).get("forced_full"))),
+    ("found, then partly re-processed", lambda r, ctx: _found(r)),
+    (SIMILARITY_STOLE, _stolen),
+    (TOO_LARGE, _too_large),
+    (LRU_EVICTED, _evicted_since),
+    ("not in the slot nor in RAM", lambda r, ctx: True),
 )
 
 
@@ -128,7 +151,7 @@ def turns(records: Sequence[Record]) -> list[Turn]:
         result = outcome(r, ctx.system_tokens)
         cause = None
         if result != "hit" and r.step in users.SHOULD_HIT:
-            cause = next((name for name, fits in MISS_CAUSES if fits(r, ctx)), f"other: {_cause(r).get('summary')}")
+            cause = next(name for name, fits in MISS_CAUSES if fits(r, ctx))
         found.append(Turn(r, result, route(r), cause))
     return found
 
@@ -296,24 +319,35 @@ def render(records: Sequence[Record]) -> str:
     ))
 
 
+MISS_FIGURES: tuple[str, ...] = (
+    "should hit", *ROUTES, "with LoRA", "without LoRA", *(f"cause: {name}" for name, _ in MISS_CAUSES),
+    "health check took a conversation's slot")
+INTERFERENCE_FIGURES: tuple[str, ...] = tuple(
+    f"{what} {when} p{q}" for what in ("decode ms per token", "ttft ms") for when in ("during", "alone")
+    for q in (50, 90))
+
+
 def figures(records: Sequence[Record]) -> dict[str, float]:
-    """Counts and ms for asv: misses by class and cause, interference percentiles (lower is better)."""
+    """asv's figures, lower is better: turns that should hit and did not, by class and by cause, with the
+    health check's slot takes (MISS_FIGURES); other users' ms per token and TTFT (INTERFERENCE_FIGURES)."""
     summary = next((r for r in records if r.role == SESSION_ROLE), None)
     long_tokens = int((summary.extra if summary else {}).get("long_prefill_tokens", 4096))
     found = turns(records)
-    should = [t for t in found if t.should_hit]
-    out: dict[str, float] = {f"misses/{route}": sum(t.outcome != "hit" for t in should if t.route == route)
-                             for route in ROUTES}
-    out |= {"misses/should hit": sum(t.outcome != "hit" for t in should),
-            "misses/with LoRA": sum(t.outcome != "hit" for t in should if t.with_lora),
-            "misses/without LoRA": sum(t.outcome != "hit" for t in should if not t.with_lora)}
+    missed = [t for t in found if t.should_hit and t.outcome != "hit"]
     causes = miss_causes(found)
-    out |= {f"cause/{name}": causes.get(name, 0) for name, _ in MISS_CAUSES}
-    out["health/took a conversation's slot"] = health_effect(records, long_tokens).took_slot
+    out: dict[str, float] = {
+        "should hit": len(missed),
+        **{name: sum(t.route == name for t in missed) for name in ROUTES},
+        "with LoRA": sum(t.with_lora for t in missed),
+        "without LoRA": sum(not t.with_lora for t in missed),
+        **{f"cause: {name}": causes.get(name, 0) for name, _ in MISS_CAUSES},
+        "health check took a conversation's slot": health_effect(records, long_tokens).took_slot,
+    }
     i = interference(records, long_tokens)
-    for name, values in (("decode ms per token during", i.decode_during), ("decode ms per token alone", i.decode_alone),
-                         ("ttft ms during", i.ttft_during), ("ttft ms alone", i.ttft_alone)):
+    series = {"decode ms per token during": i.decode_during, "decode ms per token alone": i.decode_alone,
+              "ttft ms during": i.ttft_during, "ttft ms alone": i.ttft_alone}
+    for name, values in series.items():
         for q in (50, 90):
             value = i.percentile(values, q)
-            out[f"interference/{name} p{q}"] = float("nan") if value is None else value
+            out[f"{name} p{q}"] = float("nan") if value is None else value
     return out

@@ -1,0 +1,72 @@
+"""A service under load: one workload (``workloads/``) per commit, its users at once on one server.
+
+Tracks the turns that should have hit and did not, by class (slot-kept, RAM-restored, not held; with and
+without LoRA) and by the log's cause, so a llama.cpp commit that fixes the LoRA clear after a RAM restore
+shows as a drop of ``cause: LoRA-change clear after restore``; and the other users' decode ms per token and
+TTFT while a long prefill runs against while none does (p50, p90). Counts and milliseconds only: asv takes
+lower as better. The workload is ``$REUSEBENCH_ASV_WORKLOAD`` (default: report-b-service); its server
+profile takes the llama-server asv built, as the other modules do (``common``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from reusebench import profiles, records, runner, service_report, workload
+from reusebench.driver import ServiceDriver
+
+from . import common
+
+WORKLOAD = os.environ.get("REUSEBENCH_ASV_WORKLOAD", "report-b-service")
+
+
+def _run_workload() -> dict[str, float]:
+    load = workload.load_workload(WORKLOAD)
+    built = common.installed_binary()
+    if built is not None:
+        os.environ[common.BINARY_ENV] = str(built)
+    profile = profiles.load_profile(load.profile)
+    variant = profile.variant(load.variant) if load.variant else profile.variants[0]
+    run_id = runner.new_run_id()
+    run_dir = Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")) / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    with records.RecordWriter(run_dir / "records.jsonl") as writer:
+        result = ServiceDriver(load, variant, writer, run_id=run_id, log_dir=run_dir / "logs").run()
+    failed = [r.error for r in result.records if r.error]
+    if failed:
+        raise RuntimeError(f"workload {WORKLOAD}: {len(failed)} call(s) failed, the first: {failed[0]}")
+    print(service_report.render(result.records), file=sys.stderr)
+    return service_report.figures(records.read_records(run_dir / "records.jsonl"))
+
+
+class _WorkloadFigures:
+    timeout = 1800  # a few minutes of workload on 2 cores
+
+    def setup_cache(self) -> dict[str, float]:
+        return _run_workload()
+
+
+class WorkloadMisses(_WorkloadFigures):
+    """Turns that should have hit (a conversation continuing, a regeneration) and re-processed more."""
+
+    params = (list(service_report.MISS_FIGURES),)
+    param_names = ["class"]
+    unit = "turns"
+    version = "1"
+
+    def track_missed_turns(self, figures: dict[str, float], klass: str) -> float:
+        return figures[klass]
+
+
+class WorkloadInterference(_WorkloadFigures):
+    """Other users' decode ms per token and TTFT ms, during a long prefill and with none running."""
+
+    params = (list(service_report.INTERFERENCE_FIGURES),)
+    param_names = ["figure"]
+    unit = "ms"
+    version = "1"
+
+    def track_other_users_ms(self, figures: dict[str, float], figure: str) -> float:
+        return figures[figure]
