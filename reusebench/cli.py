@@ -119,7 +119,8 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     else:
         started = time.monotonic()
         recorded = agreement.run(args.profile or agreement.TINY_PROFILES, agreement.option_sets_named(args.option_set),
-                                 args.size or agreement.DEFAULT_SIZES, results_dir=Path(args.results), out=sys.stderr)
+                                 args.size or agreement.DEFAULT_SIZES, results_dir=Path(args.results),
+                                 verify=not args.no_verify, out=sys.stderr)
         print(f"agreement runs took {time.monotonic() - started:.0f} s", file=sys.stderr)
     print(agreement.render(recorded))
     return 0
@@ -253,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"repeatable; default: all of {', '.join(agreement.OPTION_SETS)}")
     agree.add_argument("--size", action="append", type=_size, help="repeatable; default: 2K and 8K")
     agree.add_argument("--results", default=str(RESULTS_DIR), help="where the runs go (default: results)")
+    agree.add_argument("--no-verify", action="store_true", help="skip the no-reuse references (faster; wrong outputs "
+                       "are then not counted)")
     agree.add_argument("--records", nargs="+", metavar="RUN", help="tabulate these recorded runs instead of running")
     agree.set_defaults(func=cmd_agreement)
 
