@@ -48,6 +48,10 @@ class _WorkloadFigures:
         return _run_workload()
 
 
+def _figure(self: _WorkloadFigures, figures: dict[str, float], name: str) -> float:
+    return figures[name]
+
+
 class WorkloadMisses(_WorkloadFigures):
     """Turns that should have hit (a conversation continuing, a regeneration) and re-processed more."""
 
@@ -55,9 +59,7 @@ class WorkloadMisses(_WorkloadFigures):
     param_names = ["class"]
     unit = "turns"
     version = "1"
-
-    def track_missed_turns(self, figures: dict[str, float], klass: str) -> float:
-        return figures[klass]
+    track_missed_turns = _figure
 
 
 class WorkloadInterference(_WorkloadFigures):
@@ -67,6 +69,4 @@ class WorkloadInterference(_WorkloadFigures):
     param_names = ["figure"]
     unit = "ms"
     version = "1"
-
-    def track_other_users_ms(self, figures: dict[str, float], figure: str) -> float:
-        return figures[figure]
+    track_other_users_ms = _figure

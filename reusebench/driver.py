@@ -81,12 +81,8 @@ class ServiceDriver:
 
     def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str,
                  log_dir: Path, out: TextIO = sys.stderr) -> None:
-        self.workload = workload
-        self.variant = variant
-        self.writer = writer
-        self.run_id = run_id
-        self.log_dir = log_dir
-        self.out = out
+        self.workload, self.variant, self.writer, self.run_id = workload, variant, writer, run_id
+        self.log_dir, self.out = log_dir, out
         self.users = users.draw_users(workload)
         self.handle = ServerHandle(LlamaServer(variant.binary.path, server_args(workload, variant, self.users)),
                                    call_timeout_s=REQUEST_TIMEOUT_S)
@@ -116,6 +112,7 @@ class ServiceDriver:
             self._say(f"{len(self.users)} users, {sum(u.turns for u in self.users)} turns planned; "
                       f"at most {self.workload.max_requests} requests and {self.workload.max_seconds:g} s")
             self._open.set()
+            self._started = time.monotonic()  # the workload's clock (arrivals, idle gaps, the time bound) starts here
             threads += [threading.Thread(target=self._user, args=(u, texts), name=u.name, daemon=True)
                         for u in self.users]
             if self.workload.health_check is not None:
@@ -273,18 +270,11 @@ class ServiceDriver:
         return _Answer(completion.tokens, prompt + completion.tokens)
 
     def _fill(self, record: Record, c: Completion) -> None:
-        record.ended_at = time.time()
-        record.slot = c.id_slot
-        record.prompt_n, record.cache_n, record.prompt_ms = c.prompt_n, c.cache_n, c.prompt_ms
-        record.predicted_n, record.predicted_ms = c.predicted_n, c.predicted_ms
-        record.ttft_ms, record.wall_ms = c.ttft_ms, c.wall_ms
-        record.output_hash = tokens_hash(c.tokens)
+        figures = ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms", "ttft_ms", "wall_ms")
+        for name in figures:
+            setattr(record, name, getattr(c, name))
+        record.ended_at, record.slot, record.output_hash = time.time(), c.id_slot, tokens_hash(c.tokens)
         record.excess = c.prompt_n - (record.ideal or 0)
-        if c.ttft_ms is not None:
-            # when the first token reached the client: the prefill ran in the prompt_ms before it
-            record.extra["first_token_at"] = record.started_at + c.ttft_ms / 1000.0
-        if c.ttft_ms is not None and c.predicted_n > 1:
-            record.extra["decode_ms_per_token"] = (c.wall_ms - c.ttft_ms) / (c.predicted_n - 1)
         task = self.tasks.claim(c.id_slot, record.prompt_tokens or 0) if c.id_slot is not None else None
         if task is not None:
             record.cause = task.cause().to_dict()

@@ -11,7 +11,8 @@ Read from the records alone (``reusebench.driver`` writes them), so a report can
 
 A should-hit turn that re-processed more than a perfect cache is explained by the first rule of
 ``MISS_CAUSES`` that fits its log. Interference compares other users' requests whose decoding (or whose
-wait for the first token) overlapped a long prefill with those that overlapped none.
+wait for the first token) mostly overlapped a long prefill with those that overlapped none; decode ms per token
+is the server's own (``predicted_ms / predicted_n``: the time between the slot's tokens, batch waits included).
 """
 
 from __future__ import annotations
@@ -219,27 +220,39 @@ class Interference:
         return None if a is None or not b else a / b
 
 
-def _overlaps(start: float, end: float, spans: Iterable[tuple[float, float]]) -> bool:
-    return any(s < end and start < e for s, e in spans)
+def _overlap(start: float, end: float, spans: Iterable[tuple[float, float]]) -> float:
+    """The share of [start, end] that falls in any of `spans` (spans may overlap each other: the largest counts)."""
+    if end <= start:
+        return 0.0
+    return max((max(0.0, min(end, e) - max(start, s)) / (end - start) for s, e in spans), default=0.0)
+
+
+def _spans(r: Record) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(prefill, decode) of one call in wall-clock seconds, from the server's own times anchored at the end of
+    the stream: a client thread on a busy CPU may read the first tokens late, the end it reads when it comes."""
+    decode_start = r.ended_at - (r.predicted_ms or 0) / 1000
+    return (decode_start - (r.prompt_ms or 0) / 1000, decode_start), (decode_start, r.ended_at)
 
 
 def interference(records: Sequence[Record], long_prefill_tokens: int) -> Interference:
-    calls = [r for r in records if r.role in ("measure", PROBE_ROLE) and not r.error
-             and r.extra.get("first_token_at") is not None]
-    # the prefill ran in the prompt_ms before the first token reached the client
-    long_spans = [(r.user, r.extra["first_token_at"] - (r.prompt_ms or 0) / 1000, r.extra["first_token_at"])
-                  for r in calls if (r.prompt_n or 0) >= long_prefill_tokens]
+    """Each other user's request is 'during' when at least half of its decoding (or of its wait for the first
+    token) overlapped another user's long prefill, 'alone' when none of it did; in between it counts in neither."""
+    calls = [r for r in records if r.role in ("measure", PROBE_ROLE) and not r.error and r.prompt_ms is not None]
+    long_spans = [(r.user, _spans(r)[0]) for r in calls if (r.prompt_n or 0) >= long_prefill_tokens]
     result = Interference([], [], [], [])
     for r in calls:
         if r.role != "measure" or (r.prompt_n or 0) >= long_prefill_tokens:
             continue
-        others = [(s, e) for user, s, e in long_spans if user != r.user]
-        first = r.extra["first_token_at"]
-        if r.extra.get("decode_ms_per_token") is not None:
-            during = _overlaps(first, r.ended_at, others)
-            (result.decode_during if during else result.decode_alone).append(r.extra["decode_ms_per_token"])
-        during = _overlaps(r.started_at, first, others)
-        (result.ttft_during if during else result.ttft_alone).append(r.ttft_ms or 0.0)
+        others = [span for user, span in long_spans if user != r.user]
+        (_, first), decode = _spans(r)
+        for share, value, during, alone in (
+                (_overlap(*decode, others), r.predicted_ms / r.predicted_n if r.predicted_n else None,
+                 result.decode_during, result.decode_alone),
+                (_overlap(r.started_at, first, others), r.ttft_ms, result.ttft_during, result.ttft_alone)):
+            if value is not None and share >= 0.5:
+                during.append(value)
+            elif value is not None and share == 0:
+                alone.append(value)
     return result
 
 

@@ -1,0 +1,134 @@
+"""The small workload on the real server (tiny GLM-class hybrid, 4 unified slots, 2 MiB RAM cache, sleep after
+3 s): what the workload's structure predicts of each turn, report B's two findings found by cause, and that a
+long prefill slows the other users' decoding. Timings on a shared CPU are noisy: directions only, no numbers."""
+
+from __future__ import annotations
+
+import io
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reusebench import profiles, records, service_report, users, workload
+from reusebench.driver import PROBE_ROLE, DriverResult, ServiceDriver
+from reusebench.records import SESSION_ROLE, Record
+
+from test_faults import children
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = "service-small"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Record], ServiceDriver, DriverResult]:
+    load = workload.load_workload(SMALL)
+    variant = profiles.load_profile(load.profile).variants[0]
+    run_dir = tmp_path_factory.mktemp("service")
+    with records.RecordWriter(run_dir / "records.jsonl") as writer:
+        driver = ServiceDriver(load, variant, writer, run_id="t", log_dir=run_dir / "logs", out=io.StringIO())
+        result = driver.run()
+    kept = records.read_records(run_dir / "records.jsonl")
+    print(service_report.render(kept))
+    return kept, driver, result
+
+
+def calls(kept: list[Record]) -> list[Record]:
+    return [r for r in kept if r.role in ("measure", PROBE_ROLE)]
+
+
+def test_every_call_is_recorded_with_its_user_turn_slot_and_cause(small) -> None:
+    kept, driver, result = small
+    assert not [r.error for r in kept if r.error]
+    assert result.stopped_by == "every user finished" and result.sleeps == 1
+    for r in calls(kept):
+        assert r.user and r.turn and r.slot in range(4), r
+        assert r.cause is not None and r.cause["slot"] == r.slot, r  # its own launch, out of interleaved lines
+        assert r.prompt_n + r.cache_n == r.prompt_tokens
+    assert {r.user for r in calls(kept)} == {u.name for u in driver.users} | {users.HEALTH_CHECK}
+    assert kept[-1].role == SESSION_ROLE and kept[-1].extra["requests"] == len(calls(kept))
+    assert not driver.handle.server.is_running()
+
+
+def test_turn_kinds_are_what_the_workload_predicts(small) -> None:
+    """Each user's turns in order, of the kinds its plan draws; the first turn after the idle gap is the one
+    the sleep made 'after sleep' (the run decides only that)."""
+    kept, driver, result = small
+    (_, gap_ended), = result.gaps
+    for user in driver.users:
+        sent = sorted((r for r in calls(kept) if r.user == user.name), key=lambda r: r.turn)
+        assert [r.turn for r in sent] == list(range(1, user.turns + 1))
+        predicted = list(user.kinds)
+        after = [r.turn for r in sent if r.started_at >= gap_ended]
+        assert after and after[0] > 1  # every user was talking when the gap came
+        predicted[after[0] - 1] = users.AFTER_SLEEP
+        assert [r.step for r in sent] == predicted
+        assert [r.expected_hit for r in sent] == [kind in users.SHOULD_HIT for kind in predicted]
+
+
+def test_turns_that_cannot_hit_reuse_no_more_than_the_shared_opening(small) -> None:
+    kept, driver, _ = small
+    shared = driver.workload.system_prompt_tokens + 1  # BOS and the system prompt every conversation opens with
+    cannot = [r for r in calls(kept) if r.step in users.CANNOT_HIT]
+    assert {r.step for r in cannot} == set(users.CANNOT_HIT)
+    assert all(r.cache_n <= shared for r in cannot), [(r.user, r.turn, r.cache_n) for r in cannot]
+    after_sleep = sorted((r for r in cannot if r.step == users.AFTER_SLEEP), key=lambda r: r.started_at)
+    assert any(r.cause["woke"] for r in after_sleep)  # the first request after the gap woke the server
+    assert all(r.cache_n == 0 for r in after_sleep)  # a woken server holds nothing at all
+
+
+def test_report_b_findings_appear_by_cause(small) -> None:
+    kept, driver, _ = small
+    found = service_report.turns(kept)
+    lora_clears = [t for t in found if t.cause == service_report.LORA_AFTER_RESTORE]
+    assert lora_clears, service_report.render(kept)
+    for t in lora_clears:  # a should-hit turn that found its conversation in RAM and reused nothing
+        assert t.should_hit and t.route == "RAM-restored" and t.record.cache_n == 0
+    health = service_report.health_effect(kept, driver.workload.long_prefill_tokens)
+    assert health.took_slot >= 1, service_report.render(kept)
+    probe_tokens = driver.workload.health_check.tokens
+    took = [r for r in kept if r.role == PROBE_ROLE and r.cause["selection"] == "lcp" and r.extra["displaced"]]
+    assert all(max(r.extra["displaced"]) > 4 * probe_tokens for r in took)  # a conversation, not another probe
+    should_have_hit = [t for t in found if t.should_hit and t.outcome != "hit"]
+    assert sum(service_report.miss_causes(found).values()) == len(should_have_hit)  # each miss has one cause
+    text = service_report.render(kept)
+    assert f"{service_report.LORA_AFTER_RESTORE}: {len(lora_clears)} should-hit turns" in text
+    assert f"took a conversation's slot by prompt similarity: {health.took_slot} of {health.probes}" in text
+
+
+def test_a_long_prefill_slows_the_other_users_decode(small) -> None:
+    kept, driver, _ = small
+    found = service_report.interference(kept, driver.workload.long_prefill_tokens)
+    assert found.decode_during and found.decode_alone
+    ratio = found.ratio(found.decode_during, found.decode_alone, 50)
+    print(f"decode ms/token p50 during a long prefill / with none: {ratio:.2f}")
+    assert ratio > 1
+
+
+def test_ctrl_c_keeps_every_record_and_stops_the_server(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "reusebench", "workload", SMALL, "--results", str(tmp_path)]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while sum(len(p.read_text().splitlines()) for p in tmp_path.glob("runs/*/records.jsonl")) < 3:
+            assert time.monotonic() < deadline and proc.poll() is None, "no records within a minute"
+            time.sleep(0.2)
+        servers = children(proc.pid, "llama-server")
+        proc.send_signal(signal.SIGINT)  # while users are talking: some calls are in flight
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and len(servers) == 1, output
+    said = output.strip().splitlines()[-1]
+    match = re.fullmatch(r"interrupted: every server stopped; (\d+) records kept in (\S+)", said)
+    assert match, output
+    kept = records.read_records(Path(match.group(2)))
+    assert len(kept) == int(match.group(1)) >= 4
+    assert kept[-1].role == SESSION_ROLE and kept[-1].extra["stopped_by"] == "interrupted (Ctrl-C)"
+    assert all(r.error in (None, "interrupted (Ctrl-C)") for r in kept)
+    assert not Path(f"/proc/{servers[0]}").exists()  # stopped and reaped, not orphaned
