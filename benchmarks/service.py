@@ -4,8 +4,8 @@ Tracks the turns that should have hit and did not, by class (slot-kept, RAM-rest
 without LoRA) and by the log's cause, so a llama.cpp commit that fixes the LoRA clear after a RAM restore
 shows as a drop of ``cause: LoRA-change clear after restore``; and the other users' decode ms per token and
 TTFT while a long prefill runs against while none does (p50, p90). Counts and milliseconds only: asv takes
-lower as better. The workload is ``$REUSEBENCH_ASV_WORKLOAD`` (default: report-b-service); its server
-profile takes the llama-server asv built, as the other modules do (``common``).
+lower as better. The workload is ``$REUSEBENCH_ASV_WORKLOAD`` (default: report-b-service; empty: none runs and
+these figures are n/a); its server profile takes the llama-server asv built, as the other modules do (``common``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
+from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench import profiles, records, runner, service_report, workload
 from reusebench.driver import ServiceDriver
@@ -45,10 +47,12 @@ class _WorkloadFigures:
     timeout = 1800  # a few minutes of workload on 2 cores
 
     def setup_cache(self) -> dict[str, float]:
-        return _run_workload()
+        return _run_workload() if WORKLOAD else {}
 
 
 def _figure(self: _WorkloadFigures, figures: dict[str, float], name: str) -> float:
+    if not figures:
+        raise SkipNotImplemented("REUSEBENCH_ASV_WORKLOAD is empty: no workload ran")
     return figures[name]
 
 

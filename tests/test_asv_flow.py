@@ -47,6 +47,7 @@ def asv_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         REUSEBENCH_LLAMA_SERVER=str(default_llama_server()),  # the default build lives in the real cache
         REUSEBENCH_ASV_SIZES="2048",
         REUSEBENCH_ASV_VARIANTS=VARIANT,
+        REUSEBENCH_ASV_WORKLOAD="",  # the workload's minutes are tests/test_service_load.py's, not these flows'
         **overrides,
     )
     (tmp_path / "home").mkdir(exist_ok=True)
