@@ -94,12 +94,17 @@ def render(recorded: Sequence[records.Record]) -> str:
     lines = [tabulate(table, ["profile", "option set", *map(size_label, sizes)], tablefmt="github"),
              "", f"agree: {agree} of {total} measured steps (tolerance {records.EXPECTED_TOLERANCE} tokens)"]
     steps = measured_steps(recorded)
-    predicted = {id(r) for r in steps if r.extra.get("expected_wrong_output")}
-    wrong = {id(r) for r in steps if r.matches_reference is False}
-    lines.append(f"wrong output: predicted {len(predicted)}, measured {len(wrong)}, both {len(predicted & wrong)}")
-    lines += [f"- wrong output {'predicted, not measured' if id(r) in predicted else 'measured, not predicted'}: "
+    # Measured: the output differed from the no-reuse reference, or the server reused more than any prefix computed
+    # under the request's LoRA (the session's history; a LoRA's effect can stay within the logprob tolerance).
+    # A step neither verified nor flagged (--no-verify) is not counted either way.
+    checked = [r for r in steps if r.matches_reference is not None or r.extra.get("foreign_reused")]
+    predicted = {id(r) for r in checked if r.extra.get("expected_wrong_output")}
+    wrong = {id(r) for r in checked if r.matches_reference is False or r.extra.get("foreign_reused")}
+    lines.append(f"wrong output or foreign reuse, on {len(checked)} checked steps: predicted {len(predicted)}, "
+                 f"measured {len(wrong)}, both {len(predicted & wrong)}")
+    lines += [f"- {'predicted, not measured' if id(r) in predicted else 'measured, not predicted'}: "
               f"{r.profile} [{r.variant}] @ {size_label(r.size)} {r.scenario}/{r.step}"
-              for r in steps if (id(r) in predicted) != (id(r) in wrong)]
+              for r in checked if (id(r) in predicted) != (id(r) in wrong)]
     differing = [r for r in steps if not agrees(r)]
     if differing:
         lines += ["", "disagreements:"]

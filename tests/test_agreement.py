@@ -27,6 +27,9 @@ def test_agreements_are_counted_per_profile_option_set_and_size_and_disagreement
         step("tiny-granitehybrid-longmem", 2048, "chunk_removed", 300, 300, matches_reference=False,
              extra={"expected_wrong_output": True}),
         step("tiny-lora", 2048, "lora_swap", 4, 4, matches_reference=False),
+        step("tiny-lora", 4096, "lora_swap", 4, 4, matches_reference=True, extra={"foreign_reused": 2000,
+                                                                               "expected_wrong_output": True}),
+        step("tiny-glm", 4096, "chunk_removed", 9, 9, extra={"expected_wrong_output": True}),  # not verified
     ]
     assert agreement.tally(recorded) == [
         agreement.Tally("tiny-qwen35", "defaults", 2048, 1, 2),
@@ -34,12 +37,15 @@ def test_agreements_are_counted_per_profile_option_set_and_size_and_disagreement
         agreement.Tally("tiny-qwen35", "defaults", 8192, 1, 1),
         agreement.Tally("tiny-granitehybrid-longmem", "defaults", 2048, 1, 1),
         agreement.Tally("tiny-lora", "defaults", 2048, 1, 1),
+        agreement.Tally("tiny-lora", "defaults", 4096, 1, 1),
+        agreement.Tally("tiny-glm", "defaults", 4096, 1, 1),
     ]
     text = agreement.render(recorded)
-    assert "| tiny-qwen35                | defaults          | 1/2  | 1/1  |" in text
-    assert "agree: 5 of 6 measured steps (tolerance 0 tokens)" in text
-    assert "wrong output: predicted 1, measured 2, both 1" in text
-    assert "- wrong output measured, not predicted: tiny-lora [default] @ 2K lora_swap/x" in text
+    assert "| tiny-qwen35                | defaults          | 1/2  |      | 1/1  |" in text
+    assert "agree: 7 of 8 measured steps (tolerance 0 tokens)" in text
+    assert "wrong output or foreign reuse, on 3 checked steps: predicted 2, measured 3, both 2" in text
+    assert "- measured, not predicted: tiny-lora [default] @ 2K lora_swap/x" in text
+    assert "tiny-glm [default] @ 4K chunk_removed" not in text
     assert ("- tiny-qwen35 [default] @ 2K reask/x: expected 515 (restored checkpoint at n_tokens=1550), "
             "measured 2,066 (forced full re-processing)") in text
 
