@@ -9,8 +9,8 @@ and author are fixed, so the commit hashes, and with them the build cache, are t
 on every machine.
 
 Then it runs the nightly configuration unchanged except for `repo` and where results
-and the site go (results/llama-demo/), at one small size and report A's reuse steps
-that matter most, publishes the site, makes it self-contained, and prints
+and the site go (results/llama-demo/), at one small size report A's launch line without the mmproj and the
+reuse steps that matter most (each can be changed with its REUSEBENCH_ASV_* variable), publishes the site, makes it self-contained, and prints
 `asv compare` between the last two trees.
 """
 
@@ -36,6 +36,7 @@ DEMO_DIR = REPO / "results" / "llama-demo"
 MACHINE = "nightly-demo"
 SIZE = "2K"
 SCENARIOS = "first_load,resend,reask,restore_disk"
+VARIANT = "mmproj=off,cache-reuse=256"  # report A's launch line without the mmproj: a multimodal slot cannot be saved
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # asv imports the environment plugin from the repository
     env.setdefault("REUSEBENCH_ASV_SIZES", SIZE)
     env.setdefault("REUSEBENCH_ASV_SCENARIOS", SCENARIOS)
+    env.setdefault("REUSEBENCH_ASV_VARIANTS", VARIANT)
     env.setdefault("REUSEBENCH_RESULTS", str(out / "records"))
     env.setdefault(build.JOBS_ENV, "2")
     machine = platform.node()
