@@ -127,8 +127,8 @@ def series(browser: webdriver.Chrome) -> list[tuple[str, list[float]]]:
     """The graph flot drew: (label, y of each point) per series."""
     drawn = browser.execute_script(
         "var plot = $('#main-graph').data('plot');"
-        "return plot ? plot.getData().map(function (s) { return [s.label, s.data.map(function (p) { return p[1]; })]; })"
-        " : null;")
+        "return plot ? plot.getData().map(function (s) {"
+        "  return [s.label, s.data.map(function (p) { return p[1]; })]; }) : null;")
     return [(label, ys) for label, ys in drawn or []]
 
 
