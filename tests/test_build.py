@@ -7,14 +7,18 @@ llama.cpp build is what `make setup` runs, and the other tests use its binary.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import tarfile
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from reusebench import build, cli
+
+REPO = Path(__file__).resolve().parents[1]
 
 CMAKELISTS = """\
 cmake_minimum_required(VERSION 3.14)
@@ -175,3 +179,32 @@ def test_a_release_tree_below_the_sdist_top(tmp_path: Path, cache: Path, monkeyp
     assert (tree / "CMakeLists.txt").read_text() == CMAKELISTS
     monkeypatch.setattr(build, "_pip_download", None)  # unpacked once: the second call downloads nothing
     assert build.fetch_release(release, lambda _: None) == tree
+
+
+def load_nightly_demo():
+    spec = importlib.util.spec_from_file_location("nightly_demo", REPO / "tools" / "nightly_demo.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_demo_repository_states_each_release_s_version(tmp_path: Path, cache: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = load_nightly_demo()
+    trees = {}
+    for number in (7621, 11434):
+        tree = tmp_path / f"b{number}"
+        (tree / "vendor" / ".git").mkdir(parents=True)  # an sdist's own clone must not become a submodule
+        (tree / "CMakeLists.txt").write_text(f"# b{number}\n")
+        trees[number] = tree
+    monkeypatch.setattr(build, "fetch_release", lambda release, progress: trees[release.build_number])
+    releases = tuple(demo.DemoTree(build.PinnedRelease("pkg", str(n), "0" * 64, ".", n), f"c{n}",
+                                   f"2026-0{i + 1}-01T00:00:00+00:00") for i, n in enumerate(trees))
+    commits = demo.assemble(tmp_path / "repo", releases)
+    sources = [build.git_source(tmp_path / "repo", commit) for commit in commits]
+    assert [(s.build_number, s.commit) for s in sources] == [(7621, "c7621"), (11434, "c11434")]
+    assert git(tmp_path / "repo", "ls-tree", "-r", "--name-only", commits[0]) == "CMakeLists.txt"
+    # Fixed dates and author: the same hashes on any machine, so the build cache carries over; kept when present.
+    again = demo.assemble(tmp_path / "again", releases)
+    assert again == commits and demo.assemble(tmp_path / "repo", releases) == commits
