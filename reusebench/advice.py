@@ -192,10 +192,9 @@ def min_step_advice(variant: profiles.Variant, launch: expectation.Launch, say: 
     """Try the message-split document with checkpoint-min-step at TRIAL_SIZE; predict it at the profile's sizes."""
     say(f"{variant.name}: trying user-message checkpoints (checkpoint-min-step {TRIAL_MIN_STEP}) at "
         f"{size_label(TRIAL_SIZE)}")
-    measured, mib = _try_min_step(variant)
+    measured, mib, (document, delimiter, question) = _try_min_step(variant)
     memory = expectation.memory_of_gguf(variant.model)
-    trial = predicted_edit_cost(memory, launch, list(range(1000, 1000 + TRIAL_SIZE)), PLACEHOLDER_DELIMITER,
-                                PLACEHOLDER_QUESTION, TRIAL_MIN_STEP)
+    trial = predicted_edit_cost(memory, launch, document, delimiter, question, TRIAL_MIN_STEP)  # the same tokens
     lines = [f"at {size_label(TRIAL_SIZE)} a one-line edit at 50% re-processes {measured.plain:,} tokens; as user "
              f"messages of {TRIAL_MIN_STEP} tokens with checkpoint-min-step {TRIAL_MIN_STEP}, {measured.messages:,} "
              f"(the model predicted {trial.plain:,} and {trial.messages:,}) for {measured.checkpoints} checkpoints of "
@@ -212,8 +211,9 @@ def min_step_advice(variant: profiles.Variant, launch: expectation.Launch, say: 
                   if variant.sizes else "measured")
 
 
-def _try_min_step(variant: profiles.Variant) -> tuple[EditCost, float]:
-    """The edit on the real server, document as one block and as user messages; and one checkpoint's MiB."""
+def _try_min_step(variant: profiles.Variant) -> tuple[EditCost, float, tuple[list[int], list[int], list[int]]]:
+    """The edit on the real server, document as one block and as user messages; one checkpoint's MiB; and the
+    document, delimiter and question tokens it sent (after BOS)."""
     options = {**variant.options, "checkpoint-min-step": TRIAL_MIN_STEP, "ctx-size": 2 * TRIAL_SIZE + 2048}
     trial = dataclasses.replace(variant, options=options)
     handle = ServerHandle(LlamaServer(trial.binary.path, trial.server_args()), call_timeout_s=TRIAL_TIMEOUT_S)
@@ -239,7 +239,7 @@ def _try_min_step(variant: profiles.Variant) -> tuple[EditCost, float]:
         messages, sizes = edit_cost(True)
     finally:
         handle.close()
-    return EditCost(plain, messages, len(sizes)), max(sizes, default=0.0)
+    return EditCost(plain, messages, len(sizes)), max(sizes, default=0.0), (document, delimiter, question)
 
 
 def render(advice: dict[str, list[Advice]]) -> str:
