@@ -30,7 +30,7 @@ from pathlib import Path
 
 from asv import util as asv_util
 
-from reusebench import build, site
+from reusebench import build, scenarios, site
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / "results" / "llama-demo"
@@ -149,7 +149,8 @@ def stored(results_dir: Path, commit: str) -> dict[tuple[str, tuple[str, ...]], 
             combos: list[tuple[str, ...]] = [()]
             for values in entry["params"]:
                 combos = [(*combo, value) for combo in combos for value in values]
-            figures.update({(name, combo): value for combo, value in zip(combos, entry["result"])})
+            results = entry["result"] or [None] * len(combos)  # a benchmark that failed as a whole
+            figures.update({(name, combo): value for combo, value in zip(combos, results)})
     return figures
 
 
@@ -158,11 +159,13 @@ def reprocessed_table(results_dir: Path, commits: list[str], trees: tuple[DemoTr
     benchmark = "reuse.ReprocessedTokens.track_reprocessed_tokens"
     per_commit = [{combo: value for (name, combo), value in stored(results_dir, c).items() if name == benchmark}
                   for c in commits]
-    combos = sorted({combo for figures in per_commit for combo in figures})
+    order = {f"'{step}'": i for i, step in enumerate(scenarios.MEASURED_STEPS)}  # the catalogue's, as asv stores it
+    combos = sorted({combo for figures in per_commit for combo in figures},
+                    key=lambda combo: (*combo[:-1], order.get(combo[-1], len(order))))
     header = ["size", "variant", "step", *(f"b{t.release.build_number} ({t.commit})" for t in trees)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for combo in combos:
-        cells = [_cell(figures.get(combo, float("nan"))) for figures in per_commit]
+        cells = [_cell(figures.get(combo, float("nan"))) if figures else "not run" for figures in per_commit]
         lines.append("| " + " | ".join([*(value.strip("'") for value in combo), *cells]) + " |")
     return "\n".join(lines)
 
