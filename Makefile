@@ -64,9 +64,9 @@ bench: setup site-assets
 	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/python -m http.server --bind 127.0.0.1 8080 --directory results/html)"
 
 # The nightly over real llama.cpp history: released trees from PyPI as a local git repository, asv.llama.conf.json
-# over it at 2K, the site in results/llama-demo/html (tools/nightly_demo.py; about 40 minutes on 2 cores at first,
-# the builds are cached).
-nightly-demo: setup site-assets
+# over it at 2K, the site in results/llama-demo/html (tools/nightly_demo.py). It builds each tree itself, so it
+# does not need the pinned default build.
+nightly-demo: $(STAMP) site-assets
 	$(BIN)/python tools/nightly_demo.py
 
 test: setup qemu chromium site-assets
