@@ -107,6 +107,8 @@ EVENT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("ram_entry_evicted_for_room",
      r"- making room for prompt cache entry, removing oldest entry \(size = {size_mib:f} MiB\)"),
     ("ram_entry_evicted_over_limit", r"- cache size limit reached, removing oldest entry \(size = {size_mib:f} MiB\)"),
+    ("ram_entry_evicted_over_token_limit",
+     r"- cache token limit \({limit_tokens}, est: {est_tokens}\) reached, removing oldest entry \(size = {size_mib:f} MiB\)"),
     ("ram_prompt_too_large",
      r"- prompt state size {size_mib:f} MiB exceeds cache size limit {limit_mib:f} MiB, skipping"),
     ("ram_cache_state",
@@ -262,7 +264,7 @@ class Cause:
     ram_f_keep: float | None = None
     ram_f_sim: float | None = None
     ram_saved_n_tokens: tuple[int, ...] = ()  # slot contents saved to RAM before the request took the slot
-    ram_evicted_mib: tuple[float, ...] = ()  # RAM cache entries dropped (making room or over the size limit)
+    ram_evicted_mib: tuple[float, ...] = ()  # RAM cache entries dropped (making room, over the size or token limit)
     ram_skipped_too_large: bool = False  # a state bigger than the whole RAM cache was not saved (it is lost)
     checkpoint_n_tokens: int | None = None  # the context checkpoint that was restored
     forced_full: bool = False  # no usable checkpoint before the divergence (hybrid/SWA memory)
@@ -290,6 +292,7 @@ _CAUSE_UPDATES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "ram_prompt_saved": (("ram_saved_n_tokens", "n_tokens", "append"),),
     "ram_entry_evicted_for_room": (("ram_evicted_mib", "size_mib", "append"),),
     "ram_entry_evicted_over_limit": (("ram_evicted_mib", "size_mib", "append"),),
+    "ram_entry_evicted_over_token_limit": (("ram_evicted_mib", "size_mib", "append"),),
     "ram_prompt_too_large": (("ram_skipped_too_large", "", "flag"),),
     "checkpoint_restored": (("checkpoint_n_tokens", "n_tokens", "last"),),
     "checkpoint_created": (("checkpoints_created", "n_tokens", "append"),),
@@ -304,6 +307,8 @@ _CAUSE_UPDATES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "stop_processing": (("n_tokens_after", "n_tokens", "last"),),
     "slot_purged": (("slots_purged", "purged_slot", "append"),),
 }
+RAM_EVICTION_KINDS = frozenset({"ram_entry_evicted_for_room", "ram_entry_evicted_over_limit",
+                                "ram_entry_evicted_over_token_limit"})
 _SELECTION_BY_KIND = {"slot_selected_by_id": "id", "slot_selected_by_lcp": "lcp", "slot_selected_by_lru": "lru"}
 
 

@@ -123,7 +123,7 @@ class TaskLog:
             return  # an idle slot's own lines (saved, cleared): its tokens come with the srv save line
         if e.kind == "ram_prompt_saved":
             (block.displaced if block.task is None else block.idle_saved).append(int(e.fields["n_tokens"]))
-        elif e.kind in ("ram_entry_evicted_for_room", "ram_entry_evicted_over_limit"):
+        elif e.kind in logs.RAM_EVICTION_KINDS:
             block.evicted_mib.append(float(e.fields["size_mib"]))
         if block.task is None or e.kind not in ("ram_prompt_saved",):
             block.events.append(e)

@@ -130,6 +130,8 @@ REFERENCE_ONLY_EXAMPLES = {
     "checkpoint_superseded": "superseding context checkpoint at n_tokens = 630",
     "checkpoint_erased_old": "erasing old context checkpoint (pos_min = 10, pos_max = 10, n_tokens = 11, size = 0.057 MiB)",
     "ram_entry_evicted_over_limit": " - cache size limit reached, removing oldest entry (size = 747.843 MiB)",
+    "ram_entry_evicted_over_token_limit":
+        " - cache token limit (262144, est: 412000) reached, removing oldest entry (size = 12.500 MiB)",
     "ctx_shift_unsupported": "ctx_shift is not supported by multimodal, it will be disabled",
 }
 
