@@ -5,8 +5,10 @@ process group). Before the first request every text is tokenized (later
 ``/tokenize`` calls would wake a sleeping server), so each turn is sent as token
 ids: the previous prompt, the tokens the server generated, the next question.
 A health-check thread sends a short probe that shares the system prompt's opening.
-At each idle gap no new request starts; once the running ones end, the driver
-waits until ``/props`` says the server sleeps, then lets the users go on.
+An idle gap comes after a turn: each user with more turns waits once it has finished
+that turn; when all of them wait, no new request starts (the health check's neither),
+the running ones end, the driver waits until ``/props`` says the server sleeps, then
+lets the users go on.
 
 Bounds: at most ``max_requests`` requests and ``max_seconds`` of wall time (no
 request starts after either), every request with a deadline. One record per call,
@@ -96,6 +98,9 @@ class ServiceDriver:
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
         self._sent = 0
+        self._gap_after = {turn: index for index, turn in enumerate(workload.idle_gaps_after_turn)}
+        self._at_gap = [0] * len(self._gap_after)  # users waiting at each gap
+        self._gaps_done = 0
         self._sleeps = 0  # sleeps so far; a user whose count moved since its last turn sends an "after sleep" turn
         self._started = 0.0
 
@@ -140,16 +145,20 @@ class ServiceDriver:
         return self.result
 
     def _pace(self, user_threads: list[threading.Thread]) -> None:
-        """Open the idle gaps on time; stop at the time bound; return when every user is done."""
-        gaps = list(self.workload.idle_gaps_at_s)
+        """Hold each idle gap once every user due at it waits there; stop at the time bound; return when every
+        user is done."""
+        gaps = list(enumerate(self.workload.idle_gaps_after_turn))
         while any(t.is_alive() for t in user_threads):
-            elapsed = time.monotonic() - self._started
-            if elapsed > self.workload.max_seconds:
+            if time.monotonic() - self._started > self.workload.max_seconds:
                 self.result.stopped_by = f"time bound ({self.workload.max_seconds:g} s)"
                 self._stop.set()
-            if gaps and elapsed >= gaps[0]:
-                gaps.pop(0)
-                self._idle_gap()
+            if gaps and not self._stop.is_set():
+                index, turn = gaps[0]
+                with self._lock:
+                    everyone = self._at_gap[index] == sum(u.turns > turn for u in self.users)
+                if everyone:
+                    gaps.pop(0)
+                    self._idle_gap()
             time.sleep(0.1)
 
     def _idle_gap(self) -> None:
@@ -166,7 +175,20 @@ class ServiceDriver:
         else:
             self._say("idle gap: the variant sets no sleep-idle-seconds, so the server cannot sleep")
         self.result.gaps.append((began, time.time()))
+        with self._idle:
+            self._gaps_done += 1
+            self._idle.notify_all()
         self._open.set()
+
+    def _wait_at_gap(self, index: int) -> bool:
+        """Wait at idle gap `index` until it is over; False when the run stopped meanwhile."""
+        with self._idle:
+            self._at_gap[index] += 1
+            while self._gaps_done <= index:
+                if self._stop.is_set():
+                    return False
+                self._idle.wait(timeout=0.1)
+        return True
 
     def _admit(self) -> bool:
         """Wait out an idle gap, then take one request from the budget; False when the run is over."""
@@ -204,6 +226,9 @@ class ServiceDriver:
             opening = texts.system + texts.openings[user.name]
             prompt, previous, seen_sleeps = opening, None, self._sleeps
             for turn, kind in enumerate(user.kinds, start=1):
+                gap = self._gap_after.get(turn - 1)
+                if gap is not None and not self._wait_at_gap(gap):
+                    return
                 if turn > 1 and not self._wait(user.think_s[turn - 2]):
                     return
                 question = texts.questions[user.name][turn - 1]

@@ -10,8 +10,9 @@ gives the same users. A turn's kind says whether any cache could serve it:
 - ``continues``: the previous prompt, the answer, a new question: should hit;
 - ``regenerate``: the same turn sent again: should hit.
 
-Only ``after sleep`` depends on the run (when the idle gaps fall between a user's turns); the rest is
-the workload's structure (``User.kinds``).
+``User.kinds`` is the workload's structure: what each turn sends. A turn after an idle gap is sent as
+drawn, and is ``after sleep`` when the server slept in the gap (``planned_kinds``: when every gap ends in
+a sleep); the driver labels it from the sleep it saw.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class User:
     lora: list[dict[str, float]] | None  # None: no adapter (sent as NO_LORA)
     arrival_s: float
     think_s: tuple[float, ...]  # before turns 2..n
-    kinds: tuple[str, ...]  # the structural kind of turns 1..n (``after sleep`` is decided at run time)
+    kinds: tuple[str, ...]  # the structural kind of turns 1..n: what each sends
 
     @property
     def turns(self) -> int:
@@ -65,6 +66,15 @@ def draw_users(workload: Workload) -> list[User]:
             ))
             arrival += _arrival_gap(workload, rng)
     return users
+
+
+def planned_kinds(workload: Workload, user: User) -> tuple[str, ...]:
+    """The kind of each of the user's turns when every idle gap ends in a sleep."""
+    kinds = list(user.kinds)
+    for gap in workload.idle_gaps_after_turn:
+        if gap < user.turns:
+            kinds[gap] = AFTER_SLEEP  # turn gap + 1
+    return tuple(kinds)
 
 
 def _arrival_gap(workload: Workload, rng: random.Random) -> float:

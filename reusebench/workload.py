@@ -3,8 +3,8 @@
 A workload says who talks to one server and how: groups of users with their
 conversation sizes, turns, think time and LoRA share; when users arrive; history
 summaries inserted at the head every N turns; regenerations (the same turn sent
-again); a health check of a few tokens every few seconds; idle gaps that last
-until the server sleeps; bounds in requests and seconds; and a seed, so the same
+again); a health check of a few tokens every few seconds; idle gaps, each after a
+given turn of every conversation, that last until the server sleeps; bounds in requests and seconds; and a seed, so the same
 file gives the same conversations. Every error names the file and the field, as
 profiles do (reusebench/profiles.py); token counts are read by reusebench.sizes.
 """
@@ -72,7 +72,9 @@ class Workload:
     summary_tokens: int
     regenerate_share: float  # of the turns after the first
     health_check: HealthCheck | None
-    idle_gaps_at_s: tuple[float, ...]  # seconds from the start; each lasts until the server sleeps
+    # Each gap comes once every user with more turns has finished this turn, and lasts until the server sleeps:
+    # a turn, not a time, so the same turns come after the sleep however fast the machine is.
+    idle_gaps_after_turn: tuple[int, ...]
     long_prefill_tokens: int  # a prefill at least this long is "long" for interference
     max_requests: int
     max_seconds: float
@@ -163,7 +165,7 @@ class _Reader:
 
     FIELDS = ("description", "profile", "variant", "seed", "users", "system_prompt_tokens", "question_tokens",
               "n_predict", "think_time_s", "arrival", "head_insert", "regenerate_share", "health_check",
-              "idle_gaps_at_s", "long_prefill_tokens", "max_requests", "max_seconds")
+              "idle_gaps_after_turn", "long_prefill_tokens", "max_requests", "max_seconds")
 
     def workload(self) -> Workload:
         raw = self.raw
@@ -190,7 +192,7 @@ class _Reader:
             summary_tokens=self.value(head, "summary_tokens", "head_insert.", self.tokens, 64),
             regenerate_share=self.value(raw, "regenerate_share", "", self.share, 0.0),
             health_check=health,
-            idle_gaps_at_s=tuple(self.value(raw, "idle_gaps_at_s", "", self.gap_times, ())),
+            idle_gaps_after_turn=self.value(raw, "idle_gaps_after_turn", "", self.gap_turns, ()),
             long_prefill_tokens=self.value(raw, "long_prefill_tokens", "", self.tokens, 4096),
             max_requests=self.value(raw, "max_requests", "", self.count, required=True),
             max_seconds=self.value(raw, "max_seconds", "", self.seconds, required=True),
@@ -259,10 +261,10 @@ class _Reader:
             raise self.fail(f"{where}.tokens", "a probe needs at least 2 tokens (BOS and one more)")
         return HealthCheck(tokens, period)
 
-    def gap_times(self, value: Any, where: str) -> list[float]:
+    def gap_turns(self, value: Any, where: str) -> tuple[int, ...]:
         if not isinstance(value, list):
-            raise self.fail(where, f"expected a list of seconds from the start, got {value!r}")
-        times = [self.seconds(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        if times != sorted(times):
+            raise self.fail(where, f"expected a list of turn numbers, got {value!r}")
+        turns = [self.count(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if turns != sorted(set(turns)):
             raise self.fail(where, "must be in increasing order")
-        return times
+        return tuple(turns)

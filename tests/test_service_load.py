@@ -55,19 +55,18 @@ def test_every_call_is_recorded_with_its_user_turn_slot_and_cause(small) -> None
 
 
 def test_turn_kinds_are_what_the_workload_predicts(small) -> None:
-    """Each user's turns in order, of the kinds its plan draws; the first turn after the idle gap is the one
-    the sleep made 'after sleep' (the run decides only that)."""
+    """Each user's turns in order, of the kinds its plan draws, the turn after the idle gap 'after sleep'; and the
+    gap fell between those turns."""
     kept, driver, result = small
-    (_, gap_ended), = result.gaps
+    (gap_began, gap_ended), = result.gaps
+    (gap_turn,) = driver.workload.idle_gaps_after_turn
     for user in driver.users:
         sent = sorted((r for r in calls(kept) if r.user == user.name), key=lambda r: r.turn)
         assert [r.turn for r in sent] == list(range(1, user.turns + 1))
-        predicted = list(user.kinds)
-        after = [r.turn for r in sent if r.started_at >= gap_ended]
-        assert after and after[0] > 1  # every user was talking when the gap came
-        predicted[after[0] - 1] = users.AFTER_SLEEP
-        assert [r.step for r in sent] == predicted
+        predicted = users.planned_kinds(driver.workload, user)
+        assert [r.step for r in sent] == list(predicted)
         assert [r.expected_hit for r in sent] == [kind in users.SHOULD_HIT for kind in predicted]
+        assert sent[gap_turn - 1].ended_at <= gap_began and sent[gap_turn].started_at >= gap_ended
 
 
 def test_turns_that_cannot_hit_reuse_no_more_than_the_shared_opening(small) -> None:

@@ -31,7 +31,7 @@ def test_shipped_workloads_load() -> None:
     assert {"report-b-service", "service-small"} <= set(workload.workload_names())
     for name in workload.workload_names():
         w = workload.load_workload(name)
-        assert w.users > 1 and w.health_check is not None and w.idle_gaps_at_s
+        assert w.users > 1 and w.health_check is not None and w.idle_gaps_after_turn
 
 
 @pytest.mark.parametrize(("text", "where", "why"), [
@@ -44,7 +44,8 @@ def test_shipped_workloads_load() -> None:
     (MINIMAL + "arrival: {pattern: staggered}\n", "arrival.gap_s", "need a gap above 0"),
     (MINIMAL + "think_time_s: [3, 1]\n", "think_time_s", "shortest (3) is longer"),
     (MINIMAL + "health_check: {tokens: 21}\n", "health_check.period_s", "required"),
-    (MINIMAL + "idle_gaps_at_s: [20, 10]\n", "idle_gaps_at_s", "increasing order"),
+    (MINIMAL + "idle_gaps_after_turn: [4, 2]\n", "idle_gaps_after_turn", "increasing order"),
+    (MINIMAL + "idle_gaps_after_turn: [0]\n", "idle_gaps_after_turn[0]", "at least 1"),
     (MINIMAL.replace("max_seconds: 30\n", ""), "max_seconds", "required"),
     (MINIMAL.replace("head_insert: {every_turns: 4}", "head_insert: {every: 4}"), "head_insert.every",
      "unknown field"),
@@ -78,6 +79,15 @@ def test_users_are_drawn_from_the_seed(tmp_path: Path) -> None:
     other = users.draw_users(workload.load_workload(write(tmp_path, MINIMAL.replace("seed: 1", "seed: 2")
                                                           + "regenerate_share: 0.3\n")))
     assert [u.think_s for u in other] != [u.think_s for u in drawn]
+
+
+
+def test_the_turn_after_each_idle_gap_is_planned_after_sleep(tmp_path: Path) -> None:
+    w = workload.load_workload(write(tmp_path, MINIMAL.replace("turns: 9", "turns: 5") + "idle_gaps_after_turn: [2, 5]\n"))
+    for u in users.draw_users(w):
+        planned = users.planned_kinds(w, u)
+        assert planned[2] == users.AFTER_SLEEP  # turn 3, after the gap after turn 2
+        assert planned[:2] + planned[3:] == u.kinds[:2] + u.kinds[3:]  # the gap after the last turn has no turn after it
 
 
 # A launch under load, as b11434 logs it at -lv 4: task 7 decodes on slot 1 while a probe is launched on
