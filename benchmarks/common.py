@@ -37,7 +37,7 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import binaries, build, profiles, provenance, records, runner, scenarios, sizes
+from reusebench import binaries, build, gguf_check, profiles, provenance, records, runner, scenarios, sizes
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = "32K,128K"
@@ -169,7 +169,8 @@ def _measure() -> dict[str, Any]:
 
 
 def not_applicable(profile: profiles.Profile, variants: Iterable[str]) -> dict[str, str]:
-    """The variants that set an option this build's llama-server does not have (an older llama.cpp): why.
+    """The variants this build's llama-server cannot run (an older llama.cpp): why. It lacks an option the
+    variant sets, or does not know the model's architecture.
 
     The nightly runs one profile over llama.cpp's history; such a variant does not apply to that commit
     (n/a in asv), which is neither a failure nor a gap.
@@ -177,9 +178,12 @@ def not_applicable(profile: profiles.Profile, variants: Iterable[str]) -> dict[s
     found = {}
     for name in variants:
         variant = profile.variant(name)
+        architecture = gguf_check.architecture(variant.model)
         accepted = binaries.help_options(variant.binary)
         missing = [option for option in variant.options if option not in accepted]
-        if missing:
+        if not binaries.knows_architecture(variant.binary, architecture):
+            found[name] = f"its llama-server does not know the model's architecture ({architecture})"
+        elif missing:
             found[name] = f"its llama-server has no {', '.join(f'--{option}' for option in missing)}"
     return found
 
@@ -239,7 +243,7 @@ def summarise(measured: list[records.Record], records_paths: list[str],
 
 def figure(cache: dict[str, Any], size: str, variant: str, step: str, name: str) -> float:
     """One figure. Missing: skipped (n/a) when the session ran cleanly or the variant does not apply to this
-    build, else a failure that says why."""
+    build (an option it lacks, a model architecture it does not know), else a failure that says why."""
     inapplicable = cache.get("not_applicable", {}).get(variant)
     if inapplicable:
         raise SkipNotImplemented(f"{variant} does not apply to this build: {inapplicable}")

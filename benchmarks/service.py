@@ -6,6 +6,8 @@ shows as a drop of ``cause: LoRA-change clear after restore``; and the other use
 TTFT while a long prefill runs against while none does (p50, p90). Counts and milliseconds only: asv takes
 lower as better. The workload is ``$REUSEBENCH_ASV_WORKLOAD`` (default: report-b-service; empty: none runs and
 these figures are n/a); its server profile takes the llama-server asv built, as the other modules do (``common``).
+On a build too old for the workload (an option its variant sets, the model's architecture) the figures are n/a
+and say why, as a variant that does not apply is in the other modules.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
@@ -24,13 +27,21 @@ from . import common
 WORKLOAD = os.environ.get("REUSEBENCH_ASV_WORKLOAD", "report-b-service")
 
 
-def _run_workload() -> dict[str, float]:
+NOT_APPLICABLE = "not applicable"  # the figures' key when the workload cannot run on this build
+
+
+def _run_workload() -> dict[str, Any]:
+    """The workload's figures, or why it does not apply to this build (an older llama.cpp: n/a, not failed)."""
     load = workload.load_workload(WORKLOAD)
     built = common.installed_binary()
     if built is not None:
         os.environ[common.BINARY_ENV] = str(built)
-    profile = profiles.load_profile(load.profile)
+    profile = profiles.load_profile(load.profile, check_binary=False)
     variant = profile.variant(load.variant) if load.variant else profile.variants[0]
+    missing = common.not_applicable(profile, [variant.name])
+    if missing:
+        return {NOT_APPLICABLE: f"workload {WORKLOAD}: {missing[variant.name]}"}
+    profiles.load_profile(load.profile)  # now checked against the binary's --help
     run_id = runner.new_run_id()
     run_dir = Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")) / "runs" / run_id
     run_dir.mkdir(parents=True)
@@ -46,13 +57,15 @@ def _run_workload() -> dict[str, float]:
 class _WorkloadFigures:
     timeout = 1800  # a few minutes of workload on 2 cores
 
-    def setup_cache(self) -> dict[str, float]:
+    def setup_cache(self) -> dict[str, Any]:
         return _run_workload() if WORKLOAD else {}
 
 
-def _figure(self: _WorkloadFigures, figures: dict[str, float], name: str) -> float:
+def _figure(self: _WorkloadFigures, figures: dict[str, Any], name: str) -> float:
     if not figures:
         raise SkipNotImplemented("REUSEBENCH_ASV_WORKLOAD is empty: no workload ran")
+    if NOT_APPLICABLE in figures:
+        raise SkipNotImplemented(figures[NOT_APPLICABLE])
     return figures[name]
 
 

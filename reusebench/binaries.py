@@ -208,6 +208,21 @@ def _parse_help_cached(path: Path, mtime_ns: int) -> Mapping[str, HelpOption]:
     return parse_help(_run(Binary(path=path), "--help"))
 
 
+def knows_architecture(binary: Binary, architecture: str) -> bool:
+    """Whether `binary` has `architecture` (a GGUF's general.architecture) in its table of architecture names.
+
+    llama.cpp keeps that table as string literals; an older build lacks the names of later architectures.
+    (Starting the server does not tell reliably: it may exit before its log has the loader's error line.) The
+    name is matched as the end of a string, since a linker may store it as the tail of a longer one.
+    """
+    return architecture.encode() + b"\0" in _contents_cached(binary.path, binary.path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _contents_cached(path: Path, mtime_ns: int) -> bytes:
+    return path.read_bytes()
+
+
 def death_by_signal(code: int, binary: Path) -> str | None:
     """One line on why a process that exited with `code` died by a signal; None if it exited itself."""
     if code >= 0:

@@ -16,6 +16,14 @@ class GgufError(ValueError):
     """The file is not a complete GGUF file."""
 
 
+def architecture(path: Path) -> str:
+    """The model's ``general.architecture``, e.g. "qwen35"."""
+    field = gguf.GGUFReader(path).get_field("general.architecture")
+    if field is None:
+        raise GgufError(f"{path}: no general.architecture")
+    return field.contents()
+
+
 def check_gguf(path: Path) -> None:
     """Raise GgufError unless ``path`` has a valid header and every tensor's data lies inside the file."""
     try:
