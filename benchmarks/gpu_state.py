@@ -2,7 +2,7 @@
 
 Report A saw one 128K first load take 17.6 to 24.2 minutes under the same settings and
 could not say why. These tracks put the GPU state at the start of (and during) the cold
-first load next to its seconds, so a jump in ``FirstLoad.track_prompt_seconds`` can be
+first load next to its seconds, so a jump in ``FirstLoad.track_prefill_seconds`` can be
 read against them. They are context, not figures to improve: asv takes lower as better
 for every track, so its "regressed"/"improved" marks on them mean nothing.
 
@@ -31,21 +31,21 @@ class FirstLoadGpuState(common.SessionFigures):
 
     params = (common.SIZES, common.VARIANTS)
     param_names = ["size", "variant"]
-    version = "1"
+    version = "2"  # 2: the tracks lost their redundant first_load_ prefix
 
-    track_first_load_start_temperature_c = common.track(
+    track_start_temperature_c = common.track(
         "start_temperature_c", common.FIRST_LOAD, unit="degrees C",
         doc="GPU temperature when the first load began (context: a cool GPU boosts higher).")
-    track_first_load_sm_clock_mean_mhz = common.track(
+    track_sm_clock_mean_mhz = common.track(
         "sm_clock_mean_mhz", common.FIRST_LOAD, unit="MHz",
         doc="Mean SM clock during the first load (context: lower clocks make a slower load).")
-    track_first_load_throttled_fraction = common.track(
+    track_throttled_fraction = common.track(
         "throttled_fraction", common.FIRST_LOAD, unit="fraction",
         doc="Fraction of GPU samples during the first load with a throttle reason (lower is better here).")
-    track_first_load_idle_before_s = common.track(
+    track_idle_before_s = common.track(
         "idle_before_s", common.FIRST_LOAD, unit="seconds",
         doc="Seconds the GPU had been idle before the first load (context: a long idle means low clocks at the start).")
-    track_first_load_model_page_cache_fraction = common.track(
+    track_model_page_cache_fraction = common.track(
         "model_page_cache_fraction", common.FIRST_LOAD, unit="fraction",
         doc="Fraction of the model file in the page cache before the server started (context: 0 means read from disk).")
 
@@ -56,8 +56,8 @@ class FirstLoadSpread(common.SessionFigures):
     params = (common.SIZES, common.VARIANTS)
     param_names = ["size", "variant"]
     unit = "seconds"
-    version = "1"
+    version = "2"  # 2: the tracks lost their redundant first_load_ prefix
 
-    track_first_load_min_seconds = _spread("prompt_seconds_min")
-    track_first_load_median_seconds = _spread("prompt_seconds")
-    track_first_load_max_seconds = _spread("prompt_seconds_max")
+    track_min_seconds = _spread("prompt_seconds_min")
+    track_median_seconds = _spread("prompt_seconds")
+    track_max_seconds = _spread("prompt_seconds_max")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import asv
+import gguf
 import pytest
 from asv import util as asv_util
 from asv_runner.benchmarks.mark import SkipNotImplemented
@@ -75,18 +76,18 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
     assert "No problems found" in run_asv(env, "check", "--python=same", timeout=60)
     found = discover(tmp_path, env)
     assert set(found) == {
-        "reuse.FirstLoad.track_prompt_seconds",
+        "reuse.FirstLoad.track_prefill_seconds",
         "reuse.FirstLoad.track_ttft_seconds",
-        "reuse.ReusedPromptSeconds.track_prefill_seconds",
-        "reuse.ReusedPromptSeconds.track_ttft_seconds",
+        "reuse.StepSeconds.track_prefill_seconds",
+        "reuse.StepSeconds.track_ttft_seconds",
         "reuse.ReprocessedTokens.track_reprocessed_tokens",
         "reuse.ReprocessedTokens.track_excess_over_ideal",
         "reuse.ExpectedTokens.track_deviation_from_expected",
         "correctness.ReusedOutputMismatch.track_mismatch",
-        *(f"gpu_state.FirstLoadGpuState.track_first_load_{name}"
+        *(f"gpu_state.FirstLoadGpuState.track_{name}"
           for name in ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s",
                        "model_page_cache_fraction")),
-        *(f"gpu_state.FirstLoadSpread.track_first_load_{name}_seconds" for name in ("min", "median", "max")),
+        *(f"gpu_state.FirstLoadSpread.track_{name}_seconds" for name in ("min", "median", "max")),
         "harness.PrefillBudget.track_prefill_budget_ratio",
         "harness.PrefillBudget.track_extra_prefill_tokens",
         *(f"harness.HarnessOverhead.track_{name}" for name in ("overhead_seconds", "overhead_percent",
@@ -102,7 +103,7 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
     workload_keys = {b["setup_cache_key"] for name, b in found.items() if name.startswith("service.")}
     assert len(workload_keys) == 1 and not workload_keys & session_keys
     assert "'cause: LoRA-change clear after restore'" in found["service.WorkloadMisses.track_missed_turns"]["params"][0]
-    assert session_keys == {found["reuse.FirstLoad.track_prompt_seconds"]["setup_cache_key"]}
+    assert session_keys == {found["reuse.FirstLoad.track_prefill_seconds"]["setup_cache_key"]}
     variants, checked = found["verdicts.OptionVerdict.track_verdict_code"]["params"]
     assert variants == [repr(VARIANT)] and {"'cache-reuse'", "'ctx-checkpoints'", "'cache-ram'"} <= set(checked)
     size, variant, steps = found["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"]
@@ -203,6 +204,28 @@ def test_a_variant_whose_option_an_older_build_lacks_is_not_applicable(monkeypat
         common.figure(cache, "2K", VARIANT, REASK, "reprocessed_tokens")
 
 
+def test_a_variant_whose_model_architecture_a_build_does_not_know_is_not_applicable(tmp_path: Path) -> None:
+    """An older llama.cpp lacks the names of later architectures; a GGUF of an architecture that no llama.cpp has
+    stands in for a model that arrived after the build."""
+    from benchmarks import common
+
+    model = tmp_path / "future.gguf"
+    writer = gguf.GGUFWriter(str(model), "reusebench-future")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    profile_file = tmp_path / "future.yaml"
+    profile_file.write_text(f"description: a model from the future\nbinary: {default_llama_server()}\n"
+                            f"model: {model}\n")
+    future = profiles.load_profile(profile_file, check_binary=False)
+    assert common.not_applicable(future, ["default"]) == {
+        "default": "its llama-server does not know the model's architecture (reusebench-future)"}
+    for name in ("tiny-qwen35", "tiny-nemotron_h", "tiny-granitehybrid", "tiny-glm", "tiny-llama"):
+        shipped = profiles.load_profile(name, check_binary=False)  # every tiny model loads on the default build
+        assert common.not_applicable(shipped, [shipped.variants[0].name]) == {}, name
+
+
 # --- the nightly flow ----------------------------------------------------------------------------
 
 CMAKELISTS = """\
@@ -279,8 +302,8 @@ def test_nightly_over_two_commits(tmp_path: Path) -> None:
     sized = ("'2K'", repr(VARIANT))
     reask = (*sized, repr(REASK))
     for figures in (before, after):
-        assert figures[("reuse.FirstLoad.track_prompt_seconds", sized)] > 0
-        assert figures[("reuse.ReusedPromptSeconds.track_ttft_seconds", reask)] > 0
+        assert figures[("reuse.FirstLoad.track_prefill_seconds", sized)] > 0
+        assert figures[("reuse.StepSeconds.track_ttft_seconds", reask)] > 0
         assert figures[("correctness.ReusedOutputMismatch.track_mismatch", reask)] == 0
     # Checkpoints on: the re-ask resumes 4 + ubatch tokens before the end. Off: the whole prompt.
     assert before[("reuse.ReprocessedTokens.track_reprocessed_tokens", reask)] <= 600

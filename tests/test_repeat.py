@@ -97,22 +97,22 @@ def check_asv_tracks(loads: list[records.Record], monkeypatch: pytest.MonkeyPatc
     cache = common.summarise(loads, ["records.jsonl"], failed_sessions=0)
     state, spread_ = gpu_state.FirstLoadGpuState(), gpu_state.FirstLoadSpread()
     args = (cache, "2K", VARIANT)
-    assert math.isnan(state.track_first_load_start_temperature_c(*args))
+    assert math.isnan(state.track_start_temperature_c(*args))
     # the median of what the repeats' records say (NaN, asv's n/a, would fail here: the host measured it)
     cached = [r.host["model_page_cache_fraction"] for r in loads]
-    assert state.track_first_load_model_page_cache_fraction(*args) == statistics.median(cached)
-    low, middle, high = (track(*args) for track in (spread_.track_first_load_min_seconds,
-                                                    spread_.track_first_load_median_seconds,
-                                                    spread_.track_first_load_max_seconds))
+    assert state.track_model_page_cache_fraction(*args) == statistics.median(cached)
+    low, middle, high = (track(*args) for track in (spread_.track_min_seconds,
+                                                    spread_.track_median_seconds,
+                                                    spread_.track_max_seconds))
     assert 0 < low <= middle <= high
 
 
 def test_asv_discovers_the_gpu_state_units(tmp_path: Path):
     found = discover(tmp_path, asv_env(tmp_path))
     units = {name.rsplit(".", 1)[1]: b["unit"] for name, b in found.items() if name.startswith("gpu_state.")}
-    assert units["track_first_load_start_temperature_c"] == "degrees C"
-    assert units["track_first_load_sm_clock_mean_mhz"] == "MHz"
-    assert units["track_first_load_max_seconds"] == "seconds"
+    assert units["track_start_temperature_c"] == "degrees C"
+    assert units["track_sm_clock_mean_mhz"] == "MHz"
+    assert units["track_max_seconds"] == "seconds"
 
 
 class FollowsThrottle(FakeGpu):

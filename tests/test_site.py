@@ -150,7 +150,7 @@ def check_index(browser: webdriver.Chrome, base: str) -> None:
         return found[0]
 
     assert "tokens" in row(GRAPH) and REASK in row(GRAPH)
-    assert row("reuse.FirstLoad.track_prompt_seconds").split(")", 1)[1].split()[0].endswith("s")  # e.g. 2.354s
+    assert row("reuse.FirstLoad.track_prefill_seconds").split(")", 1)[1].split()[0].endswith("s")  # e.g. 2.354s
     assert MACHINE in rows and SECOND_MACHINE in rows  # the machine selector
     screenshot(browser, "list")
     open_page(browser, f"{base}index.html")
