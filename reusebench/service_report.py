@@ -11,7 +11,7 @@ Read from the records alone (``reusebench.driver`` writes them), so a report can
 
 A should-hit turn that re-processed more than a perfect cache is explained by the first rule of
 ``MISS_CAUSES`` that fits its log. Interference compares other users' requests whose decoding (or whose
-wait for the first token) mostly overlapped a long prefill with those that overlapped none; decode ms per token
+wait for the first token) and a long prefill mostly overlapped with those that overlapped none; decode ms per token
 is the server's own (``predicted_ms / predicted_n``: the time between the slot's tokens, batch waits included).
 """
 
@@ -221,10 +221,12 @@ class Interference:
 
 
 def _overlap(start: float, end: float, spans: Iterable[tuple[float, float]]) -> float:
-    """The share of [start, end] that falls in any of `spans` (spans may overlap each other: the largest counts)."""
+    """How much [start, end] overlaps the one of `spans` it overlaps most, as a share of the shorter of the two:
+    1 for a decode inside a prefill and for a long decode that a whole prefill ran through."""
     if end <= start:
         return 0.0
-    return max((max(0.0, min(end, e) - max(start, s)) / (end - start) for s, e in spans), default=0.0)
+    return max((max(0.0, min(end, e) - max(start, s)) / min(end - start, e - s) for s, e in spans if e > s),
+               default=0.0)
 
 
 def _spans(r: Record) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -235,8 +237,9 @@ def _spans(r: Record) -> tuple[tuple[float, float], tuple[float, float]]:
 
 
 def interference(records: Sequence[Record], long_prefill_tokens: int) -> Interference:
-    """Each other user's request is 'during' when at least half of its decoding (or of its wait for the first
-    token) overlapped another user's long prefill, 'alone' when none of it did; in between it counts in neither."""
+    """Each other user's request is 'during' when its decoding (or its wait for the first token) and another
+    user's long prefill overlap by at least half of the shorter of the two, 'alone' when they do not overlap at
+    all; in between it counts in neither."""
     calls = [r for r in records if r.role in ("measure", PROBE_ROLE) and not r.error and r.prompt_ms is not None]
     long_spans = [(r.user, _spans(r)[0]) for r in calls if (r.prompt_n or 0) >= long_prefill_tokens]
     result = Interference([], [], [], [])
