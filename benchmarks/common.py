@@ -181,7 +181,7 @@ def not_applicable(profile: profiles.Profile, variants: Iterable[str]) -> dict[s
         architecture = gguf_check.architecture(variant.model)
         accepted = binaries.help_options(variant.binary)
         missing = [option for option in variant.options if option not in accepted]
-        if not binaries.knows_architecture(variant.binary, architecture):
+        if binaries.knows_architecture(variant.binary, architecture) is False:
             found[name] = f"its llama-server does not know the model's architecture ({architecture})"
         elif missing:
             found[name] = f"its llama-server has no {', '.join(f'--{option}' for option in missing)}"

@@ -208,14 +208,22 @@ def _parse_help_cached(path: Path, mtime_ns: int) -> Mapping[str, HelpOption]:
     return parse_help(_run(Binary(path=path), "--help"))
 
 
-def knows_architecture(binary: Binary, architecture: str) -> bool:
-    """Whether `binary` has `architecture` (a GGUF's general.architecture) in its table of architecture names.
+# Architecture names in every llama.cpp since 2024: a file with none of them does not hold the table.
+_ARCHITECTURE_TABLE_MARKERS = (b"gpt-neox\0", b"starcoder2\0", b"deepseek2\0")
+
+
+def knows_architecture(binary: Binary, architecture: str) -> bool | None:
+    """Whether `binary` has `architecture` (a GGUF's general.architecture) in its table of architecture names;
+    None when the file holds no such table (a wrapper script, a build with a shared libllama).
 
     llama.cpp keeps that table as string literals; an older build lacks the names of later architectures.
     (Starting the server does not tell reliably: it may exit before its log has the loader's error line.) The
     name is matched as the end of a string, since a linker may store it as the tail of a longer one.
     """
-    return architecture.encode() + b"\0" in _contents_cached(binary.path, binary.path.stat().st_mtime_ns)
+    contents = _contents_cached(binary.path, binary.path.stat().st_mtime_ns)
+    if not any(marker in contents for marker in _ARCHITECTURE_TABLE_MARKERS):
+        return None
+    return architecture.encode() + b"\0" in contents
 
 
 @functools.lru_cache(maxsize=4)

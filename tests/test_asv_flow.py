@@ -225,6 +225,10 @@ def test_a_variant_whose_model_architecture_a_build_does_not_know_is_not_applica
     for name in ("tiny-qwen35", "tiny-nemotron_h", "tiny-granitehybrid", "tiny-glm", "tiny-llama"):
         shipped = profiles.load_profile(name, check_binary=False)  # every tiny model loads on the default build
         assert common.not_applicable(shipped, [shipped.variants[0].name]) == {}, name
+    wrapper = tmp_path / "llama-server"  # a launcher holds no architecture table: it cannot tell, so it applies
+    wrapper.write_text(f"#!/bin/sh\nexec {default_llama_server()} \"$@\"\n")
+    wrapper.chmod(0o755)
+    assert binaries.knows_architecture(binaries.Binary(path=wrapper), "reusebench-future") is None
 
 
 # --- the nightly flow ----------------------------------------------------------------------------
