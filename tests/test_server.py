@@ -104,9 +104,12 @@ def test_server_killed_mid_prefill_fails_the_call_with_its_exit_status():
     server = make_server().start()
     try:
         with LlamaClient(server.base_url, server.api_key) as client:
-            threading.Timer(0.3, server.kill_hard).start()
+            def kill_mid_prefill(processed: int, cache: int, total: int) -> None:
+                if processed < total and server.is_running():  # the first batch is done, the rest is not
+                    server.kill_hard()
+
             with pytest.raises(ClientError, match="connection|no answer|closed"):
-                client.complete(words(3500), n_predict=4)
+                client.complete(words(3500), n_predict=4, on_progress=kill_mid_prefill)
         time.sleep(0.2)
         assert server.returncode() == -signal.SIGKILL
     finally:
