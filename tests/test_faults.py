@@ -158,7 +158,8 @@ def test_deadline_before_the_first_load_is_generous():
 def test_ctrl_c_mid_prefill_keeps_the_records_stops_the_server_and_exits_130(tmp_path):
     command = [sys.executable, "-m", "reusebench", "run", "--profile", "tiny-qwen35", "--variant",
                "mmproj=off,cache-reuse=0", "--size", "32K", "--scenarios", "edit_middle", "--results", str(tmp_path)]
-    proc = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=heed_ctrl_c)
     lines: list[str] = []
     reached = threading.Event()
 
@@ -193,6 +194,12 @@ def test_ctrl_c_mid_prefill_keeps_the_records_stops_the_server_and_exits_130(tmp
     assert interrupted[0].error == "interrupted (Ctrl-C)" and interrupted[0].prompt_tokens > 32000
     assert kept[-1].role == "session" and kept[-1].extra["timing"]["wall_s"] > 0  # the summary, written on the way out
     assert not Path(f"/proc/{servers[0]}").exists()  # stopped and reaped, not orphaned
+
+
+def heed_ctrl_c() -> None:
+    """In the child: SIGINT back to its default, so Python installs its Ctrl-C handler. A shell starts a
+    background job (`make test &`) with SIGINT ignored, and its children inherit that: they would not stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def children(pid: int, name: str) -> list[int]:

@@ -19,7 +19,7 @@ from reusebench import profiles, records, service_report, users, workload
 from reusebench.driver import PROBE_ROLE, DriverResult, ServiceDriver
 from reusebench.records import SESSION_ROLE, Record
 
-from test_faults import children
+from test_faults import children, heed_ctrl_c
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = "service-small"
@@ -118,7 +118,8 @@ def test_a_long_prefill_slows_the_other_users_decode(tmp_path: Path) -> None:
 
 def test_ctrl_c_keeps_every_record_and_stops_the_server(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "reusebench", "workload", SMALL, "--results", str(tmp_path)]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=heed_ctrl_c)
     try:
         deadline = time.monotonic() + 60
         while sum(len(p.read_text().splitlines()) for p in tmp_path.glob("runs/*/records.jsonl")) < 3:
