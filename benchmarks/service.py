@@ -40,7 +40,9 @@ def _run_workload() -> dict[str, Any]:
     variant = profile.variant(load.variant) if load.variant else profile.variants[0]
     missing = common.not_applicable(profile, [variant.name])
     if missing:
-        return {NOT_APPLICABLE: f"workload {WORKLOAD}: {missing[variant.name]}"}
+        why = f"workload {WORKLOAD} does not apply to this build: {missing[variant.name]}"
+        print(f"benchmarks: {why}", file=sys.stderr)
+        return {NOT_APPLICABLE: why}
     profiles.load_profile(load.profile)  # now checked against the binary's --help
     run_id = runner.new_run_id()
     run_dir = Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")) / "runs" / run_id

@@ -11,8 +11,10 @@ on every machine.
 Then it runs the nightly configuration unchanged except for `repo` and where results
 and the site go (results/llama-demo/), at one small size, with report A's launch line
 without the mmproj and the reuse steps that matter most (each can be changed with its
-REUSEBENCH_ASV_* variable), publishes the site, makes it self-contained, and prints the
-re-processed tokens per version and `asv compare` between the last two trees.
+REUSEBENCH_ASV_* variable), and the service workload (n/a on a tree that does not know
+its model's architecture), publishes the site, makes it self-contained, and prints the
+re-processed tokens and the service figures per version and `asv compare` between the
+last two trees.
 """
 
 from __future__ import annotations
@@ -37,9 +39,6 @@ DEMO_DIR = REPO / "results" / "llama-demo"
 MACHINE = "nightly-demo"
 SIZE = "2K"
 SCENARIOS = "first_load,resend,reask,restore_disk"
-# The service workload (benchmarks/service.py) runs its own multi-user session on models older trees cannot
-# load; the demo is about single-session reuse.
-BENCHMARKS = r"^(?!service\.)"
 VARIANT = "mmproj=off,cache-reuse=256"  # report A's launch line without the mmproj: a multimodal slot cannot be saved
 
 
@@ -170,10 +169,31 @@ def reprocessed_table(results_dir: Path, commits: list[str], trees: tuple[DemoTr
     return "\n".join(lines)
 
 
+SERVICE_FIGURES = (("service.WorkloadMisses.track_missed_turns", "should hit"),
+                   ("service.WorkloadMisses.track_missed_turns", "cause: LoRA-change clear after restore"),
+                   ("service.WorkloadMisses.track_missed_turns", "health check took a conversation's slot"),
+                   ("service.WorkloadInterference.track_other_users_ms", "decode ms per token during p50"),
+                   ("service.WorkloadInterference.track_other_users_ms", "decode ms per token alone p50"))
+
+
+def service_table(results_dir: Path, commits: list[str], trees: tuple[DemoTree, ...] = TREES) -> str:
+    """A markdown table: the service workload's missed turns and the other users' decode, per llama.cpp version."""
+    per_commit = [stored(results_dir, c) for c in commits]
+    header = ["figure", *(f"b{t.release.build_number} ({t.commit})" for t in trees)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for benchmark, name in SERVICE_FIGURES:
+        cells = [_cell(figures.get((benchmark, (repr(name),)), float("nan"))) if figures else "not run"
+                 for figures in per_commit]
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    return "\n".join(lines)
+
+
 def _cell(value: float | None) -> str:
     if value is None:
         return "failed"
-    return "n/a" if value != value else f"{value:,.0f}"  # NaN: asv's n/a (a step or variant that does not apply)
+    if value != value:
+        return "n/a"  # NaN: asv's n/a (a step or variant that does not apply)
+    return f"{value:,.0f}" if value == round(value) or abs(value) >= 100 else f"{value:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     # A failed benchmark (asv exits 2) still publishes, as the nightly does.
     with open(out / "asv-run.log", "w") as log:
         run = subprocess.Popen([sys.executable, "-m", "asv", "run", "--machine", machine, "--skip-existing-commits",
-                                "--show-stderr", "--bench", BENCHMARKS, "ALL", "--config", str(config)],
+                                "--show-stderr", "ALL", "--config", str(config)],
                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert run.stdout is not None
         for line in run.stdout:
@@ -209,9 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     site.make_self_contained(out / "html")
     compared = asv(config, env, "compare", "--machine", machine, "--split", commits[-2], commits[-1])
     table = reprocessed_table(out / "asv", commits)
+    service = service_table(out / "asv", commits)
     (out / "compare.txt").write_text(compared)
     (out / "reprocessed-tokens.md").write_text(table + "\n")
+    (out / "service.md").write_text(service + "\n")
     print(f"re-processed tokens per llama.cpp version ({env['REUSEBENCH_ASV_SIZES']}):\n{table}\n")
+    print(f"the service workload ({env.get('REUSEBENCH_ASV_WORKLOAD', 'report-b-service')}) per llama.cpp version:\n"
+          f"{service}\n")
     print(f"asv compare {TREES[-2].commit} {TREES[-1].commit}:\n{compared}")
     print(f"site: {out / 'html' / 'index.html'} (serve on loopback: {sys.executable} -m http.server --bind 127.0.0.1 "
           f"8080 --directory {out / 'html'}); asv's log: {out / 'asv-run.log'}")
