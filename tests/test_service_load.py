@@ -110,7 +110,8 @@ def test_a_long_prefill_slows_the_other_users_decode(tmp_path: Path) -> None:
     kept, _, result = run(load, tmp_path)
     assert result.stopped_by == "every user finished"
     found = service_report.interference(kept, load.long_prefill_tokens)
-    assert len(found.decode_during) == 1 and len(found.decode_alone) == 2
+    # the chat user's first turn; its next turns, unless one starts as the prefill's estimated span ends
+    assert len(found.decode_during) == 1 and found.decode_alone
     ratio = found.ratio(found.decode_during, found.decode_alone, 50)
     print(f"decode ms/token during a long prefill / with none (p50): {ratio:.2f}")
     assert ratio > 1
