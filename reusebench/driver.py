@@ -100,7 +100,6 @@ class ServiceDriver:
         self._sent = 0
         self._gap_after = {turn: index for index, turn in enumerate(workload.idle_gaps_after_turn)}
         self._at_gap = [0] * len(self._gap_after)  # users waiting at each gap
-        self._gaps_done = 0
         self._sleeps = 0  # sleeps so far; a user whose count moved since its last turn sends an "after sleep" turn
         self._started = 0.0
 
@@ -174,9 +173,8 @@ class ServiceDriver:
             self._say(f"idle gap: {'asleep' if waited.asleep else 'still awake'} after {waited.waited_s:.1f} s")
         else:
             self._say("idle gap: the variant sets no sleep-idle-seconds, so the server cannot sleep")
-        self.result.gaps.append((began, time.time()))
-        with self._idle:
-            self._gaps_done += 1
+        with self._idle:  # a gap is over once it is in the result
+            self.result.gaps.append((began, time.time()))
             self._idle.notify_all()
         self._open.set()
 
@@ -184,7 +182,7 @@ class ServiceDriver:
         """Wait at idle gap `index` until it is over; False when the run stopped meanwhile."""
         with self._idle:
             self._at_gap[index] += 1
-            while self._gaps_done <= index:
+            while len(self.result.gaps) <= index:
                 if self._stop.is_set():
                     return False
                 self._idle.wait(timeout=0.1)
