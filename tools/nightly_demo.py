@@ -29,6 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from asv import util as asv_util
 
@@ -161,12 +162,8 @@ def reprocessed_table(results_dir: Path, commits: list[str], trees: tuple[DemoTr
     order = {f"'{step}'": i for i, step in enumerate(scenarios.MEASURED_STEPS)}  # the catalogue's, as asv stores it
     combos = sorted({combo for figures in per_commit for combo in figures},
                     key=lambda combo: (*combo[:-1], order.get(combo[-1], len(order))))
-    header = ["size", "variant", "step", *(f"b{t.release.build_number} ({t.commit})" for t in trees)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for combo in combos:
-        cells = [_cell(figures.get(combo, float("nan"))) if figures else "not run" for figures in per_commit]
-        lines.append("| " + " | ".join([*(value.strip("'") for value in combo), *cells]) + " |")
-    return "\n".join(lines)
+    rows = [([value.strip("'") for value in combo], combo) for combo in combos]
+    return _per_version(["size", "variant", "step"], rows, per_commit, trees)
 
 
 SERVICE_FIGURES = (("service.WorkloadMisses.track_missed_turns", "should hit"),
@@ -178,13 +175,21 @@ SERVICE_FIGURES = (("service.WorkloadMisses.track_missed_turns", "should hit"),
 
 def service_table(results_dir: Path, commits: list[str], trees: tuple[DemoTree, ...] = TREES) -> str:
     """A markdown table: the service workload's missed turns and the other users' decode, per llama.cpp version."""
-    per_commit = [stored(results_dir, c) for c in commits]
-    header = ["figure", *(f"b{t.release.build_number} ({t.commit})" for t in trees)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for benchmark, name in SERVICE_FIGURES:
-        cells = [_cell(figures.get((benchmark, (repr(name),)), float("nan"))) if figures else "not run"
-                 for figures in per_commit]
-        lines.append("| " + " | ".join([name, *cells]) + " |")
+    rows = [([name], (benchmark, (repr(name),))) for benchmark, name in SERVICE_FIGURES]
+    return _per_version(["figure"], rows, [stored(results_dir, c) for c in commits], trees)
+
+
+def _per_version(labels: list[str], rows: list[tuple[list[str], Any]], per_commit: list[dict[Any, float | None]],
+                 trees: tuple[DemoTree, ...]) -> str:
+    """A markdown table: each row's labels, then its figure (looked up by its key) in each commit's results."""
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+
+    header = [*labels, *(f"b{t.release.build_number} ({t.commit})" for t in trees)]
+    lines = [line(header), "|" + "---|" * len(header)]
+    for row_labels, key in rows:
+        lines.append(line([*row_labels, *(_cell(figures.get(key, float("nan"))) if figures else "not run"
+                                          for figures in per_commit)]))
     return "\n".join(lines)
 
 
