@@ -4,8 +4,8 @@ A workload says who talks to one server and how: groups of users with their
 conversation sizes, turns, think time and LoRA share; when users arrive; history
 summaries inserted at the head every N turns; regenerations (the same turn sent
 again); a health check of a few tokens every few seconds; idle gaps, each after a
-given turn of every conversation, that last until the server sleeps; bounds in requests and seconds; and a seed, so the same
-file gives the same conversations. Every error names the file and the field, as
+given turn of every conversation, that last until the server sleeps; bounds in
+requests and seconds; and a seed, so the same file gives the same conversations. Every error names the file and the field, as
 profiles do (reusebench/profiles.py); token counts are read by reusebench.sizes.
 """
 
