@@ -43,10 +43,10 @@ chromium:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver > /dev/null); \
 	  else echo "make test needs chromium and chromedriver: sudo apt-get install chromium chromium-driver" >&2; exit 1; fi; }
 
-# The asv site's JavaScript libraries, from the npm registry, hash-checked (reusebench/site.py); after every
-# `asv publish`, `python -m reusebench.site vendor HTML_DIR` puts them in the site.
+# The asv site's JavaScript libraries, from the npm registry, hash-checked (reusebench/report/site.py); after every
+# `asv publish`, `python -m reusebench.report.site vendor HTML_DIR` puts them in the site.
 site-assets: $(STAMP)
-	$(BIN)/python -m reusebench.site fetch > /dev/null
+	$(BIN)/python -m reusebench.report.site fetch > /dev/null
 
 models: setup
 	$(BIN)/reusebench models
@@ -59,7 +59,7 @@ bench: setup site-assets
 	REUSEBENCH_ASV_RECORDS=$(CURDIR)/$$(ls -d results/runs/*/ | tail -1)records.jsonl \
 	  $(BIN)/asv run --python=same --set-commit-hash=$$(git rev-parse HEAD)
 	$(BIN)/asv publish
-	$(BIN)/python -m reusebench.site vendor results/html > /dev/null
+	$(BIN)/python -m reusebench.report.site vendor results/html > /dev/null
 	$(BIN)/reusebench report --last 2
 	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/python -m http.server --bind 127.0.0.1 8080 --directory results/html)"
 

@@ -37,7 +37,10 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import binaries, build, gguf_check, profiles, provenance, records, runner, scenarios, sizes
+from reusebench.llama import binaries, build, gguf_check
+from reusebench.config import profiles, scenarios, sizes
+from reusebench.run import provenance, runner
+from reusebench import records
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = "32K,128K"

@@ -30,7 +30,8 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import records, sizes
+from reusebench import records
+from reusebench.config import sizes
 
 from . import common
 

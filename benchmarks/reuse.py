@@ -4,7 +4,7 @@ A perfect cache re-processes only the tokens after the longest prefix it has
 already seen (``ideal``): one token for a resend, the new question for a re-ask,
 the half after the edit for a mid-document edit. What this build of llama-server
 should re-process by its own rules (``expected``) comes from the reuse model,
-``reusebench.expectation``.
+``reusebench.reuse.expectation``.
 """
 
 from . import common

@@ -19,8 +19,11 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import profiles, records, runner, service_report, workload
-from reusebench.driver import ServiceDriver
+from reusebench.config import profiles, workload
+from reusebench import records
+from reusebench.run import runner
+from reusebench.report import service_report
+from reusebench.run.driver import ServiceDriver
 
 from . import common
 

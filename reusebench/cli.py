@@ -13,25 +13,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from reusebench import (
-    advice,
-    agreement,
-    build,
-    check,
-    corpus,
-    profiles,
-    records,
-    report,
-    runner,
-    scenarios,
-    server,
-    service_report,
-    session,
-    sizes,
-    tiny,
-    workload,
-)
-from reusebench.driver import ServiceDriver
+from reusebench.advise import advice, agreement
+from reusebench.llama import build, server
+from reusebench import check, records, tiny
+from reusebench.config import corpus, profiles, scenarios, sizes, workload
+from reusebench.report import run_report as report, service_report
+from reusebench.run import runner, session
+from reusebench.run.driver import ServiceDriver
 
 RESULTS_DIR = Path("results")
 

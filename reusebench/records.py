@@ -32,7 +32,7 @@ ROLES = ("setup", "measure", "reference")  # of the records of HTTP calls
 # corpus building) and prefill tokens by role, in ``extra``.
 SESSION_ROLE = "session"
 HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
-# Tokens by which a measured prompt_n may differ from the reuse model's (reusebench.expectation) before the step
+# Tokens by which a measured prompt_n may differ from the reuse model's (reusebench.reuse.expectation) before the step
 # is UNEXPECTED. Zero: the model works on the token ids the server is sent and the server's rules are integer
 # arithmetic on them, so there is no noise to allow for; every token of difference is a rule the model lacks.
 EXPECTED_TOLERANCE = 0
@@ -72,7 +72,7 @@ class Record:
     cache_n: int | None = None
     ideal: int | None = None
     excess: int | None = None
-    expected: int | None = None  # prompt_n the reuse model predicts (reusebench.expectation)
+    expected: int | None = None  # prompt_n the reuse model predicts (reusebench.reuse.expectation)
     cause_expected: str | None = None  # and why
     prompt_ms: float | None = None
     predicted_n: int | None = None

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from reusebench import binaries
-from reusebench.server import LlamaServer
+from reusebench.llama import binaries
+from reusebench.llama.server import LlamaServer
 
 
 def child_llama_servers() -> set[int]:

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from reusebench import advice
-from reusebench.expectation import Memory, launch_of_options
+from reusebench.advise import advice
+from reusebench.reuse.expectation import Memory, launch_of_options
 from reusebench.records import Record
 
 HYBRID = Memory("hybrid", can_shift=False)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reusebench import agreement, profiles
+from reusebench.advise import agreement
+from reusebench.config import profiles
 from reusebench.records import Record
 
 

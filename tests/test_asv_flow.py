@@ -27,7 +27,10 @@ import pytest
 from asv import util as asv_util
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import binaries, profiles, provenance, records, tiny
+from reusebench.llama import binaries
+from reusebench.config import profiles
+from reusebench.run import provenance
+from reusebench import records, tiny
 
 from conftest import default_llama_server
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import profiles, records, runner
+from reusebench.config import profiles
+from reusebench import records
+from reusebench.run import runner
 from reusebench.records import Record
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import build, cli
+from reusebench.llama import build
+from reusebench import cli
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The reuse model (reusebench.expectation) on its own: report A's figures, the control, and each rule of
+"""The reuse model (reusebench.reuse.expectation) on its own: report A's figures, the control, and each rule of
 docs/llama-server-reuse.md as a small history of requests. No server: these are the model's own rules; the
 real server checks them in tests/test_scenarios.py and tools/agreement.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from reusebench import tiny
-from reusebench.expectation import (
+from reusebench.reuse.expectation import (
     Launch,
     Memory,
     ServerModel,

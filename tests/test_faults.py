@@ -21,10 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import cli, corpus, logs, profiles, records, runner, scenarios, session, tiny
-from reusebench.gpu import GpuSampler
+from reusebench import cli, records, tiny
+from reusebench.config import corpus, profiles, scenarios
+from reusebench.llama import logs
+from reusebench.run import runner, session
+from reusebench.machine.gpu import GpuSampler
 from reusebench.records import Record, RecordWriter
-from reusebench.session import Session
+from reusebench.run.session import Session
 
 from conftest import child_llama_servers, process_group_alive
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from reusebench import tiny
-from reusebench.gguf_check import GgufError, check_gguf
+from reusebench.llama.gguf_check import GgufError, check_gguf
 
 
 def test_generated_models_pass():

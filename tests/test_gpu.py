@@ -6,8 +6,8 @@ from collections.abc import Callable
 import pynvml
 import pytest
 
-from reusebench.gpu import GpuSampler
-from reusebench.gpu_summary import (
+from reusebench.machine.gpu import GpuSampler
+from reusebench.machine.gpu_summary import (
     COLD_IDLE_S,
     GpuLoss,
     GpuSample,

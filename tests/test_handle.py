@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from reusebench import handle
-from reusebench.handle import ServerHandle
-from reusebench.server import LlamaServer, ServerError
+from reusebench.llama import handle
+from reusebench.llama.handle import ServerHandle
+from reusebench.llama.server import LlamaServer, ServerError
 
 
 class SleepyClient:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import binaries, check, profiles
+from reusebench.llama import binaries
+from reusebench import check
+from reusebench.config import profiles
 
 HELP = """\
 ----- common params -----

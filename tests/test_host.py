@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import host
-from reusebench.host import HostState, capture, page_cache_fraction
+from reusebench.machine import host
+from reusebench.machine.host import HostState, capture, page_cache_fraction
 
 
 def write_file(path: Path, size: int) -> Path:

@@ -1,4 +1,4 @@
-"""reusebench.logs against real llama-server logs (tests/data/logs, captured at -lv 4 from build 7e4c0a9 on the tiny
+"""reusebench.llama.logs against real llama-server logs (tests/data/logs, captured at -lv 4 from build 7e4c0a9 on the tiny
 models) and against the formats the reference documents but the captures did not show."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import raw_server
-from reusebench import logs, tiny
+from reusebench.llama import logs
+from reusebench import tiny
 
 DATA = Path(__file__).parent / "data" / "logs"
 FIXTURES = sorted(p.stem for p in DATA.glob("*.log"))

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import check, cli, profiles
-from reusebench.client import Completion, TokenProbs
+from reusebench import check, cli
+from reusebench.config import profiles
+from reusebench.llama.client import Completion, TokenProbs
 from reusebench.check import OptionVerdict, Verdict
 from reusebench.check import run as check_run
 from reusebench.check.run import CHECKED_DEFAULTS, PROBE_CTX_PER_SLOT, launch_args, settings_to_check

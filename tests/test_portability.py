@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import check, cli, profiles, tiny
-from reusebench.client import LlamaClient
-from reusebench.server import LlamaServer, ServerError
+from reusebench import check, cli, tiny
+from reusebench.config import profiles
+from reusebench.llama.client import LlamaClient
+from reusebench.llama.server import LlamaServer, ServerError
 
 from conftest import default_llama_server
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from reusebench import cli, records, tiny
-from reusebench.client import ClientError, LlamaClient
-from reusebench.server import LlamaServer
+from reusebench.llama.client import ClientError, LlamaClient
+from reusebench.llama.server import LlamaServer
 
 from conftest import default_llama_server
 

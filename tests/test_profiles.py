@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import binaries, build, profiles
-from reusebench.binaries import BinaryError
-from reusebench.profiles import ProfileError, load_profile
+from reusebench.llama import binaries, build
+from reusebench.config import profiles
+from reusebench.llama.binaries import BinaryError
+from reusebench.config.profiles import ProfileError, load_profile
 
 GPU_MODEL_ENV = ("REUSEBENCH_GLM_MODEL", "REUSEBENCH_QWEN35_MODEL", "REUSEBENCH_QWEN35_MMPROJ")
 
@@ -155,7 +156,7 @@ def test_gpu_profile_binary_comes_from_env(tmp_path: Path, monkeypatch: pytest.M
 def test_profiles_are_found_from_any_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REUSEBENCH_PROFILES", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert load_profile("tiny-llama").path == Path(profiles.__file__).resolve().parents[1] / "server_profiles" / "tiny-llama.yaml"
+    assert load_profile("tiny-llama").path == Path(profiles.__file__).resolve().parents[2] / "server_profiles" / "tiny-llama.yaml"
 
 
 def test_profiles_dir_can_be_overridden(profile_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,7 +242,7 @@ def test_extends_a_shipped_profile_from_a_directory_of_ones_own(tmp_path: Path, 
 
 
 def test_a_profile_without_sizes_loads_and_the_run_asks_for_them(profile_dir: Path) -> None:
-    from reusebench import runner
+    from reusebench.run import runner
 
     profile = load_profile(write(profile_dir, "nosizes", "model: model.gguf\n"), check_binary=False)
     assert profile.variant("default").sizes == ()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reusebench import report
+from reusebench.report import run_report as report
 from reusebench.records import Record, RecordWriter, read_records
-from reusebench.session import verdict
+from reusebench.run.session import verdict
 
 
 def record(scenario: str, step: str, *, role: str = "measure", prompt_tokens: int = 1000, cache_n: int = 0,

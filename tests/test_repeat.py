@@ -19,9 +19,13 @@ import pynvml
 import pytest
 
 from fake_nvml import FakeGpu, FakeNvml, Reading
-from reusebench import cli, profiles, records, report, runner, server
-from reusebench.gpu import GpuSampler
-from reusebench.spread import spread
+from reusebench import cli, records
+from reusebench.config import profiles
+from reusebench.report import run_report as report
+from reusebench.run import runner
+from reusebench.llama import server
+from reusebench.machine.gpu import GpuSampler
+from reusebench.machine.spread import spread
 from test_asv_flow import REPO, asv_env, discover
 from test_spread import repeat
 

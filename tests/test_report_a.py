@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import profiles, runner
+from reusebench.config import profiles
+from reusebench.run import runner
 from reusebench.records import Record
 
 pytestmark = pytest.mark.e2e

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import cli, corpus, profiles, runner, scenarios
-from reusebench.client import Completion
+from reusebench import cli
+from reusebench.config import corpus, profiles, scenarios
+from reusebench.run import runner
+from reusebench.llama.client import Completion
 from reusebench.records import Record, read_records
 
 SIZE = 2048

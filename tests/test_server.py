@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from reusebench import tiny
-from reusebench.client import ClientError, LlamaClient
-from reusebench.handle import ServerHandle
-from reusebench.server import LlamaServer, ServerError
+from reusebench.llama.client import ClientError, LlamaClient
+from reusebench.llama.handle import ServerHandle
+from reusebench.llama.server import LlamaServer, ServerError
 
 from conftest import default_llama_server, process_group_alive
 

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import profiles, records, service_report, users, workload
-from reusebench.driver import PROBE_ROLE, DriverResult, ServiceDriver
+from reusebench.config import profiles, users, workload
+from reusebench import records
+from reusebench.report import service_report
+from reusebench.run.driver import PROBE_ROLE, DriverResult, ServiceDriver
 from reusebench.records import SESSION_ROLE, Record
 
 from test_faults import children, heed_ctrl_c

@@ -4,7 +4,7 @@
 (`site-assets`). The site is the one of the two-commit nightly flow (tests/test_asv_flow.py:
 the second commit disables context checkpoints, a planted regression), published for two
 machine names, as when two GPU boxes push their results to one results repository, and
-made self-contained (reusebench.site). The browser resolves no host but 127.0.0.1, so a
+made self-contained (reusebench.report.site). The browser resolves no host but 127.0.0.1, so a
 library still taken from a CDN breaks the page. Screenshots go to results/site-test/.
 """
 
@@ -24,7 +24,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from reusebench import site
+from reusebench.report import site
 
 from test_asv_flow import MACHINE, REASK, REPO, VARIANT, asv_env, fake_llama_cpp, nightly_config, run_asv
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from reusebench import cli
-from reusebench.sizes import SizeError, parse_size, size_label
+from reusebench.config.sizes import SizeError, parse_size, size_label
 
 REFUSED = ("-5", "0", "abc")
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import profiles, report, runner
+from reusebench.config import profiles
+from reusebench.report import run_report as report
+from reusebench.run import runner
 from reusebench.records import Record
 
 from conftest import default_llama_server

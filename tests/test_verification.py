@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reusebench.client import Completion, TokenProbs
+from reusebench.llama.client import Completion, TokenProbs
 from reusebench.records import Record
-from reusebench.verification import (
+from reusebench.reuse.verification import (
     LOGPROB_TOLERANCE,
     References,
     common_prefix,

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import service_report, task_log, users, workload
+from reusebench.report import service_report
+from reusebench.llama import task_log
+from reusebench.config import users, workload
 from reusebench.records import SESSION_ROLE, Record
 
 MINIMAL = """

@@ -33,7 +33,9 @@ from typing import Any
 
 from asv import util as asv_util
 
-from reusebench import build, scenarios, site
+from reusebench.llama import build
+from reusebench.config import scenarios
+from reusebench.report import site
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / "results" / "llama-demo"

@@ -7,12 +7,13 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from reusebench import binaries, logs, tiny
-from reusebench.client import Completion, LlamaClient
-from reusebench.handle import ServerHandle
-from reusebench.logs import Event
+from reusebench.llama import binaries, logs
+from reusebench import tiny
+from reusebench.llama.client import Completion, LlamaClient
+from reusebench.llama.handle import ServerHandle
+from reusebench.llama.logs import Event
 from reusebench.check.verdicts import OptionVerdict, Setting
-from reusebench.profiles import Variant
+from reusebench.config.profiles import Variant
 
 PROBE_N_PREDICT = 8  # enough greedy tokens for a stale state to show in the output
 PROBE_TAIL_TOKENS = 256  # document tokens before the "4 + n_ubatch before the end" checkpoint

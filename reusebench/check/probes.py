@@ -14,9 +14,9 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from reusebench.client import ClientError, Completion
-from reusebench.expectation import CHATML_USER_START
-from reusebench.logs import Event
+from reusebench.llama.client import ClientError, Completion
+from reusebench.reuse.expectation import CHATML_USER_START
+from reusebench.llama.logs import Event
 from reusebench.check.context import (
     N_BATCH_LINE,
     N_CTX_LINE,
@@ -31,7 +31,7 @@ from reusebench.check.context import (
     timings,
 )
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
-from reusebench.verification import common_prefix, output_difference
+from reusebench.reuse.verification import common_prefix, output_difference
 
 MAX_PROBE_PROMPT = 3072  # a probe that would need a longer prompt reports UNVERIFIED instead
 # The --cache-reuse probe removes a chunk this far into the document, of this many tokens: chunk reuse then

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from reusebench import binaries
-from reusebench.binaries import HelpOption
-from reusebench.client import ClientError
-from reusebench.handle import ServerHandle
+from reusebench.llama import binaries
+from reusebench.llama.binaries import HelpOption
+from reusebench.llama.client import ClientError
+from reusebench.llama.handle import ServerHandle
 from reusebench.check.context import Probe, ProbeContext, of_kind
 from reusebench.check.probes import PROBES, SLEEP_OPTION
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
-from reusebench.profiles import OptionValue, Variant
-from reusebench.server import LlamaServer, ServerError
+from reusebench.config.profiles import OptionValue, Variant
+from reusebench.llama.server import LlamaServer, ServerError
 
 # Defaults checked even when the profile leaves them unset: the ones that decide reuse.
 CHECKED_DEFAULTS: tuple[str, ...] = (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from reusebench.profiles import OptionValue
+from reusebench.config.profiles import OptionValue
 
 
 class Verdict(str, Enum):

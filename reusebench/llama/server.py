@@ -22,8 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from reusebench.binaries import death_by_signal
-from reusebench.logs import scrub_line
+from reusebench.llama.binaries import death_by_signal
+from reusebench.llama.logs import scrub_line
 
 HEALTH_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0

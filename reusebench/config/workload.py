@@ -6,7 +6,7 @@ summaries inserted at the head every N turns; regenerations (the same turn sent
 again); a health check of a few tokens every few seconds; idle gaps, each after a
 given turn of every conversation, that last until the server sleeps; bounds in
 requests and seconds; and a seed, so the same file gives the same conversations. Every error names the file and the field, as
-profiles do (reusebench/profiles.py); token counts are read by reusebench.sizes.
+profiles do (reusebench/config/profiles.py); token counts are read by reusebench.config.sizes.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Any
 
 import yaml
 
-from reusebench import binaries, sizes
-from reusebench.profiles import _StrictLoader  # the profiles' YAML dialect: 1.2 booleans, no duplicate keys
+from reusebench.llama import binaries
+from reusebench.config import sizes
+from reusebench.config.profiles import _StrictLoader  # the profiles' YAML dialect: 1.2 booleans, no duplicate keys
 
-WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
+WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "workloads"
 ARRIVALS = ("together", "staggered", "poisson")
 
 

@@ -25,15 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from reusebench import binaries, corpus, logs, task_log, users
-from reusebench.client import ClientError, Completion, LlamaClient
-from reusebench.handle import ServerHandle
-from reusebench.profiles import Variant
+from reusebench.llama import binaries, logs, task_log
+from reusebench.config import corpus, users
+from reusebench.llama.client import ClientError, Completion, LlamaClient
+from reusebench.llama.handle import ServerHandle
+from reusebench.config.profiles import Variant
 from reusebench.records import SESSION_ROLE, Record, RecordWriter, tokens_hash, verdict
-from reusebench.server import LlamaServer
-from reusebench.users import User
-from reusebench.verification import common_prefix
-from reusebench.workload import Workload
+from reusebench.llama.server import LlamaServer
+from reusebench.config.users import User
+from reusebench.reuse.verification import common_prefix
+from reusebench.config.workload import Workload
 
 PROBE_ROLE = "probe"  # the health check's records: not turns of a conversation
 CHARS_PER_TOKEN = 12  # generous for the corpus' words (one token per word): texts are cut to tokens after

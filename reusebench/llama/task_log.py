@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reusebench import logs
-from reusebench.logs import Event
+from reusebench.llama import logs
+from reusebench.llama.logs import Event
 
 SELECTION_KINDS = frozenset({"slot_skipped_empty", "slot_similarity_checked", "slot_selected_by_id",
                              "slot_selected_by_lcp", "slot_selected_by_lru"})

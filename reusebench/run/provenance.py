@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from reusebench import build, profiles
+from reusebench.llama import build
+from reusebench.config import profiles
 
 STAMP_FILE = "run.json"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GIT_TIMEOUT_S = 10.0
 
 

@@ -19,9 +19,10 @@ from typing import Any
 
 import yaml
 
-from reusebench import binaries, sizes
-from reusebench.binaries import Binary, BinaryError
-from reusebench.scenarios import SCENARIO_IDS  # one list: the catalogue's
+from reusebench.llama import binaries
+from reusebench.config import sizes
+from reusebench.llama.binaries import Binary, BinaryError
+from reusebench.config.scenarios import SCENARIO_IDS  # one list: the catalogue's
 
 DEFAULT_N_PREDICT = 8
 MMPROJ_AXIS = "mmproj"  # matrix axis that loads the profile's mmproj (true) or not (false)
@@ -119,7 +120,7 @@ class Profile:
 def default_profiles_dir() -> Path:
     """`$REUSEBENCH_PROFILES`, else the `server_profiles/` folder next to the package."""
     configured = os.environ.get("REUSEBENCH_PROFILES")
-    return Path(configured) if configured else Path(__file__).resolve().parents[1] / "server_profiles"
+    return Path(configured) if configured else Path(__file__).resolve().parents[2] / "server_profiles"
 
 
 def profile_names(profiles_dir: Path | None = None) -> list[str]:
@@ -514,7 +515,7 @@ def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
     if not path.is_file():
         raise ProfileError(f"{origins.file(where)}: {where}: {path} does not exist")
     if path.suffix == ".gguf":  # a corrupt or truncated model: an error naming file and field, before any launch
-        from reusebench.gguf_check import GgufError, check_gguf
+        from reusebench.llama.gguf_check import GgufError, check_gguf
 
         try:
             check_gguf(path)

@@ -13,9 +13,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from reusebench import service_report, spread
+from reusebench.report import service_report
+from reusebench.machine import spread
 from reusebench.records import Record, deviation
-from reusebench.sizes import size_label
+from reusebench.config.sizes import size_label
 
 
 def _correctness(r: Record) -> str:

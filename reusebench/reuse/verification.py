@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from reusebench.client import Completion
+from reusebench.llama.client import Completion
 from reusebench.records import Record, apply_verification, step_id
 
 LOGPROB_TOLERANCE = 1e-2

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from reusebench.client import Completion
+from reusebench.llama.client import Completion
 
 Prompt = str | Sequence[int]
 Lora = list[dict[str, float]]

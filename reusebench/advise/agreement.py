@@ -2,7 +2,7 @@
 
 ``reusebench agreement`` runs the catalogue on each profile once per option set (a profile extending the
 shipped one with those options, named ``PROFILE+OPTION=VALUE``) and size, then counts the measured steps
-whose ``prompt_n`` the model (``reusebench.expectation``) predicted within the tolerance of
+whose ``prompt_n`` the model (``reusebench.reuse.expectation``) predicted within the tolerance of
 ``records.EXPECTED_TOLERANCE``. Every disagreement is listed with both causes. ``--records`` tabulates runs
 already recorded, so the table can be rebuilt without running anything.
 """
@@ -19,8 +19,10 @@ from typing import TextIO
 import yaml
 from tabulate import tabulate
 
-from reusebench import profiles, records, runner
-from reusebench.sizes import size_label
+from reusebench.config import profiles
+from reusebench import records
+from reusebench.run import runner
+from reusebench.config.sizes import size_label
 
 # The tiny model profiles run the whole catalogue; tiny-lora, tiny-lora-llama and tiny-sleep add the two
 # scenarios that need a LoRA or sleep (lora_swap, after_sleep), which do not apply to the others, and tiny-probe

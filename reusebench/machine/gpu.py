@@ -19,7 +19,7 @@ from typing import Any
 
 import pynvml
 
-from reusebench.gpu_summary import GpuLoss, GpuSample, GpuTrace, StepGpuSummary, summarize
+from reusebench.machine.gpu_summary import GpuLoss, GpuSample, GpuTrace, StepGpuSummary, summarize
 
 __all__ = ["DEFAULT_RATE_HZ", "GpuSampler", "GpuSample", "GpuTrace", "GpuLoss", "StepGpuSummary", "summarize"]
 

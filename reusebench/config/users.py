@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from reusebench.workload import Workload
+from reusebench.config.workload import Workload
 
 FIRST, CONTINUES, REGENERATE, HEAD_INSERT, AFTER_SLEEP = "first", "continues", "regenerate", "head insert", "after sleep"
 CANNOT_HIT = (FIRST, HEAD_INSERT, AFTER_SLEEP)

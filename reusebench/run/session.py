@@ -41,12 +41,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from reusebench import corpus as corpus_mod
-from reusebench import binaries, expectation, host, logs, scenarios
-from reusebench.client import ClientError, Completion, ProgressCallback
-from reusebench.gpu import GpuSampler
-from reusebench.handle import ServerHandle
-from reusebench.profiles import Variant
+from reusebench.config import corpus as corpus_mod
+from reusebench.llama import binaries, logs
+from reusebench.reuse import expectation
+from reusebench.machine import host
+from reusebench.config import scenarios
+from reusebench.llama.client import ClientError, Completion, ProgressCallback
+from reusebench.machine.gpu import GpuSampler
+from reusebench.llama.handle import ServerHandle
+from reusebench.config.profiles import Variant
 from reusebench.records import (
     HIT_TOLERANCE,
     SESSION_ROLE,
@@ -57,8 +60,8 @@ from reusebench.records import (
     tokens_hash,
     verdict,
 )
-from reusebench.server import LlamaServer, ServerError
-from reusebench.verification import References, common_prefix, reference_name
+from reusebench.llama.server import LlamaServer, ServerError
+from reusebench.reuse.verification import References, common_prefix, reference_name
 
 __all__ = ["HIT_TOLERANCE", "Session", "SessionResult", "verdict"]
 

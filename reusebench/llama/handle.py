@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from reusebench import logs
-from reusebench.client import LlamaClient
-from reusebench.logs import Event
-from reusebench.server import LlamaServer, ServerError
+from reusebench.llama import logs
+from reusebench.llama.client import LlamaClient
+from reusebench.llama.logs import Event
+from reusebench.llama.server import LlamaServer, ServerError
 
 # The server compares its idle time with the limit at least once a second (its task loop waits at most
 # 1 s for a task: tools/server/server-queue.cpp, start_loop) and flags is_sleeping before it frees the model,

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reusebench import build, host
+from reusebench.llama import build
+from reusebench.machine import host
 
 DEFAULT = "default"
 HELP_TIMEOUT_S = 30.0

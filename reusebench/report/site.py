@@ -14,8 +14,8 @@ has flot 0.8.3 only unminified (the CDN's .min.js files are the CDN's own minifi
 and stupidtable only as stupid-table-plugin 1.1.3 (the CDN's is 1.0.1, the same jQuery
 plugin API); those tags lose the attribute and rely on the tarball's hash.
 
-    python -m reusebench.site fetch            # setup: npm pack into the cache
-    python -m reusebench.site vendor SITE_DIR  # after asv publish
+    python -m reusebench.report.site fetch            # setup: npm pack into the cache
+    python -m reusebench.report.site vendor SITE_DIR  # after asv publish
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def make_self_contained(site: Path, assets: Path | None = None) -> list[str]:
     by_url = {asset.cdn_url: asset for asset in ASSETS}
     unknown = [url for _, url in _EXTERNAL_TAG.findall(html) if url not in by_url]
     if unknown:
-        raise SiteError(f"{index} loads {', '.join(unknown)}, which reusebench.site does not vendor "
+        raise SiteError(f"{index} loads {', '.join(unknown)}, which reusebench.report.site does not vendor "
                         "(another asv version?): add it to ASSETS")
     tarballs: dict[NpmPackage, tarfile.TarFile] = {}
     try:
@@ -149,7 +149,7 @@ def make_self_contained(site: Path, assets: Path | None = None) -> list[str]:
             path = assets / package.tarball
             if not path.is_file() or _sha256(path.read_bytes()) != package.sha256:
                 raise SiteError(f"{path}: missing or not the pinned tarball; run `make site-assets` "
-                                "(python -m reusebench.site fetch)")
+                                "(python -m reusebench.report.site fetch)")
             tarballs[package] = tarfile.open(path)
 
         def local_tag(match: re.Match[str]) -> str:
@@ -186,7 +186,7 @@ def _sri(data: bytes, like: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reusebench.site", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m reusebench.report.site", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("fetch", help="npm pack the libraries into the cache (setup)")
     vendor = sub.add_parser("vendor", help="copy them into a published asv site and point index.html at them")
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             for local in make_self_contained(args.site):
                 print(args.site / local)
     except SiteError as error:
-        print(f"reusebench.site: {error}", file=sys.stderr)
+        print(f"reusebench.report.site: {error}", file=sys.stderr)
         return 1
     return 0
 

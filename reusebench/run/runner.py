@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from reusebench import corpus, profiles, provenance, records, scenarios, spread
-from reusebench.gpu import GpuSampler
-from reusebench.session import Session, SessionResult
+from reusebench.config import corpus, profiles, scenarios
+from reusebench.run import provenance
+from reusebench import records
+from reusebench.machine import spread
+from reusebench.machine.gpu import GpuSampler
+from reusebench.run.session import Session, SessionResult
 
 
 @dataclass(frozen=True)

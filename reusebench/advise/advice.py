@@ -1,7 +1,7 @@
 """`reusebench advise PROFILE`: profile changes that matter for prompt reuse, each with its effect.
 
 An effect is *measured* when the change was tried on the profile's model at a small size (``TRIAL_SIZE``)
-and *predicted* by the reuse model (``reusebench.expectation``) where it was not, for instance at the
+and *predicted* by the reuse model (``reusebench.reuse.expectation``) where it was not, for instance at the
 profile's own sizes. Each advice says which.
 
 - ``cache-reuse`` that the server disables on this model (an mmproj, or attention that cannot shift): both
@@ -21,10 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from reusebench import corpus, expectation, profiles, records, runner
-from reusebench.handle import ServerHandle
-from reusebench.server import LlamaServer
-from reusebench.sizes import size_label
+from reusebench.config import corpus, profiles
+from reusebench.reuse import expectation
+from reusebench import records
+from reusebench.run import runner
+from reusebench.llama.handle import ServerHandle
+from reusebench.llama.server import LlamaServer
+from reusebench.config.sizes import size_label
 
 TRIAL_SIZE = 2048
 # What --cache-reuse could change: the steps whose prompt shares a prefix (or a shifted chunk) with the slot.

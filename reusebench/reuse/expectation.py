@@ -25,7 +25,7 @@ from pathlib import Path
 
 import gguf
 
-from reusebench.verification import common_prefix
+from reusebench.reuse.verification import common_prefix
 
 MEMORY_KINDS = ("attention", "recurrent", "hybrid")
 # llama-server's defaults for the options that decide reuse (docs/llama-server-reuse.md, with source lines)

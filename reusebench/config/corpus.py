@@ -34,7 +34,7 @@ SIZE_TOLERANCE = 0.005
 MAX_TOKENIZER_CALLS = 5
 SPEC_KEYS = {"description", "source", "seed", "path", "questions", "edit", "summary"}
 SOURCES = ("words", "stdlib", "file")
-CORPORA_DIR = Path(__file__).resolve().parents[1] / "corpora"
+CORPORA_DIR = Path(__file__).resolve().parents[2] / "corpora"
 
 
 class CorpusError(ValueError):

@@ -1,10 +1,10 @@
 """What a workload run shows: miss rates by class, the cause of each miss, interference, the health check.
 
-Read from the records alone (``reusebench.driver`` writes them), so a report can be rebuilt from
+Read from the records alone (``reusebench.run.driver`` writes them), so a report can be rebuilt from
 ``results/``. Every rate has its denominator beside it. The classes are report B's:
 
 - by what the turn could hope for: ``continues``/``regenerate`` should hit; ``first``, ``head insert`` and
-  ``after sleep`` cannot (``reusebench.users``), and are counted apart;
+  ``after sleep`` cannot (``reusebench.config.users``), and are counted apart;
 - by where the reuse came from: the slot kept the conversation (``slot-kept``), the RAM cache gave it back
   (``RAM-restored``), or neither held it (``not held``);
 - with or without a LoRA.
@@ -25,8 +25,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from reusebench import users
-from reusebench.driver import PROBE_ROLE
+from reusebench.config import users
+from reusebench.run.driver import PROBE_ROLE
 from reusebench.records import HIT_TOLERANCE, SESSION_ROLE, Record
 
 LORA_AFTER_RESTORE = "LoRA-change clear after restore"

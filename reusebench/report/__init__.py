@@ -1,0 +1,1 @@
+"""Reports over records: scenario runs, service workloads, and the asv site's assets."""

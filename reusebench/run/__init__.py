@@ -1,0 +1,1 @@
+"""Running: one scenario session or one service workload against a server, through one recording core."""
