@@ -211,7 +211,7 @@ def summarise(measured: list[records.Record], records_paths: list[str],
     sessions: dict[tuple[str, str], tuple[str, str]] = {}  # (run id, session) -> (variant, size)
     for r in measured:
         key = sessions.setdefault((r.run_id, r.session), (r.variant, sizes.size_label(r.size)))
-        if r.role == "measure" and not r.error:
+        if r.role == records.Role.MEASURE and not r.error:
             by_step[(*key, f"{r.scenario}/{r.step}")].append(r)
     failures = records.failed_sessions(measured)
     errors = {sessions[session]: why for session, why in failures.items()}

@@ -47,7 +47,7 @@ def _session_records(cache: dict[str, Any], size: str, variant: str) -> list[rec
 
 def summary_figure(cache: dict[str, Any], size: str, variant: str, value: Callable[[dict[str, Any]], float]) -> float:
     """The median over the sessions' summary records of ``value(extra)``."""
-    summaries = [r.extra for r in _session_records(cache, size, variant) if r.role == records.SESSION_ROLE]
+    summaries = [r.extra for r in _session_records(cache, size, variant) if r.role == records.Role.SESSION]
     if not summaries:
         if (variant, size) in cache["clean_sessions"] or not _session_records(cache, size, variant):
             raise SkipNotImplemented(f"no session summary for {variant} @ {size} (records from before summaries)")
@@ -67,7 +67,7 @@ def summary_track(value: Callable[[dict[str, Any]], float], unit: str,
 
 def prefill_budget(extra: dict[str, Any]) -> records.PrefillBudget:
     prefill = extra["prefill"]
-    return records.PrefillBudget("", prefill["measure"], prefill["setup"], prefill["reference"])
+    return records.PrefillBudget.of("", prefill)
 
 
 def budget_ratio(extra: dict[str, Any]) -> float:

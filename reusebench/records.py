@@ -20,17 +20,62 @@ import json
 import os
 import threading
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
 
-SCHEMA_VERSION = 1
+# 2: ``lora`` is one format for every driver (``lora_key``); version 1 records of scenario runs held it as JSON
+# pairs, and ``read_records`` converts them.
+SCHEMA_VERSION = 2
 
-ROLES = ("setup", "measure", "reference")  # of the records of HTTP calls
-# One record per session that is no HTTP call: its timing (wall, server, loads, waits, harness overhead,
-# corpus building) and prefill tokens by role, in ``extra``.
-SESSION_ROLE = "session"
+
+class Role(StrEnum):
+    """Why a record's call was made. A ``StrEnum``: a record read back from JSON compares equal by its text."""
+
+    SETUP = "setup"  # puts the server in the state a measured step starts from
+    MEASURE = "measure"  # a measured step (a scenario's, or a workload user's turn)
+    REFERENCE = "reference"  # a no-reuse computation of a measured prompt, for its output
+    PROBE = "probe"  # a workload's health check: no turn of a conversation
+    # One record per session that is no HTTP call: its timing (wall, server, loads, waits, harness overhead,
+    # corpus building) and prefill tokens by role, in ``extra``.
+    SESSION = "session"
+
+
+PREFILL_ROLES = (Role.SETUP, Role.MEASURE, Role.REFERENCE)  # what a session's prefill budget sums
+DEFAULT_LORA = "default"  # the LoRA key of a request without a ``lora`` field: the server's launch scales
+
+Lora = Sequence[Mapping[str, float]] | None  # a request's ``lora`` field: [{"id": 0, "scale": 1.0}, ...]
+
+
+def lora_key(lora: Lora) -> str:
+    """The one text form of a request's LoRA setting, as ``Record.lora`` keeps it: "id:scale" per adapter, by
+    id ("0:1,1:0.5"), or "default" for a request that sends none."""
+    if lora is None:
+        return DEFAULT_LORA
+    return ",".join(f"{int(a['id'])}:{float(a['scale']):g}" for a in sorted(lora, key=lambda a: int(a["id"])))
+
+
+def lora_scales(key: str | None) -> dict[int, float] | None:
+    """Adapter id -> scale of a ``lora_key``; None for "default" (or no key)."""
+    if key is None or key == DEFAULT_LORA:
+        return None
+    return {int(i): float(s) for i, s in (pair.split(":") for pair in key.split(",") if pair)}
+
+
+def lora_applied(key: str | None) -> bool:
+    """Some adapter runs at a non-zero scale (the launch default counts as applied: it is scale 1)."""
+    scales = lora_scales(key)
+    return scales is None or any(scale != 0 for scale in scales.values())
+
+
+def _lora_key_of_v1(value: str | None) -> str | None:
+    """A version 1 record's ``lora``: scenario runs wrote JSON pairs ("[[0, 1.0]]"), workloads "0:1"."""
+    if value is None or not value.startswith("["):
+        return value
+    return lora_key([{"id": i, "scale": s} for i, s in json.loads(value)])
+
 HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
 # Tokens by which a measured prompt_n may differ from the reuse model's (reusebench.reuse.expectation) before the step
 # is UNEXPECTED. Zero: the model works on the token ids the server is sent and the server's rules are integer
@@ -59,7 +104,7 @@ class Record:
     size: int
     scenario: str
     step: str
-    role: str
+    role: str  # a Role
     endpoint: str
     started_at: float
     ended_at: float
@@ -187,7 +232,7 @@ def apply_verification(measured: Record, check: dict[str, Any]) -> None:
 
 def resolve_verifications(records: Sequence[Record]) -> None:
     """Apply every deferred verdict (``extra["verifies"]`` of a later record) to the measured record it names."""
-    index = {(r.run_id, r.session, r.scenario, r.step, r.started_at): r for r in records if r.role == "measure"}
+    index = {(r.run_id, r.session, r.scenario, r.step, r.started_at): r for r in records if r.role == Role.MEASURE}
     for reference in records:
         for check in reference.extra.get("verifies") or ():
             target = index.get((reference.run_id, reference.session, check["scenario"], check["step"],
@@ -204,6 +249,11 @@ class PrefillBudget:
     measured: int
     setup: int
     reference: int
+
+    @classmethod
+    def of(cls, session: str, by_role: Mapping[str, int]) -> PrefillBudget:
+        """From prefilled tokens by role (a summary record's ``extra["prefill"]``, or sums over records)."""
+        return cls(session, by_role[Role.MEASURE], by_role[Role.SETUP], by_role[Role.REFERENCE])
 
     @property
     def total(self) -> int:
@@ -228,10 +278,10 @@ def prefill_budgets(records: Iterable[Record]) -> list[PrefillBudget]:
     """One budget per session, in the order first seen (records without a prompt_n, e.g. failed calls, add 0)."""
     sums: dict[str, dict[str, int]] = {}
     for r in records:
-        by_role = sums.setdefault(r.session, dict.fromkeys(ROLES, 0))
+        by_role = sums.setdefault(r.session, dict.fromkeys(PREFILL_ROLES, 0))
         if r.prompt_n is not None and r.role in by_role:
-            by_role[r.role] += r.prompt_n
-    return [PrefillBudget(session, s["measure"], s["setup"], s["reference"]) for session, s in sums.items()]
+            by_role[Role(r.role)] += r.prompt_n
+    return [PrefillBudget.of(session, s) for session, s in sums.items()]
 
 
 def failed_sessions(records: Iterable[Record]) -> dict[tuple[str, str], str]:
@@ -241,7 +291,7 @@ def failed_sessions(records: Iterable[Record]) -> dict[tuple[str, str], str]:
     for r in records:
         if r.error:
             failed.setdefault((r.run_id, r.session), f"{r.scenario}/{r.step}: {r.error}")
-        elif r.role == SESSION_ROLE and r.extra.get("failures"):
+        elif r.role == Role.SESSION and r.extra.get("failures"):
             failed.setdefault((r.run_id, r.session), r.extra["failures"][0])
     return failed
 
@@ -259,6 +309,8 @@ def read_records(path: Path) -> list[Record]:
             except json.JSONDecodeError:
                 warnings.warn(f"{path}:{number}: skipped a damaged record line ({len(line)} bytes)", stacklevel=2)
                 continue
+            if data.get("schema", 1) == 1:
+                data["lora"] = _lora_key_of_v1(data.get("lora"))
             records.append(Record(**{k: v for k, v in data.items() if k in known}))
     resolve_verifications(records)
     return records

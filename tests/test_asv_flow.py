@@ -134,10 +134,10 @@ def replay_records(run_dir: Path, stamp: provenance.Stamp, failures: list[str] |
 
     with records.RecordWriter(path) as writer:
         writer.write(record("s@2048", "first_load", "cold", "measure", prompt_n=2048, prompt_ms=1000.0))
-        writer.write(record("s@2048", records.SESSION_ROLE, "summary", records.SESSION_ROLE,
+        writer.write(record("s@2048", records.Role.SESSION, "summary", records.Role.SESSION,
                             extra={"failures": []}))
         if failures is not None:
-            writer.write(record("s@4096", records.SESSION_ROLE, "summary", records.SESSION_ROLE,
+            writer.write(record("s@4096", records.Role.SESSION, "summary", records.Role.SESSION,
                                 extra={"failures": failures}))
     return path
 
@@ -327,7 +327,7 @@ def test_nightly_over_two_commits(tmp_path: Path) -> None:
     assert before[deviation] == 0 and after[deviation] >= 2048 - 600
     runs = sorted((tmp_path / "records" / "runs").glob("*/records.jsonl"))
     assert len(runs) == 2
-    reasks = [next(r for r in records.read_records(run) if r.role == "measure" and f"{r.scenario}/{r.step}" == REASK)
+    reasks = [next(r for r in records.read_records(run) if r.role == records.Role.MEASURE and f"{r.scenario}/{r.step}" == REASK)
               for run in runs]
     assert [r.verdict for r in reasks] == ["partial", "UNEXPECTED"]
     assert reasks[1].expected == reasks[0].expected == reasks[0].prompt_n <= 600  # "expected 515"

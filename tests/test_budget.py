@@ -20,7 +20,7 @@ import pytest
 from reusebench.config import profiles
 from reusebench import records
 from reusebench.run import runner
-from reusebench.records import Record
+from reusebench.records import Record, Role
 
 pytestmark = pytest.mark.e2e
 
@@ -61,10 +61,10 @@ def test_the_budget_counts_every_prefilled_token_and_is_printed_per_session(hybr
     b = budget(result)
     calls = [r for r in result.records if r.prompt_n is not None]
     assert b.total == sum(r.prompt_n for r in calls)
-    assert b.measured == sum(r.prompt_n for r in calls if r.role == "measure")
+    assert b.measured == sum(r.prompt_n for r in calls if r.role == Role.MEASURE)
     assert b.setup == step(result, "interleave", "other document", "setup").prompt_n + sum(
-        r.prompt_n for r in calls if r.scenario == "probe_eviction" and r.role == "setup")
-    (summary,) = [r for r in result.records if r.role == records.SESSION_ROLE]
+        r.prompt_n for r in calls if r.scenario == "probe_eviction" and r.role == Role.SETUP)
+    (summary,) = [r for r in result.records if r.role == records.Role.SESSION]
     assert summary.extra["prefill"] == {"measure": b.measured, "setup": b.setup, "reference": b.reference}
     assert output.rstrip().splitlines()[-1] == b.line()  # the run ends with one budget line per session
     assert f"prefill budget {b.ratio:.2f}" in output
@@ -81,18 +81,18 @@ def test_a_later_cold_computation_verifies_an_earlier_step_instead_of_a_referenc
     assert reask.extra["verified_by"] == "restore_disk/reask"
     verifier = step(result, "restore_disk", "reask")
     assert verifier.cache_n == 0 and verifier.extra["verifies"][0]["step"] == "new question"
-    assert not [r for r in result.records if r.role == "reference" and r.prompt_hash == reask.prompt_hash]
+    assert not [r for r in result.records if r.role == Role.REFERENCE and r.prompt_hash == reask.prompt_hash]
     # D + Q1 was computed cold by the first load: resend and interleave share it, no reference call
     first = step(result, "first_load", "cold")
-    assert not [r for r in result.records if r.role == "reference" and r.prompt_hash == first.prompt_hash]
+    assert not [r for r in result.records if r.role == Role.REFERENCE and r.prompt_hash == first.prompt_hash]
     assert step(result, "resend", "same prompt").matches_reference is True
     assert "reask/new question: verified by restore_disk/reask: partial" in output
 
 
 def test_deferred_references_run_at_the_end_and_carry_their_verdicts(hybrid):
     result, _ = hybrid
-    references = [r for r in result.records if r.role == "reference"]
-    last_measured = max(r.ended_at for r in result.records if r.role == "measure")
+    references = [r for r in result.records if r.role == Role.REFERENCE]
+    last_measured = max(r.ended_at for r in result.records if r.role == Role.MEASURE)
     assert references and all(r.started_at > last_measured for r in references)
     assert all(len(r.extra["verifies"]) >= 1 for r in references)
     cut = step(result, "chunk_removed", "10% cut at 10%")

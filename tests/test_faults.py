@@ -26,7 +26,7 @@ from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import logs
 from reusebench.run import runner, session
 from reusebench.machine.gpu import GpuSampler
-from reusebench.records import Record, RecordWriter
+from reusebench.records import Record, RecordWriter, Role
 from reusebench.run.session import Session
 
 from conftest import child_llama_servers, process_group_alive
@@ -101,10 +101,10 @@ def test_server_killed_mid_prefill_is_recorded_and_the_run_goes_on(tmp_path, mon
     assert "llama-server exited with status -9" in failed[0].error
     tail = failed[0].extra["log_tail"].splitlines()
     assert tail and all(logs.scrub_line(line) == line for line in tail)  # scrubbed: allowlisted, numbers-only lines
-    assert [(r.scenario, r.prompt_n is not None) for r in first if r.role == "measure"] == [
+    assert [(r.scenario, r.prompt_n is not None) for r in first if r.role == Role.MEASURE] == [
         ("first_load", True), ("resend", True)]  # intact; nothing after the failure
     assert not process_group_alive(faults[0].pgid)
-    assert {(r.scenario, r.step) for r in second if r.role == "measure"} >= {
+    assert {(r.scenario, r.step) for r in second if r.role == Role.MEASURE} >= {
         ("first_load", "cold"), ("resend", "same prompt"), ("interleave", "back to first"), ("reask", "new question")}
     assert not [r for r in second if r.error]
     assert "session stopped: interleave: ClientError" in out.getvalue()

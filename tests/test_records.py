@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reusebench.report import run_report as report
-from reusebench.records import Record, RecordWriter, read_records
-from reusebench.run.session import verdict
+from reusebench.records import Record, RecordWriter, Role, lora_applied, lora_key, read_records, verdict
 
 
 def record(scenario: str, step: str, *, role: str = "measure", prompt_tokens: int = 1000, cache_n: int = 0,
@@ -18,7 +17,7 @@ def record(scenario: str, step: str, *, role: str = "measure", prompt_tokens: in
                cause={"summary": "no reuse"})
     for name, value in fields.items():
         setattr(r, name, value)
-    if role == "measure":
+    if role == Role.MEASURE:
         r.verdict = verdict(r)
     return r
 
@@ -37,7 +36,7 @@ RECORDS = [
 
 
 def test_verdicts_separate_cannot_hit_turns_and_flag_wrong_output():
-    assert [r.verdict for r in RECORDS if r.role == "measure"] == [
+    assert [r.verdict for r in RECORDS if r.role == Role.MEASURE] == [
         "full (cannot hit)", "hit", "miss", "full (cannot hit)", "miss", "WRONG OUTPUT"]
     foreign = record("lora_swap", "P + more, no LoRA", cache_n=996, ideal=999, expected_hit=False,
                      matches_reference=True, extra={"foreign_reused": 995})
@@ -80,3 +79,20 @@ def test_a_step_the_reuse_model_did_not_expect_is_unexpected_and_the_report_show
     assert "| reask      | new question | 1,000 / 17" in text and "| 515 (+485)" in text
     assert "forced full re-processing (no checkpoint before divergence) | restored checkpoint at n_tokens=485" in text
     assert "steps the reuse model did not expect: 1 (reask/new question)" in text
+
+
+def test_one_lora_key_for_every_driver() -> None:
+    assert lora_key(None) == "default"
+    assert lora_key([{"id": 1, "scale": 0.5}, {"id": 0, "scale": 1.0}]) == "0:1,1:0.5"
+    assert lora_key([{"id": 0, "scale": 0.0}]) == "0:0"
+    assert [lora_applied(k) for k in ("default", "0:1", "0:0", "0:0,1:0.5")] == [True, True, False, True]
+
+
+def test_version_1_records_read_with_the_lora_key_of_version_2(tmp_path: Path) -> None:
+    """Scenario runs of schema 1 wrote the LoRA as JSON pairs; workloads wrote "id:scale" already."""
+    path = tmp_path / "records.jsonl"
+    with RecordWriter(path) as writer:
+        for lora in ("[[0, 1.0]]", "[]", "0:0", "default"):
+            writer.write(record("lora_swap", lora, lora=lora, schema=1))
+        writer.write(record("lora_swap", "new", lora="[[0, 1.0]]"))  # schema 2: kept as written
+    assert [r.lora for r in read_records(path)] == ["0:1", "", "0:0", "default", "[[0, 1.0]]"]

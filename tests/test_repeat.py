@@ -73,7 +73,7 @@ def test_repeat_run_on_cpu_records_host_state_and_reports_the_spread(
     assert not [line for line in err.splitlines() if "warn" in line.lower()]
 
     (run_dir,) = (tmp_path / "runs").iterdir()
-    loads = [r for r in records.read_records(run_dir / "records.jsonl") if r.role == "measure"]
+    loads = [r for r in records.read_records(run_dir / "records.jsonl") if r.role == records.Role.MEASURE]
     assert [(r.scenario, r.step, r.extra["repeat"]) for r in loads] == [("first_load", "cold", n) for n in (1, 2, 3)]
     assert len({r.session for r in loads}) == 3  # a fresh server each time
     for r in loads:
@@ -171,7 +171,7 @@ def test_throttling_on_the_slow_repeat_is_flagged(tmp_path: Path, monkeypatch: p
         out=io.StringIO(),
     )
     assert result.failed_sessions == 0 and len(starts) == 3
-    loads = [r for r in result.records if r.role == "measure"]
+    loads = [r for r in result.records if r.role == records.Role.MEASURE]
     assert [r.gpu["throttled_fraction"] for r in loads] == [0.0, 1.0, 0.0]
     assert loads[1].gpu["throttle_reasons"] == ["SwThermalSlowdown"]
     assert loads[1].gpu["start_temperature_c"] == 88 and loads[0].gpu["sm_clock_mean_mhz"] == 1980

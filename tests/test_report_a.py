@@ -14,7 +14,7 @@ import pytest
 
 from reusebench.config import profiles
 from reusebench.run import runner
-from reusebench.records import Record
+from reusebench.records import Record, Role
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ def run(profile: str, variant: str, results: Path) -> dict[tuple[str, str], Reco
         scenario_ids=REPORT_A, out=io.StringIO(),
     )
     assert result.failed_sessions == 0
-    return {(r.scenario, r.step): r for r in result.records if r.role == "measure"}
+    return {(r.scenario, r.step): r for r in result.records if r.role == Role.MEASURE}
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from reusebench import cli
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.run import runner
 from reusebench.llama.client import Completion
-from reusebench.records import Record, read_records
+from reusebench.records import Record, Role, read_records
 
 SIZE = 2048
 RUNS: list[runner.RunResult] = []  # every run of this module, for the privacy test
@@ -34,7 +34,7 @@ class Run:
 
     def measured(self, variant: str | None = None) -> dict[tuple[str, str], Record]:
         return {(r.scenario, r.step): r for r in self.records
-                if r.role == "measure" and variant in (None, r.variant)}
+                if r.role == Role.MEASURE and variant in (None, r.variant)}
 
     def step(self, scenario: str, step: str, variant: str | None = None, role: str = "measure") -> Record:
         found = [r for r in self.records if (r.scenario, r.step, r.role) == (scenario, step, role)
@@ -225,7 +225,7 @@ def test_restore_disk_saves_its_own_slot_only_without_interleave():
 @pytest.mark.e2e
 def test_every_scenario_ran_or_said_why_not(hybrid, control):
     for result in (hybrid, control):
-        ran = {r.scenario for r in result.records if r.role == "measure"}
+        ran = {r.scenario for r in result.records if r.role == Role.MEASURE}
         assert ran == set(scenarios.SCENARIO_IDS) - {"after_sleep", "lora_swap"}
         assert "after_sleep: not applicable to this variant, nothing recorded: needs sleep-idle-seconds > 0" \
             in result.output
@@ -370,7 +370,7 @@ def test_restore_disk_alone_saves_its_own_slot(tmp_path: Path, capsys: pytest.Ca
     assert status == 0, capsys.readouterr().err
     (run_dir,) = (tmp_path / "runs").iterdir()
     written = read_records(run_dir / "records.jsonl")
-    setup = [(r.scenario, r.step) for r in written if r.role == "setup"]
+    setup = [(r.scenario, r.step) for r in written if r.role == Role.SETUP]
     assert setup[:2] == [("restore_disk", "document + first question"), ("restore_disk", "save slot")]
     assert not [r for r in written if r.error]
     extension = next(r for r in written if (r.scenario, r.step, r.role) == ("restore_disk", "extension", "measure"))
@@ -387,7 +387,7 @@ def test_the_reuse_model_expects_every_measured_step_of_the_pinned_build(
     """Expected vs measured on every run of this module: no step is UNEXPECTED, and the known wrong outputs
     (cache-reuse on the long-memory hybrid, the LoRA-computed RAM entry) are predicted as such."""
     for run_ in (hybrid, control, lora_hybrid, lora_control, sleep, probe):
-        measured = [r for r in run_.records if r.role == "measure"]
+        measured = [r for r in run_.records if r.role == Role.MEASURE]
         off = [f"{r.variant} {r.scenario}/{r.step}: expected {r.expected} ({r.cause_expected}), measured {r.prompt_n} "
                f"({r.cause['summary']})" for r in measured if r.prompt_n != r.expected]
         assert not off, off

@@ -18,8 +18,8 @@ import pytest
 from reusebench.config import profiles, users, workload
 from reusebench import records
 from reusebench.report import service_report
-from reusebench.run.driver import PROBE_ROLE, DriverResult, ServiceDriver
-from reusebench.records import SESSION_ROLE, Record
+from reusebench.run.driver import DriverResult, ServiceDriver
+from reusebench.records import Record, Role
 
 from test_faults import children, heed_ctrl_c
 
@@ -43,7 +43,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Record], Servi
 
 
 def calls(kept: list[Record]) -> list[Record]:
-    return [r for r in kept if r.role in ("measure", PROBE_ROLE)]
+    return [r for r in kept if r.role in (Role.MEASURE, Role.PROBE)]
 
 
 def test_every_call_is_recorded_with_its_user_turn_slot_and_cause(small) -> None:
@@ -55,7 +55,7 @@ def test_every_call_is_recorded_with_its_user_turn_slot_and_cause(small) -> None
         assert r.cause is not None and r.cause["slot"] == r.slot, r  # its own launch, out of interleaved lines
         assert r.prompt_n + r.cache_n == r.prompt_tokens
     assert {r.user for r in calls(kept)} == {u.name for u in driver.users} | {users.HEALTH_CHECK}
-    assert kept[-1].role == SESSION_ROLE and kept[-1].extra["requests"] == len(calls(kept))
+    assert kept[-1].role == Role.SESSION and kept[-1].extra["requests"] == len(calls(kept))
     assert not driver.handle.server.is_running()
 
 
@@ -95,7 +95,7 @@ def test_report_b_findings_appear_by_cause(small) -> None:
     health = service_report.health_effect(kept, driver.workload.long_prefill_tokens)
     assert health.took_slot >= 1, service_report.render(kept)
     probe_tokens = driver.workload.health_check.tokens
-    took = [r for r in kept if r.role == PROBE_ROLE and r.cause["selection"] == "lcp" and r.extra["displaced"]]
+    took = [r for r in kept if r.role == Role.PROBE and r.cause["selection"] == "lcp" and r.extra["displaced"]]
     # at least one of them pushed out a conversation, not just another probe's few tokens
     assert any(max(r.extra["displaced"]) > 4 * probe_tokens for r in took)
     should_have_hit = [t for t in found if t.should_hit and t.outcome != "hit"]
@@ -140,6 +140,6 @@ def test_ctrl_c_keeps_every_record_and_stops_the_server(tmp_path: Path) -> None:
     assert match, output
     kept = records.read_records(Path(match.group(2)))
     assert len(kept) == int(match.group(1)) >= 4
-    assert kept[-1].role == SESSION_ROLE and kept[-1].extra["stopped_by"] == "interrupted (Ctrl-C)"
+    assert kept[-1].role == Role.SESSION and kept[-1].extra["stopped_by"] == "interrupted (Ctrl-C)"
     assert all(r.error in (None, "interrupted (Ctrl-C)") for r in kept)
     assert not Path(f"/proc/{servers[0]}").exists()  # stopped and reaped, not orphaned

@@ -16,7 +16,7 @@ import pytest
 from reusebench.config import profiles
 from reusebench.report import run_report as report
 from reusebench.run import runner
-from reusebench.records import Record
+from reusebench.records import Record, Role
 
 from conftest import default_llama_server
 
@@ -36,7 +36,7 @@ def reask(directory: Path, extra_args: str) -> tuple[Record, str]:
     profile = profiles.load_profile(hybrid_profile(directory, extra_args))
     result = runner.run_profile(profile, results_dir=directory / "results", sizes=[SIZE], scenario_ids=["reask"],
                                 out=io.StringIO())
-    (measured,) = [r for r in result.records if r.role == "measure" and r.scenario == "reask"]
+    (measured,) = [r for r in result.records if r.role == Role.MEASURE and r.scenario == "reask"]
     return measured, report.render_text(result.records)
 
 

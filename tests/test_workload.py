@@ -10,7 +10,7 @@ import pytest
 from reusebench.report import service_report
 from reusebench.llama import task_log
 from reusebench.config import users, workload
-from reusebench.records import SESSION_ROLE, Record
+from reusebench.records import Record, Role
 
 MINIMAL = """
 profile: tiny-glm-load
@@ -142,7 +142,7 @@ def call(user: str, turn: int, step: str, *, start: float, ttft_ms: float, end: 
 
 def test_the_report_classes_causes_and_interference() -> None:
     summary = Record(run_id="r", session="s", profile="p", variant="v", build="b", model="m", size=512,
-                     scenario="w", step="summary", role=SESSION_ROLE, endpoint="", started_at=0, ended_at=30,
+                     scenario="w", step="summary", role=Role.SESSION, endpoint="", started_at=0, ended_at=30,
                      extra={"long_prefill_tokens": 4096, "system_prompt_tokens": 25})
     records = [
         summary,

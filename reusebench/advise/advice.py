@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reusebench.config import corpus, profiles
+from reusebench.llama import facts
 from reusebench.reuse import expectation
 from reusebench import records
 from reusebench.run import runner
@@ -61,9 +62,7 @@ def advise(profile: profiles.Profile, *, results_dir: Path, say: Say) -> dict[st
     found: dict[str, list[Advice]] = {}
     tried: dict[tuple[Path, int, int, int], Advice] = {}  # variants that differ only in other options share a trial
     for variant in profile.variants:
-        memory = expectation.memory_of_gguf(variant.model)
-        launch = expectation.launch_of_options(variant.options, multimodal=variant.mmproj is not None,
-                                               lora_adapters=len(variant.lora))
+        memory, launch = expectation.of_variant(variant)
         advice = cache_reuse_advice(profile, variant, memory, launch, results_dir, say)
         if memory.needs_checkpoints and launch.ctx_checkpoints > 0:
             key = (variant.model, launch.ctx_checkpoints, launch.n_batch, launch.n_ubatch)
@@ -85,7 +84,7 @@ def cache_reuse_advice(profile: profiles.Profile, variant: profiles.Variant, mem
                        launch: expectation.Launch, results_dir: Path, say: Say) -> list[Advice]:
     """Try the variant with and without its --cache-reuse on the steps it could change."""
     setting = variant.option("cache-reuse")
-    if not setting or int(str(setting)) <= 0:
+    if not setting or (variant.number("cache-reuse") or 0) <= 0:
         return []
     change = f"cache-reuse {setting}"
     without = dataclasses.replace(variant, name=f"{variant.name} without cache-reuse",
@@ -117,7 +116,7 @@ def compare_steps(recorded: Sequence[records.Record], with_name: str,
     """step -> (prompt_n with, prompt_n without, output same with, output same without), for steps both measured."""
     by_variant: dict[str, dict[str, records.Record]] = {with_name: {}, without_name: {}}
     for r in recorded:
-        if r.role == "measure" and not r.error and r.variant in by_variant and r.scenario != "first_load":
+        if r.role == records.Role.MEASURE and not r.error and r.variant in by_variant and r.scenario != "first_load":
             by_variant[r.variant][f"{r.scenario}/{r.step}"] = r
     return {step: (r.prompt_n or 0, by_variant[without_name][step].prompt_n or 0, r.matches_reference,
                    by_variant[without_name][step].matches_reference)
@@ -225,9 +224,9 @@ def _try_min_step(variant: profiles.Variant) -> tuple[EditCost, float, tuple[lis
         text = corpus.build_corpus(corpus.load_spec("tiny-words"), client, TRIAL_SIZE)
         document = client.tokenize(text.document)
         question = client.tokenize(text.questions[0])
-        delimiter = client.tokenize(expectation.CHATML_USER_START)
+        delimiter = client.tokenize(facts.CHATML_USER_START)
         bos = client.tokenize("", add_special=True)
-        delimiters = {"message_delimiters": [{"role": "user", "delimiter": expectation.CHATML_USER_START}]}
+        delimiters = facts.message_delimiters()
 
         def edit_cost(split: bool) -> tuple[int, list[float]]:
             before, after = ([*bos, *as_user_messages(d, delimiter, TRIAL_MIN_STEP), *delimiter, *question]

@@ -65,7 +65,7 @@ class Tally:
 
 
 def measured_steps(recorded: Iterable[records.Record]) -> list[records.Record]:
-    return [r for r in recorded if r.role == "measure" and not r.error and r.expected is not None]
+    return [r for r in recorded if r.role == records.Role.MEASURE and not r.error and r.expected is not None]
 
 
 def agrees(r: records.Record) -> bool:

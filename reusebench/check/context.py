@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from reusebench.llama import binaries, logs
+from reusebench.llama import binaries, facts, logs
+from reusebench.reuse import expectation
 from reusebench import tiny
 from reusebench.llama.client import Completion, LlamaClient
 from reusebench.llama.handle import ServerHandle
@@ -18,12 +18,6 @@ from reusebench.config.profiles import Variant
 PROBE_N_PREDICT = 8  # enough greedy tokens for a stale state to show in the output
 PROBE_TAIL_TOKENS = 256  # document tokens before the "4 + n_ubatch before the end" checkpoint
 QUESTION_TOKENS = 16
-
-# Start-up lines (libllama INFO, visible at -lv 4) with the sizes the server applied.
-N_CTX_LINE = r"llama_context: n_ctx += (\d+)"
-N_BATCH_LINE = r"llama_context: n_batch += (\d+)"
-N_UBATCH_LINE = r"llama_context: n_ubatch += (\d+)"
-N_THREADS_LINE = r"system_info: n_threads = (\d+)"
 
 
 # --- evidence lines --------------------------------------------------------------------------------------
@@ -56,6 +50,7 @@ class ProbeContext:
         self.startup = logs.parse_lines(self.startup_lines)
         self.facts = logs.startup_facts(self.startup)
         self.help = binaries.help_table(variant.binary)
+        self.memory = expectation.memory_of_gguf(variant.model)
         self.bos = self.client.tokenize("", add_special=True)
         self._seed = 0
 
@@ -77,14 +72,15 @@ class ProbeContext:
     @property
     def doc_tokens(self) -> int:
         """A document long enough that the "4 + n_ubatch before the end" checkpoint lands inside it."""
-        n_batch = int(self.startup_value(N_BATCH_LINE) or 2048)
-        n_ubatch = int(self.startup_value(N_UBATCH_LINE) or 512)
-        return min(n_batch, n_ubatch + 4) + PROBE_TAIL_TOKENS
+        n_batch = self.applied("n_batch") or facts.DEFAULT_BATCH
+        n_ubatch = self.applied("n_ubatch") or facts.DEFAULT_UBATCH
+        return facts.end_checkpoint_offsets(n_batch, n_ubatch)[0] + PROBE_TAIL_TOKENS
 
     @property
     def needs_checkpoints(self) -> bool:
-        """The model's memory cannot be cut at any position (recurrent or hybrid), so reuse needs checkpoints."""
-        return bool(of_kind(self.startup, "seq_rm_support"))
+        """The model's memory cannot be cut at any position (recurrent or hybrid), so reuse needs checkpoints:
+        read from the GGUF, as the reuse model reads it."""
+        return self.memory.needs_checkpoints
 
     # prompts and requests
 
@@ -126,12 +122,9 @@ class ProbeContext:
     def events_since(self, mark: int) -> list[Event]:
         return self.handle.events_since(mark)
 
-    def startup_value(self, pattern: str) -> str | None:
-        """Group 1 of the first start-up line matching `pattern`."""
-        for line in self.startup_lines:
-            if match := re.search(pattern, line):
-                return match.group(1)
-        return None
+    def applied(self, name: str) -> int | None:
+        """A size the server applied, from its start-up log (``logs.APPLIED_NUMBERS``)."""
+        return logs.applied_number(self.startup_lines, name)
 
     def disabled_warning(self, kind: str) -> Event | None:
         return next(iter(of_kind(self.startup, kind)), None)

@@ -15,13 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reusebench.llama.client import ClientError, Completion
-from reusebench.reuse.expectation import CHATML_USER_START
+from reusebench.llama.facts import CHATML_USER_START, message_delimiters
 from reusebench.llama.logs import Event
 from reusebench.check.context import (
-    N_BATCH_LINE,
-    N_CTX_LINE,
-    N_THREADS_LINE,
-    N_UBATCH_LINE,
     PROBE_TAIL_TOKENS,
     QUESTION_TOKENS,
     Probe,
@@ -59,7 +55,7 @@ def probe_parallel(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
 
 def probe_kv_unified(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
     n_ctx_slot = ctx.client.props()["default_generation_settings"]["n_ctx"]
-    n_ctx = ctx.startup_value(N_CTX_LINE)
+    n_ctx = ctx.applied("n_ctx")
     evidence = [quote(e) for e in of_kind(ctx.startup, "slots_initialized")]
     unified = bool(ctx.facts["kv_unified"])
     sharing = "every slot may use all of it" if unified else "each slot owns its share"
@@ -79,9 +75,9 @@ def probe_mmproj(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
     return [setting.verdict(Verdict.ACTIVE if loaded else Verdict.INEFFECTIVE, *evidence)]
 
 
-def probe_logged_value(ctx: ProbeContext, setting: Setting, *, pattern: str, what: str) -> list[OptionVerdict]:
+def probe_logged_value(ctx: ProbeContext, setting: Setting, *, what: str) -> list[OptionVerdict]:
     """Sizes and counts: the value the server applied, from its start-up log."""
-    applied = ctx.startup_value(pattern)
+    applied = ctx.applied(what)
     if applied is None:
         return [setting.verdict(Verdict.UNVERIFIED, f"no start-up line states the applied {what}")]
     evidence = f"log: {what} = {applied}"
@@ -215,7 +211,7 @@ def probe_checkpoint_min_step(ctx: ProbeContext, setting: Setting) -> list[Optio
     prompt += delimiter + ctx.fresh(MIN_STEP_MARGIN - len(delimiter))
     prompt += delimiter + ctx.fresh(near_end)
     mark = ctx.mark()
-    ctx.complete(prompt, extra={"message_delimiters": [{"role": "user", "delimiter": CHATML_USER_START}]})
+    ctx.complete(prompt, extra=message_delimiters())
     created = {int(e.fields["n_tokens"]) for e in of_kind(ctx.events_since(mark), "checkpoint_created")}
     evidence = (*configured, f"user messages at tokens {first}, {below}, {above}: checkpoints at "
                 f"{sorted(created)} (expected {above}, not {below}, for a spacing of {min_step})")
@@ -406,10 +402,10 @@ PROBES: dict[str, Probe] = {
     "parallel": probe_parallel,
     "kv-unified": probe_kv_unified,
     "mmproj": probe_mmproj,
-    "ctx-size": functools.partial(probe_logged_value, pattern=N_CTX_LINE, what="n_ctx"),
-    "batch-size": functools.partial(probe_logged_value, pattern=N_BATCH_LINE, what="n_batch"),
-    "ubatch-size": functools.partial(probe_logged_value, pattern=N_UBATCH_LINE, what="n_ubatch"),
-    "threads": functools.partial(probe_logged_value, pattern=N_THREADS_LINE, what="n_threads"),
+    "ctx-size": functools.partial(probe_logged_value, what="n_ctx"),
+    "batch-size": functools.partial(probe_logged_value, what="n_batch"),
+    "ubatch-size": functools.partial(probe_logged_value, what="n_ubatch"),
+    "threads": functools.partial(probe_logged_value, what="n_threads"),
     "metrics": probe_metrics,
     "lora": probe_lora,
     "lora-init-without-apply": probe_lora_init_without_apply,

@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 
 from reusebench.llama import binaries
-from reusebench.config import sizes
+from reusebench.config import options, sizes
+from reusebench.config.options import OptionValue
 from reusebench.llama.binaries import Binary, BinaryError
 from reusebench.config.scenarios import SCENARIO_IDS  # one list: the catalogue's
 
@@ -43,7 +44,6 @@ HARNESS_OWNED_OPTIONS: dict[str, str] = {
 # Options that have their own top-level key, so that paths are checked and the matrix can toggle them.
 TOP_LEVEL_OPTIONS = frozenset({"model", "mmproj", "lora"})
 
-OptionValue = str | int | float | bool
 
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a mapping"}
 _FIELD_TYPES: dict[str, type] = {
@@ -86,6 +86,10 @@ class Variant:
     def option(self, name: str) -> OptionValue | None:
         """The effective value of option `name` (True for a bare flag), or None when not set."""
         return self.options.get(name)
+
+    def number(self, name: str, default: float | None = None) -> float | None:
+        """Option `name` as a number, else `default` (``options.number``)."""
+        return options.number(self.options, name, default)
 
     def server_args(self) -> list[str]:
         """Model, adapters and options as llama-server arguments; host, port and logging are the harness's."""

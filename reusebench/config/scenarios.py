@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from reusebench.llama.client import Completion
+from reusebench.llama.facts import NO_LORA
 
 Prompt = str | Sequence[int]
 Lora = list[dict[str, float]]
@@ -39,9 +40,6 @@ Messages = list[dict[str, str]]
 
 SAVED_SLOT = "reusebench-first.bin"
 LORA = [{"id": 0, "scale": 0.5}]  # report B's regression test
-# Explicitly off: a request without `lora` runs the server's global adapters, which --lora applies at
-# scale 1 (this build ignores --lora-init-without-apply: /lora-adapters still reports 1.0).
-NO_LORA = [{"id": 0, "scale": 0.0}]
 PROBE_TOKENS = 21  # report B's health check
 # Enough removed text that a stale recurrent state visibly changes the output (one line is within tolerance).
 CHUNK_AT, CHUNK_LENGTH = 0.1, 0.1
@@ -62,6 +60,8 @@ class Steps(Protocol):
     lora_adapters: int  # adapters the server was started with
 
     def option(self, name: str) -> object | None: ...
+
+    def number(self, name: str) -> float | None: ...
 
     def prompt(self, document: str, question: str) -> str: ...
 
@@ -118,8 +118,8 @@ def remove_lines(document: str, start: float, length: float) -> str:
 
 
 def needs_sleep(s: Steps) -> str | None:
-    seconds = s.option("sleep-idle-seconds")
-    if seconds is not None and float(str(seconds)) > 0:
+    seconds = s.number("sleep-idle-seconds")
+    if seconds is not None and seconds > 0:
         return None
     return f"needs sleep-idle-seconds > 0 (this variant: {'unset' if seconds is None else seconds})"
 

@@ -21,12 +21,12 @@ import random
 from dataclasses import dataclass
 
 from reusebench.config.workload import Workload
+from reusebench.llama.facts import NO_LORA
 
 FIRST, CONTINUES, REGENERATE, HEAD_INSERT, AFTER_SLEEP = "first", "continues", "regenerate", "head insert", "after sleep"
 CANNOT_HIT = (FIRST, HEAD_INSERT, AFTER_SLEEP)
 SHOULD_HIT = (CONTINUES, REGENERATE)
 HEALTH_CHECK = "health check"
-NO_LORA = [{"id": 0, "scale": 0.0}]  # explicit: a request without `lora` would run the server's global scale 1
 
 
 @dataclass(frozen=True)

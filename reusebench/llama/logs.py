@@ -377,6 +377,24 @@ def explain(events: Iterable[Event]) -> Cause:
 # ---------------------------------------------------------------------------------------------------------------
 
 # warnings that mean an option the user set was silently turned off
+# Start-up lines (libllama INFO, visible at -lv 4) with the sizes the server applied: name -> the line, the
+# number in group 1.
+APPLIED_NUMBERS = {
+    "n_ctx": re.compile(r"llama_context: n_ctx += (\d+)"),
+    "n_batch": re.compile(r"llama_context: n_batch += (\d+)"),
+    "n_ubatch": re.compile(r"llama_context: n_ubatch += (\d+)"),
+    "n_threads": re.compile(r"system_info: n_threads = (\d+)"),
+}
+
+
+def applied_number(lines: Iterable[str], name: str) -> int | None:
+    """The number the first start-up line for `name` (a key of ``APPLIED_NUMBERS``) states, or None."""
+    for line in lines:
+        if match := APPLIED_NUMBERS[name].search(line):
+            return int(match.group(1))
+    return None
+
+
 _DISABLED_OPTION_KINDS = frozenset({
     "cache_reuse_unsupported", "ctx_shift_unsupported", "swa_full_unsupported", "cache_idle_slots_need_cache_ram",
 })

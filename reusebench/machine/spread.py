@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
-from reusebench.records import Record
+from reusebench.records import Record, Role
 
 FIRST_RUN_FACTOR = 1.15  # the first repeat is flagged when it is 15% off the median of the rest
 OUTLIER_MADS = 3.0  # robust outliers: beyond 3 median absolute deviations from the median ...
@@ -118,7 +118,7 @@ def session_first_load(session: Sequence[Record]) -> Record | None:
     After a warm-up the measured call is not the session's first, and only the first call
     carries the state captured before the model was mapped: the measured record borrows it.
     """
-    measured = next((r for r in session if r.role == "measure" and r.scenario == "first_load" and not r.error), None)
+    measured = next((r for r in session if r.role == Role.MEASURE and r.scenario == "first_load" and not r.error), None)
     if measured is None or _page_cache(measured) is not None:
         return measured
     return dataclasses.replace(measured, host={**(measured.host or {}), "model_page_cache_fraction": _page_cache(session[0])})

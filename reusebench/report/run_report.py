@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from reusebench.report import service_report
 from reusebench.machine import spread
-from reusebench.records import Record, deviation
+from reusebench.records import Record, Role, deviation
 from reusebench.config.sizes import size_label
 
 
@@ -63,7 +63,7 @@ def variant_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
         sizes = sorted({r.size for r in rs})
         rows: dict[tuple[str, str], dict[int, Record]] = {}
         for r in rs:
-            if r.role == "measure":
+            if r.role == Role.MEASURE:
                 rows.setdefault((r.scenario, _step_label(r)), {})[r.size] = r
         header = ["scenario", "step"]
         for size in sizes:
@@ -96,8 +96,8 @@ def repeat_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
 
 
 def _footer(rs: list[Record]) -> str:
-    setup = [r for r in rs if r.role == "setup" and r.prompt_n is not None]
-    refs = [r for r in rs if r.role == "reference"]
+    setup = [r for r in rs if r.role == Role.SETUP and r.prompt_n is not None]
+    refs = [r for r in rs if r.role == Role.REFERENCE]
     builds = sorted({r.build for r in rs})
     by_step: dict[str, list[str]] = defaultdict(list)  # one entry per step, its sizes side by side
     for r in setup:
@@ -115,7 +115,7 @@ def _footer(rs: list[Record]) -> str:
 
 def miss_rates(records: Iterable[Record]) -> str:
     """Misses with honest denominators (report B): turns that cannot hit are counted apart from turns that should."""
-    measured = [r for r in records if r.role == "measure" and not r.error]
+    measured = [r for r in records if r.role == Role.MEASURE and not r.error]
     should = [r for r in measured if r.expected_hit is not False]  # unknown (older records) counts as should
     cannot = [r for r in measured if r.expected_hit is False]
     missed = sum(not r.cache_n for r in should)
@@ -156,5 +156,5 @@ def summary_json(records: Iterable[Record]) -> str:
             "cache_n", "ideal", "excess", "expected", "cause_expected", "prompt_ms", "ttft_ms", "wall_ms", "verdict", "matches_reference",
             "mismatch", "expected_hit", "error")
     rows = [{k: getattr(r, k) for k in keep} | {"cause": (r.cause or {}).get("summary"), "repeat": r.extra.get("repeat")}
-            for r in records if r.role == "measure"]
+            for r in records if r.role == Role.MEASURE]
     return json.dumps(rows, indent=2)

@@ -26,8 +26,7 @@ from typing import Any
 from tabulate import tabulate
 
 from reusebench.config import users
-from reusebench.run.driver import PROBE_ROLE
-from reusebench.records import HIT_TOLERANCE, SESSION_ROLE, Record
+from reusebench.records import HIT_TOLERANCE, Record, Role, lora_applied
 
 LORA_AFTER_RESTORE = "LoRA-change clear after restore"
 SIMILARITY_STOLE = "similarity stole the slot"
@@ -53,7 +52,7 @@ class Turn:
 
     @property
     def with_lora(self) -> bool:
-        return not (self.record.lora or "").endswith(":0")
+        return lora_applied(self.record.lora)
 
 
 @dataclass(frozen=True)
@@ -139,15 +138,15 @@ def route(r: Record) -> str:
 
 
 def turns(records: Sequence[Record]) -> list[Turn]:
-    calls = sorted((r for r in records if r.role in ("measure", PROBE_ROLE) and not r.error),
+    calls = sorted((r for r in records if r.role in (Role.MEASURE, Role.PROBE) and not r.error),
                    key=lambda r: r.started_at)
-    summary = next((r for r in records if r.role == SESSION_ROLE), None)
+    summary = next((r for r in records if r.role == Role.SESSION), None)
     ctx = Context({}, calls, int((summary.extra if summary else {}).get("system_prompt_tokens", 0)))
     for r in calls:
         ctx.by_user.setdefault(r.user or "", []).append(r)
     found = []
     for r in calls:
-        if r.role != "measure":
+        if r.role != Role.MEASURE:
             continue
         result = outcome(r, ctx.system_tokens)
         cause = None
@@ -240,11 +239,11 @@ def interference(records: Sequence[Record], long_prefill_tokens: int) -> Interfe
     """Each other user's request is 'during' when its decoding (or its wait for the first token) and another
     user's long prefill overlap by at least half of the shorter of the two, 'alone' when they do not overlap at
     all; in between it counts in neither."""
-    calls = [r for r in records if r.role in ("measure", PROBE_ROLE) and not r.error and r.prompt_ms is not None]
+    calls = [r for r in records if r.role in (Role.MEASURE, Role.PROBE) and not r.error and r.prompt_ms is not None]
     long_spans = [(r.user, _spans(r)[0]) for r in calls if (r.prompt_n or 0) >= long_prefill_tokens]
     result = Interference([], [], [], [])
     for r in calls:
-        if r.role != "measure" or (r.prompt_n or 0) >= long_prefill_tokens:
+        if r.role != Role.MEASURE or (r.prompt_n or 0) >= long_prefill_tokens:
             continue
         others = [span for user, span in long_spans if user != r.user]
         (_, first), decode = _spans(r)
@@ -287,7 +286,7 @@ class HealthEffect:
 
 
 def health_effect(records: Sequence[Record], long_prefill_tokens: int) -> HealthEffect:
-    probes = [r for r in records if r.role == PROBE_ROLE and not r.error]
+    probes = [r for r in records if r.role == Role.PROBE and not r.error]
     took = [r for r in probes if _cause(r).get("selection") == "lcp" and r.extra.get("displaced")]
     return HealthEffect(len(probes), len(took),
                         sum(max(r.extra["displaced"]) >= long_prefill_tokens for r in took),
@@ -314,7 +313,7 @@ def findings(found: Sequence[Turn], health: HealthEffect) -> list[str]:
 
 
 def render(records: Sequence[Record]) -> str:
-    summary = next((r for r in records if r.role == SESSION_ROLE), None)
+    summary = next((r for r in records if r.role == Role.SESSION), None)
     extra = summary.extra if summary else {}
     long_tokens = int(extra.get("long_prefill_tokens", 4096))
     found = turns(records)
@@ -346,7 +345,7 @@ INTERFERENCE_FIGURES: tuple[str, ...] = tuple(
 def figures(records: Sequence[Record]) -> dict[str, float]:
     """asv's figures, lower is better: turns that should hit and did not, by class and by cause, with the
     health check's slot takes (MISS_FIGURES); other users' ms per token and TTFT (INTERFERENCE_FIGURES)."""
-    summary = next((r for r in records if r.role == SESSION_ROLE), None)
+    summary = next((r for r in records if r.role == Role.SESSION), None)
     long_tokens = int((summary.extra if summary else {}).get("long_prefill_tokens", 4096))
     found = turns(records)
     missed = [t for t in found if t.should_hit and t.outcome != "hit"]

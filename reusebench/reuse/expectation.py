@@ -25,22 +25,23 @@ from pathlib import Path
 
 import gguf
 
+from reusebench.config import options as options_mod
+from reusebench.config.profiles import Variant
+from reusebench.llama.facts import (
+    AUTO_SLOTS,
+    DEFAULT_BATCH,
+    DEFAULT_CACHE_RAM_MIB,
+    DEFAULT_CHECKPOINT_MIN_STEP,
+    DEFAULT_CTX_CHECKPOINTS,
+    DEFAULT_SLOT_PROMPT_SIMILARITY,
+    DEFAULT_UBATCH,
+    F_KEEP_LOAD,
+    F_KEEP_SAVE,
+    end_checkpoint_offsets,
+)
 from reusebench.reuse.verification import common_prefix
 
 MEMORY_KINDS = ("attention", "recurrent", "hybrid")
-# llama-server's defaults for the options that decide reuse (docs/llama-server-reuse.md, with source lines)
-DEFAULT_BATCH, DEFAULT_UBATCH = 2048, 512
-DEFAULT_CTX_CHECKPOINTS = 32
-DEFAULT_CHECKPOINT_MIN_STEP = 8192
-DEFAULT_CACHE_RAM_MIB = 8192
-DEFAULT_SLOT_PROMPT_SIMILARITY = 0.10
-AUTO_SLOTS = 4  # -np auto: 4 slots with a unified KV cache
-END_OFFSETS = 4  # checkpoints 4 and 4 + n_ubatch tokens before the end of a prompt
-F_KEEP_SAVE = 0.5  # a slot picked by similarity is saved to RAM when less than this share of it is kept
-F_KEEP_LOAD = 0.25  # a RAM entry is never loaded when less than this share of it is kept
-# Where a user message starts in a ChatML prompt (the tiny models' template): the chat endpoints pass it to the
-# server as a message delimiter, and /completion takes it in `message_delimiters`.
-CHATML_USER_START = "<|im_start|>user"
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,7 @@ class Launch:
 def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False, lora_adapters: int = 0) -> Launch:
     """A variant's options (long names, as in a profile) read as the server reads them."""
     def number(name: str, default: float) -> float:
-        value = options.get(name)
-        return default if value is None else float(str(value))
+        return float(options_mod.number(options, name, default))  # type: ignore[arg-type]
 
     parallel = int(number("parallel", -1))
     n_batch = int(number("batch-size", DEFAULT_BATCH))
@@ -114,6 +114,12 @@ def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False
         multimodal=multimodal,
         lora_adapters=lora_adapters,
     )
+
+
+def of_variant(variant: Variant) -> tuple[Memory, Launch]:
+    """What the model is told about a variant: its GGUF's memory, and its launch options as the server reads them."""
+    return memory_of_gguf(variant.model), launch_of_options(variant.options, multimodal=variant.mmproj is not None,
+                                                            lora_adapters=len(variant.lora))
 
 
 def active_cache_reuse(memory: Memory, launch: Launch) -> int:
@@ -360,7 +366,7 @@ class ServerModel:
                 checkpoints = slot.held.checkpoints
                 if n in user_starts and (n == last_user or not checkpoints or n > checkpoints[-1].n_tokens + min_step):
                     break
-                if any(end == n + min(n_batch, offset) for offset in (END_OFFSETS + n_ubatch, END_OFFSETS)):
+                if any(end == n + offset for offset in end_checkpoint_offsets(n_batch, n_ubatch)):
                     break
             near_end = end < n + n_ubatch
             checkpoints = slot.held.checkpoints

@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from reusebench.llama.client import Completion
-from reusebench.records import Record, apply_verification, step_id
+from reusebench.records import Record, Role, apply_verification, step_id
 
 LOGPROB_TOLERANCE = 1e-2
 
@@ -100,7 +100,7 @@ def reference_key(record: Record) -> tuple[str, str]:
 
 def reference_name(record: Record) -> str:
     """How a verified step names the call that verified it: "scenario/step", with the role unless a measured step."""
-    return f"{record.scenario}/{record.step}" + ("" if record.role == "measure" else f" ({record.role})")
+    return f"{record.scenario}/{record.step}" + ("" if record.role == Role.MEASURE else f" ({record.role})")
 
 
 def comparison(record: Record, got: Completion, reference: Completion, by: str) -> dict[str, Any]:

@@ -27,16 +27,16 @@ from typing import TextIO
 
 from reusebench.llama import binaries, logs, task_log
 from reusebench.config import corpus, users
+from reusebench.llama.facts import NO_LORA
 from reusebench.llama.client import ClientError, Completion, LlamaClient
 from reusebench.llama.handle import ServerHandle
 from reusebench.config.profiles import Variant
-from reusebench.records import SESSION_ROLE, Record, RecordWriter, tokens_hash, verdict
+from reusebench.records import Record, RecordWriter, Role, lora_key, tokens_hash, verdict
 from reusebench.llama.server import LlamaServer
 from reusebench.config.users import User
 from reusebench.reuse.verification import common_prefix
 from reusebench.config.workload import Workload
 
-PROBE_ROLE = "probe"  # the health check's records: not turns of a conversation
 CHARS_PER_TOKEN = 12  # generous for the corpus' words (one token per word): texts are cut to tokens after
 REQUEST_TIMEOUT_S = 300.0
 CTX_MARGIN = 1024
@@ -74,7 +74,7 @@ def context_size(workload: Workload, drawn: list[User], slots: int) -> int:
 def server_args(workload: Workload, variant: Variant, drawn: list[User]) -> list[str]:
     args = variant.server_args()
     if variant.option("ctx-size") is None:
-        slots = int(str(variant.option("parallel") or 4))
+        slots = int(variant.number("parallel") or 4)
         args += ["--ctx-size", str(context_size(workload, drawn, slots if slots > 0 else 4))]
     return args
 
@@ -166,7 +166,7 @@ class ServiceDriver:
         with self._idle:
             self._open.clear()
             self._idle.wait_for(lambda: self._in_flight == 0)
-        limit = float(str(self.variant.option("sleep-idle-seconds") or -1))
+        limit = self.variant.number("sleep-idle-seconds") or -1
         if limit > 0:
             waited = self.handle.wait_until_asleep(limit)
             if waited.asleep:
@@ -243,7 +243,7 @@ class ServiceDriver:
                 expected_hit = kind in users.SHOULD_HIT
                 ideal = len(prompt) - (len(texts.system) if previous is None else
                                        max(len(texts.system), common_prefix(prompt, previous.sequence)))
-                done = self._call(client, user.name, turn, kind, "measure", prompt,
+                done = self._call(client, user.name, turn, kind, Role.MEASURE, prompt,
                                   user.request_lora, expected_hit=expected_hit, ideal=max(1, ideal))
                 if done is None:
                     return
@@ -261,8 +261,8 @@ class ServiceDriver:
             number = 0
             while self._wait(check.period_s) and self._admit():
                 number += 1
-                if self._call(client, users.HEALTH_CHECK, number, users.HEALTH_CHECK, PROBE_ROLE, probe,
-                              users.NO_LORA, expected_hit=False, ideal=len(probe) - shared) is None:
+                if self._call(client, users.HEALTH_CHECK, number, users.HEALTH_CHECK, Role.PROBE, probe,
+                              NO_LORA, expected_hit=False, ideal=len(probe) - shared) is None:
                     return
         finally:
             client.close()
@@ -276,7 +276,7 @@ class ServiceDriver:
             run_id=self.run_id, session=self.session, profile=self.variant.profile, variant=self.variant.name,
             build=self.build, model=self.variant.model_spec, size=max(u.opening_tokens for u in self.users),
             scenario=self.workload.name, step=kind, role=role, endpoint="/completion", started_at=started,
-            ended_at=started, user=user, turn=turn, lora=_lora_key(lora), prompt_tokens=len(prompt),
+            ended_at=started, user=user, turn=turn, lora=lora_key(lora), prompt_tokens=len(prompt),
             prompt_hash=tokens_hash(prompt), ideal=ideal, expected_hit=expected_hit)
         try:
             completion = client.complete(prompt, n_predict=self.workload.n_predict, lora=lora, n_probs=0,
@@ -305,7 +305,7 @@ class ServiceDriver:
             record.extra |= {"task": task.task, "displaced": task.displaced, "idle_saved": task.idle_saved,
                              "evicted_mib": task.evicted_mib,
                              "checkpoints_erased_old": sum(e.kind == "checkpoint_erased_old" for e in task.events)}
-        if record.role == "measure":
+        if record.role == Role.MEASURE:
             record.verdict = verdict(record)
 
     def _write(self, record: Record) -> None:
@@ -350,7 +350,7 @@ class ServiceDriver:
         record = Record(
             run_id=self.run_id, session=self.session, profile=self.variant.profile, variant=self.variant.name,
             build=self.build, model=self.variant.model_spec, size=max(u.opening_tokens for u in self.users),
-            scenario=self.workload.name, step="summary", role=SESSION_ROLE, endpoint="", started_at=started_at,
+            scenario=self.workload.name, step="summary", role=Role.SESSION, endpoint="", started_at=started_at,
             ended_at=time.time(), status=None, wall_ms=self.result.wall_s * 1000.0,
             extra={"sleeps": self._sleeps, "gaps": self.result.gaps, "stopped_by": self.result.stopped_by, "requests": self._sent,
                    "users": len(self.users), "long_prefill_tokens": self.workload.long_prefill_tokens,
@@ -369,7 +369,3 @@ class _Answer:
 
 def _chunks(tokens: list[int], size: int) -> list[list[int]]:
     return [tokens[i: i + size] for i in range(0, len(tokens), size)]
-
-
-def _lora_key(lora: list[dict[str, float]]) -> str:
-    return ",".join(f"{int(a['id'])}:{float(a['scale']):g}" for a in lora)

@@ -29,7 +29,6 @@ changes the server state a later scenario starts from.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from reusebench.config import corpus as corpus_mod
-from reusebench.llama import binaries, logs
+from reusebench.llama import binaries, facts, logs
 from reusebench.reuse import expectation
 from reusebench.machine import host
 from reusebench.config import scenarios
@@ -50,20 +49,9 @@ from reusebench.llama.client import ClientError, Completion, ProgressCallback
 from reusebench.machine.gpu import GpuSampler
 from reusebench.llama.handle import ServerHandle
 from reusebench.config.profiles import Variant
-from reusebench.records import (
-    HIT_TOLERANCE,
-    SESSION_ROLE,
-    PrefillBudget,
-    Record,
-    RecordWriter,
-    text_hash,
-    tokens_hash,
-    verdict,
-)
+from reusebench.records import DEFAULT_LORA, PREFILL_ROLES, PrefillBudget, Record, RecordWriter, Role, lora_key, text_hash, tokens_hash, verdict
 from reusebench.llama.server import LlamaServer, ServerError
 from reusebench.reuse.verification import References, common_prefix, reference_name
-
-__all__ = ["HIT_TOLERANCE", "Session", "SessionResult", "verdict"]
 
 CTX_MARGIN = 1024  # room for question, edit, extension and generated tokens beyond the document
 # Deadline of one completion: max(HANG_FLOOR_S, HANG_FACTOR x prompt tokens / prefill rate + HANG_MARGIN_S
@@ -125,10 +113,6 @@ class Request:
 ProgressHook = Callable[[str, str, str, int, int, int], None]
 
 
-def lora_key(lora: Lora) -> str:
-    return "default" if lora is None else json.dumps(sorted((int(a["id"]), float(a["scale"])) for a in lora))
-
-
 class Session:
     """Runs the scenarios of one variant at one size and records every call."""
 
@@ -172,17 +156,14 @@ class Session:
         self._references: References[Request] = References()
         self._first_load_ms: float | None = None
         self._rate: float | None = None  # prefill tokens per second of the first load
-        self._prefilled = dict.fromkeys(("setup", "measure", "reference"), 0)
+        self._prefilled = dict.fromkeys(PREFILL_ROLES, 0)
         self._seconds = dict.fromkeys(("server", "load", "wait"), 0.0)
         self._corpus: dict[str, float] = {}
         self._last_slot = 0
-        self._slot_sequence: tuple[str, list[int]] = ("default", [])  # what the last slot used holds
+        self._slot_sequence: tuple[str, list[int]] = (DEFAULT_LORA, [])  # what the last slot used holds
         self._saved: dict[str, tuple[str, list[int]]] = {}
         # what the server should do, request by request: from the GGUF and the launch options only
-        self.expectation = expectation.ServerModel(
-            expectation.memory_of_gguf(variant.model),
-            expectation.launch_of_options(variant.options, multimodal=variant.mmproj is not None,
-                                          lora_adapters=len(variant.lora)))
+        self.expectation = expectation.ServerModel(*expectation.of_variant(variant))
         self._expected_saved: dict[str, expectation.Held] = {}
         self._host_before_load: dict[str, Any] | None = None
         self.result = SessionResult(self.name)
@@ -243,7 +224,7 @@ class Session:
         if self.server.is_running():
             return
         self._restart_server("restarting the server after the failure")
-        self._slot_sequence, self._last_slot = ("default", []), 0
+        self._slot_sequence, self._last_slot = (DEFAULT_LORA, []), 0
         self.expectation.restart()
 
     @property
@@ -261,15 +242,14 @@ class Session:
     def _account(self, started_at: float, wall_s: float) -> None:
         """The prefill budget and the harness overhead (wall time not spent by the server or waiting on purpose),
         said in one line and kept as the session's summary record (role "session", no HTTP call)."""
-        self.result.budget = PrefillBudget(self.name, self._prefilled["measure"], self._prefilled["setup"],
-                                           self._prefilled["reference"])
+        self.result.budget = PrefillBudget.of(self.name, self._prefilled)
         busy = self._seconds["server"] + self._seconds["load"] + self._seconds["wait"]
         self.result.timing = {"wall_s": wall_s, **{f"{k}_s": v for k, v in self._seconds.items()},
                               "overhead_s": max(0.0, wall_s - busy), **self._corpus}
         self._say(self.result.summary_line().removeprefix(f"{self.name}: "))
         if self.server.starts == 0:
             return  # failed before launch: no call was made, nothing to sum up
-        record = self._base_record(SESSION_ROLE, "summary", SESSION_ROLE, "", started_at)
+        record = self._base_record(Role.SESSION, "summary", Role.SESSION, "", started_at)
         record.status = None  # the failures are in extra: `error` is for the call that failed
         record.wall_ms = wall_s * 1000.0
         record.extra |= {"timing": self.result.timing, "prefill": self._prefilled,
@@ -333,6 +313,9 @@ class Session:
     def option(self, name: str) -> object | None:
         return self.variant.option(name)
 
+    def number(self, name: str) -> float | None:
+        return self.variant.number(name)
+
     def prompt(self, document: str, question: str) -> str:
         return corpus_mod.Corpus.prompt(document, question)
 
@@ -343,14 +326,14 @@ class Session:
         return self._tokens[key]
 
     def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True, lora: Lora = None) -> Completion:
-        return self._complete(scenario, step, "measure", self._completion(prompt, lora), expect_hit)[0]
+        return self._complete(scenario, step, Role.MEASURE, self._completion(prompt, lora), expect_hit)[0]
 
     def setup(self, scenario: str, step: str, prompt: Prompt, *, lora: Lora = None) -> Completion:
-        return self._complete(scenario, step, "setup", self._completion(prompt, lora), False)[0]
+        return self._complete(scenario, step, Role.SETUP, self._completion(prompt, lora), False)[0]
 
     def chat(self, scenario: str, step: str, messages: Messages, *, expect_hit: bool = True) -> str:
         """A measured ``/v1/chat/completions`` turn; returns the reply text for the next turn (never recorded)."""
-        return self._complete(scenario, step, "measure", self._chat(messages), expect_hit)[1]
+        return self._complete(scenario, step, Role.MEASURE, self._chat(messages), expect_hit)[1]
 
     def save_slot(self, scenario: str, filename: str) -> None:
         self._saved[filename] = self._slot_sequence
@@ -374,7 +357,7 @@ class Session:
 
     def wait_until_asleep(self, scenario: str) -> None:
         """Stay idle until the server sleeps (``ServerHandle.wait_until_asleep``); a server that does not fails."""
-        seconds = float(str(self.variant.option("sleep-idle-seconds")))
+        seconds = self.variant.number("sleep-idle-seconds")
         self._say(f"  idling until the server sleeps (sleep-idle-seconds {seconds:g})")
 
         def wait() -> dict[str, Any]:
@@ -438,7 +421,7 @@ class Session:
     def _call(self, scenario: str, step: str, endpoint: str, action: Callable[[], dict[str, Any]],
               explain: Callable[[], str] | None = None) -> None:
         started = time.time()
-        record = self._base_record(scenario, step, "setup", endpoint, started)
+        record = self._base_record(scenario, step, Role.SETUP, endpoint, started)
         try:
             response = action()
             record.extra |= {k: v for k, v in response.items() if k.startswith("n_") or k == "timings"}
@@ -523,7 +506,7 @@ class Session:
 
         # the server's own rendering, tokenized as it does (BOS added), so `ideal` compares what it compares
         tokens = self.tokens(self.handle.client.apply_template(messages))
-        user_starts = expectation.user_starts(tokens, self.tokens(expectation.CHATML_USER_START, bos=False))
+        user_starts = expectation.user_starts(tokens, self.tokens(facts.CHATML_USER_START, bos=False))
         return Request("/v1/chat/completions", tokens, None, user_starts, send)
 
     def _complete(self, scenario: str, step: str, role: str, request: Request, expect_hit: bool) -> tuple[Completion, str]:
@@ -567,7 +550,7 @@ class Session:
         try:
             if completion.cache_n == 0:  # computed without reuse: a reference itself, for earlier steps too
                 self._use_as_reference(record, completion)
-            if role == "measure":
+            if role == Role.MEASURE:
                 self._judge(record, completion, request)
         finally:  # a failed reference call must not lose the measurement
             self.writer.write(record)
@@ -621,11 +604,11 @@ class Session:
             return
         for pending in waiting:
             first = pending.steps[0][0]
-            record = self._base_record(first.scenario, first.step, "reference", pending.request.endpoint, time.time())
+            record = self._base_record(first.scenario, first.step, Role.REFERENCE, pending.request.endpoint, time.time())
             record.lora, record.prompt_tokens, record.prompt_hash = first.lora, first.prompt_tokens, first.prompt_hash
             timeout = self._deadline(len(pending.request.tokens))
             try:
-                reference, _ = pending.request.send(False, self._progress(first.scenario, first.step, "reference"),
+                reference, _ = pending.request.send(False, self._progress(first.scenario, first.step, Role.REFERENCE),
                                                     timeout)
             except ClientError as exc:
                 self._clear_progress()
@@ -636,7 +619,7 @@ class Session:
             self.expectation.complete(pending.request.tokens, lora=pending.request.lora,
                                       user_starts=pending.request.user_starts, cache_prompt=False)
             self.expectation.answered(reference.tokens)
-            self._prefilled["reference"] += reference.prompt_n
+            self._prefilled[Role.REFERENCE] += reference.prompt_n
             self._use_as_reference(record, reference)
             self.writer.write(record)
 
@@ -655,7 +638,7 @@ class Session:
                 hook(scenario, step, role, processed, cached, total)
             if tty:
                 pct = 100.0 * processed / total if total else 100.0
-                label = step if role != "reference" else f"{step} (reference)"
+                label = step if role != Role.REFERENCE else f"{step} (reference)"
                 self.out.write(f"\r  {label}: prefill {pct:5.1f}% ({processed:,}/{total:,} tokens, {cached:,} cached)")
                 self.out.flush()
 
@@ -666,7 +649,7 @@ class Session:
             self.out.write("\r\033[K")
 
     def _report_step(self, r: Record) -> None:
-        label = "setup prefill" if r.role == "setup" else (r.verdict or "")
+        label = "setup prefill" if r.role == Role.SETUP else (r.verdict or "")
         self._say(
             f"  {r.scenario}/{r.step}: re-processed {r.prompt_n:,} of {r.prompt_tokens:,} "
             f"(ideal {r.ideal:,}, expected {r.expected:,}) in {(r.prompt_ms or 0) / 1000:.2f} s  [{label}]  {r.cause['summary'] if r.cause else ''}"

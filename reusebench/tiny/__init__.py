@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter, TokenType
 
+from reusebench.llama.facts import CHATML_TEMPLATE
+
 __all__ = [
     "FACTORY_VERSION",
     "MODEL_NAMES",
@@ -129,12 +131,7 @@ UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 # decoding never emits a lone UTF-8 byte (which makes /completion answer HTTP 500).
 FIRST_TEXT_TOKEN_ID = len(SPECIAL_TOKENS) + 256
 
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+CHAT_TEMPLATE = CHATML_TEMPLATE
 
 @dataclass(frozen=True)
 class RecurrentInit:

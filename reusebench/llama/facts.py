@@ -1,0 +1,47 @@
+"""Facts about llama-server b11434 that more than one part of the library relies on, each written down once.
+
+The reuse model (``reuse.expectation``), the option check (``check``), advice and the tiny models' chat
+template all read them from here; docs/llama-server-reuse.md gives each its source line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The defaults of the options that decide reuse.
+DEFAULT_BATCH, DEFAULT_UBATCH = 2048, 512
+DEFAULT_CTX_CHECKPOINTS = 32
+DEFAULT_CHECKPOINT_MIN_STEP = 8192
+DEFAULT_CACHE_RAM_MIB = 8192
+DEFAULT_SLOT_PROMPT_SIMILARITY = 0.10
+AUTO_SLOTS = 4  # -np auto: 4 slots with a unified KV cache
+END_OFFSETS = 4  # checkpoints 4 and 4 + n_ubatch tokens before the end of a prompt
+F_KEEP_SAVE = 0.5  # a slot picked by similarity is saved to RAM when less than this share of it is kept
+F_KEEP_LOAD = 0.25  # a RAM entry is never loaded when less than this share of it is kept
+
+# A request's `lora` that turns every adapter off. Explicit: a request without `lora` runs the server's global
+# adapters, which --lora applies at scale 1 (this build ignores --lora-init-without-apply: /lora-adapters still
+# reports 1.0).
+NO_LORA = [{"id": 0, "scale": 0.0}]
+
+# ChatML, the tiny models' chat template, and where a user message starts in a prompt it renders: the chat
+# endpoints pass that marker to the server as a message delimiter, and /completion takes it in
+# `message_delimiters`.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+CHATML_USER_START = "<|im_start|>user"
+
+
+def end_checkpoint_offsets(n_batch: int, n_ubatch: int) -> tuple[int, int]:
+    """How many tokens before a prompt's end its two last checkpoints sit: 4 + n_ubatch and 4, each at most one
+    batch."""
+    return min(n_batch, END_OFFSETS + n_ubatch), min(n_batch, END_OFFSETS)
+
+
+def message_delimiters() -> dict[str, Any]:
+    """The /completion fields that mark where each ChatML user message starts (so the server checkpoints there)."""
+    return {"message_delimiters": [{"role": "user", "delimiter": CHATML_USER_START}]}
