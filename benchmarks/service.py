@@ -21,9 +21,9 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench.config import profiles, workload
 from reusebench import records
-from reusebench.run import runner
 from reusebench.report import service_report
 from reusebench.run.driver import ServiceDriver
+from reusebench.run.recording import RunDir
 
 from . import common
 
@@ -47,16 +47,14 @@ def _run_workload() -> dict[str, Any]:
         print(f"benchmarks: {why}", file=sys.stderr)
         return {NOT_APPLICABLE: why}
     profiles.load_profile(load.profile)  # now checked against the binary's --help
-    run_id = runner.new_run_id()
-    run_dir = Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")) / "runs" / run_id
-    run_dir.mkdir(parents=True)
-    with records.RecordWriter(run_dir / "records.jsonl") as writer:
-        result = ServiceDriver(load, variant, writer, run_id=run_id, log_dir=run_dir / "logs").run()
+    run = RunDir.create(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")))
+    with records.RecordWriter(run.records_path) as writer:
+        result = ServiceDriver(load, variant, writer, run_id=run.run_id, log_dir=run.log_dir).run()
     failed = [r.error for r in result.records if r.error]
     if failed:
         raise RuntimeError(f"workload {WORKLOAD}: {len(failed)} call(s) failed, the first: {failed[0]}")
     print(service_report.render(result.records), file=sys.stderr)
-    return service_report.figures(records.read_records(run_dir / "records.jsonl"))
+    return service_report.figures(records.read_records(run.records_path))
 
 
 class _WorkloadFigures:

@@ -20,6 +20,7 @@ from reusebench.config import corpus, profiles, scenarios, sizes, workload
 from reusebench.report import run_report as report, service_report
 from reusebench.run import runner, session
 from reusebench.run.driver import ServiceDriver
+from reusebench.run.recording import RunDir
 
 RESULTS_DIR = Path("results")
 
@@ -63,16 +64,14 @@ def cmd_workload(args: argparse.Namespace) -> int:
     load = workload.load_workload(args.workload)
     profile = profiles.load_profile(args.profile or load.profile)
     variant = profile.variant(args.variant or load.variant) if (args.variant or load.variant) else profile.variants[0]
-    run_id = runner.new_run_id()
-    run_dir = Path(args.results) / "runs" / run_id
-    run_dir.mkdir(parents=True, exist_ok=False)
-    records_path = run_dir / "records.jsonl"
+    run = RunDir.create(Path(args.results))
+    run_id, run_dir, records_path = run.run_id, run.path, run.records_path
     print(f"run {run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> {records_path}",
           file=sys.stderr)
     started = time.monotonic()
     try:
         with records.RecordWriter(records_path) as writer:
-            ServiceDriver(load, variant, writer, run_id=run_id, log_dir=run_dir / "logs").run()
+            ServiceDriver(load, variant, writer, run_id=run_id, log_dir=run.log_dir).run()
     except KeyboardInterrupt:
         server.stop_all()
         print(f"\ninterrupted: every server stopped; {len(records.read_records(records_path))} records kept in "

@@ -24,7 +24,7 @@ import pytest
 from reusebench import cli, records, tiny
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import logs
-from reusebench.run import runner, session
+from reusebench.run import diagnosis, recording, runner
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import Record, RecordWriter, Role
 from reusebench.run.session import Session
@@ -129,9 +129,9 @@ def test_on_failure_continue_restarts_the_server_and_runs_the_next_scenarios(tmp
 def test_hung_server_hits_a_deadline_scaled_from_the_first_load(tmp_path, monkeypatch):
     """SIGSTOP at 30% of a prefill: the deadline (from the first load's rate and the prompt size) fires,
     the stopped process group is killed, the failure is recorded."""
-    monkeypatch.setattr(session, "HANG_FLOOR_S", 1.0)
-    monkeypatch.setattr(session, "HANG_MARGIN_S", 1.0)
-    monkeypatch.setattr(session, "HANG_PER_TOKEN_S", 0.0)
+    monkeypatch.setattr(diagnosis, "HANG_FLOOR_S", 1.0)
+    monkeypatch.setattr(diagnosis, "HANG_MARGIN_S", 1.0)
+    monkeypatch.setattr(diagnosis, "HANG_PER_TOKEN_S", 0.0)
     fault = Fault(signal.SIGSTOP, "interleave")
     started = time.monotonic()
     s, kept, output = run_session(tmp_path, fault, ("interleave",))
@@ -148,11 +148,10 @@ def test_hung_server_hits_a_deadline_scaled_from_the_first_load(tmp_path, monkey
 
 
 def test_deadline_before_the_first_load_is_generous():
-    s = Session.__new__(Session)
-    s._rate, s.variant = None, CONTROL.variants[0]
-    assert s._deadline(128 * 1024) > 80 * 60  # report A's slowest 128K first load took 24 minutes
-    s._rate = 10_000.0
-    assert s._deadline(2048) == session.HANG_FLOOR_S
+    n_predict = CONTROL.variants[0].n_predict
+    # 4 x 131,072 tokens / 100 tokens/s + 30 s + 1 s per generated token: report A's slowest 128K first load took 24 min
+    assert diagnosis.deadline_s(128 * 1024, None, n_predict) == 4 * 131_072 / 100 + 30 + n_predict
+    assert diagnosis.deadline_s(2048, 10_000.0, n_predict) == diagnosis.HANG_FLOOR_S
 
 
 # -- Ctrl-C -------------------------------------------------------------------------------------------
@@ -338,7 +337,7 @@ def test_a_truncated_last_line_is_skipped_with_a_warning(tmp_path):
 
 
 def test_a_second_run_never_overwrites_the_first(tmp_path):
-    ids = {runner.new_run_id() for _ in range(20)}
+    ids = {recording.new_run_id() for _ in range(20)}
     assert len(ids) == 20
     first = tmp_path / "runs" / next(iter(ids))
     first.mkdir(parents=True)

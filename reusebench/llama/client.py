@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 
 Prompt = str | Sequence[int]
-ProgressCallback = Callable[[int, int, int], None]  # (processed, cached, total)
+# (processed, cached, total) on every prompt-progress event; a true result ends the stream there (StreamEnded)
+ProgressCallback = Callable[[int, int, int], bool | None]
 CONNECT_TIMEOUT_S = 5.0  # a loopback server that does not accept within this is not answering
 
 
@@ -28,6 +29,15 @@ class ClientError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class StreamEnded(ClientError):
+    """The progress callback ended a stream: the connection is closed (the server drops the task) and the
+    prompt-progress numbers seen last are kept: ``total - cached`` is what the server would have re-processed."""
+
+    def __init__(self, path: str, processed: int, cached: int, total: int) -> None:
+        super().__init__(f"POST {path}: ended by the progress callback at {processed:,}/{total:,} tokens")
+        self.processed, self.cached, self.total = processed, cached, total
 
 
 @dataclass(frozen=True)
@@ -212,7 +222,10 @@ class LlamaClient:
                 for obj in _sse_objects(response.iter_lines()):
                     progress = obj.get("prompt_progress")
                     if progress is not None and on_progress:
-                        on_progress(int(progress.get("processed", 0)), int(progress.get("cache", 0)), int(progress.get("total", 0)))
+                        numbers = (int(progress.get("processed", 0)), int(progress.get("cache", 0)),
+                                   int(progress.get("total", 0)))
+                        if on_progress(*numbers):
+                            raise StreamEnded(path, *numbers)  # leaving the block closes the response
                     on_chunk(obj, acc)
                     if deadline is not None and time.perf_counter() > deadline:
                         raise ClientError(f"POST {path}: timed out after {timeout_s:.0f} s (still streaming)")
@@ -266,8 +279,6 @@ class LlamaClient:
     def lora_adapters(self) -> list[dict[str, Any]]:
         return list(self._json("GET", "/lora-adapters"))
 
-    def set_lora_adapters(self, scales: list[dict[str, float]]) -> None:
-        self._request("POST", "/lora-adapters", json=scales)
 
 
 class _Accumulator:

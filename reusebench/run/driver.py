@@ -25,21 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from reusebench.llama import binaries, logs, task_log
 from reusebench.config import corpus, users
-from reusebench.llama.facts import NO_LORA
-from reusebench.llama.client import ClientError, Completion, LlamaClient
-from reusebench.llama.handle import ServerHandle
 from reusebench.config.profiles import Variant
-from reusebench.records import Record, RecordWriter, Role, lora_key, tokens_hash, verdict
-from reusebench.llama.server import LlamaServer
 from reusebench.config.users import User
-from reusebench.reuse.verification import common_prefix
 from reusebench.config.workload import Workload
+from reusebench.llama import task_log
+from reusebench.llama.client import ClientError, Completion, LlamaClient
+from reusebench.llama.facts import NO_LORA
+from reusebench.llama.handle import ServerHandle
+from reusebench.llama.server import LlamaServer
+from reusebench.records import Record, RecordWriter, Role, verdict
+from reusebench.reuse.verification import common_prefix
+from reusebench.run.recording import Recorder, ctx_size_args
 
 CHARS_PER_TOKEN = 12  # generous for the corpus' words (one token per word): texts are cut to tokens after
 REQUEST_TIMEOUT_S = 300.0
-CTX_MARGIN = 1024
 
 
 @dataclass
@@ -62,21 +62,18 @@ class DriverResult:
     stopped_by: str = "every user finished"
 
 
-def context_size(workload: Workload, drawn: list[User], slots: int) -> int:
+def kv_tokens(workload: Workload, drawn: list[User], slots: int) -> int:
     """A unified KV pool that holds the `slots` longest conversations at their longest."""
     def longest(user: User) -> int:
         inserts = sum(kind == users.HEAD_INSERT for kind in user.kinds)
         return (workload.system_prompt_tokens + 1 + user.opening_tokens + inserts * workload.summary_tokens
                 + user.turns * (workload.question_tokens + workload.n_predict))
-    return sum(sorted((longest(u) for u in drawn), reverse=True)[:slots]) + CTX_MARGIN
+    return sum(sorted((longest(u) for u in drawn), reverse=True)[:slots])
 
 
 def server_args(workload: Workload, variant: Variant, drawn: list[User]) -> list[str]:
-    args = variant.server_args()
-    if variant.option("ctx-size") is None:
-        slots = int(variant.number("parallel") or 4)
-        args += ["--ctx-size", str(context_size(workload, drawn, slots if slots > 0 else 4))]
-    return args
+    slots = int(variant.number("parallel") or 4)
+    return variant.server_args() + ctx_size_args(variant, kv_tokens(workload, drawn, slots if slots > 0 else 4))
 
 
 class ServiceDriver:
@@ -84,15 +81,15 @@ class ServiceDriver:
 
     def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str,
                  log_dir: Path, out: TextIO = sys.stderr) -> None:
-        self.workload, self.variant, self.writer, self.run_id = workload, variant, writer, run_id
-        self.log_dir, self.out = log_dir, out
+        self.workload, self.variant, self.out = workload, variant, out
         self.users = users.draw_users(workload)
         self.handle = ServerHandle(LlamaServer(variant.binary.path, server_args(workload, variant, self.users)),
                                    call_timeout_s=REQUEST_TIMEOUT_S)
         self.tasks = task_log.TaskLog(self.handle.server.raw_log_path)
         self.result = DriverResult()
-        self.build = "unknown"
         self.session = f"{workload.name}/{variant.profile}/{variant.name}"
+        self.recorder = Recorder(writer, variant, run_id=run_id, session=self.session, log_dir=log_dir,
+                                 size=max(u.opening_tokens for u in self.users))
         self._lock = threading.Lock()
         self._open = threading.Event()  # cleared during an idle gap
         self._stop = threading.Event()
@@ -112,7 +109,7 @@ class ServiceDriver:
         threads: list[threading.Thread] = []
         try:
             self.handle.start()
-            self.build = binaries.build_label(self.variant.binary, self.handle.client.props().get("build_info"))
+            self.recorder.learn_build(self.handle.client)
             texts = self._texts()
             self._say(f"{len(self.users)} users, {sum(u.turns for u in self.users)} turns planned; "
                       f"at most {self.workload.max_requests} requests and {self.workload.max_seconds:g} s")
@@ -139,7 +136,7 @@ class ServiceDriver:
         finally:
             self.result.wall_s = time.monotonic() - self._started
             self.result.sleeps = self._sleeps
-            self._keep_log()
+            self.recorder.keep_log(self.handle.server.raw_log_path, self.workload.name)
             self.handle.close()
             self._summary(started_at)
         return self.result
@@ -272,12 +269,9 @@ class ServiceDriver:
     def _call(self, client: LlamaClient, user: str, turn: int, kind: str, role: str, prompt: list[int],
               lora: list[dict[str, float]], *, expected_hit: bool, ideal: int) -> _Answer | None:
         started = time.time()
-        record = Record(
-            run_id=self.run_id, session=self.session, profile=self.variant.profile, variant=self.variant.name,
-            build=self.build, model=self.variant.model_spec, size=max(u.opening_tokens for u in self.users),
-            scenario=self.workload.name, step=kind, role=role, endpoint="/completion", started_at=started,
-            ended_at=started, user=user, turn=turn, lora=lora_key(lora), prompt_tokens=len(prompt),
-            prompt_hash=tokens_hash(prompt), ideal=ideal, expected_hit=expected_hit)
+        record = self.recorder.record(self.workload.name, kind, role, "/completion", started, ended_at=started,
+                                      user=user, turn=turn, expected_hit=expected_hit)
+        Recorder.request(record, prompt, lora, ideal)
         try:
             completion = client.complete(prompt, n_predict=self.workload.n_predict, lora=lora, n_probs=0,
                                          timeout_s=REQUEST_TIMEOUT_S)
@@ -294,11 +288,7 @@ class ServiceDriver:
         return _Answer(completion.tokens, prompt + completion.tokens)
 
     def _fill(self, record: Record, c: Completion) -> None:
-        figures = ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms", "ttft_ms", "wall_ms")
-        for name in figures:
-            setattr(record, name, getattr(c, name))
-        record.ended_at, record.slot, record.output_hash = time.time(), c.id_slot, tokens_hash(c.tokens)
-        record.excess = c.prompt_n - (record.ideal or 0)
+        Recorder.fill(record, c)
         task = self.tasks.claim(c.id_slot, record.prompt_tokens or 0) if c.id_slot is not None else None
         if task is not None:
             record.cause = task.cause().to_dict()
@@ -310,7 +300,7 @@ class ServiceDriver:
 
     def _write(self, record: Record) -> None:
         with self._lock:
-            self.writer.write(record)
+            self.recorder.write(record)
             self.result.records.append(record)
 
     # -- set-up and the end ------------------------------------------------------------------------
@@ -337,25 +327,11 @@ class ServiceDriver:
             probe_tail=tokens(5000, w.health_check.tokens if w.health_check else 1),
         )
 
-    def _keep_log(self) -> None:
-        """The scrubbed server log (numbers-only lines) beside the records."""
-        raw = self.handle.server.raw_log_path
-        if not raw.exists():
-            return
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(raw, errors="replace") as src, open(self.log_dir / f"{self.workload.name}.log", "a") as dst:
-            dst.writelines(f"{kept}\n" for line in src if (kept := logs.scrub_line(line.rstrip("\n"))))
-
     def _summary(self, started_at: float) -> None:
-        record = Record(
-            run_id=self.run_id, session=self.session, profile=self.variant.profile, variant=self.variant.name,
-            build=self.build, model=self.variant.model_spec, size=max(u.opening_tokens for u in self.users),
-            scenario=self.workload.name, step="summary", role=Role.SESSION, endpoint="", started_at=started_at,
-            ended_at=time.time(), status=None, wall_ms=self.result.wall_s * 1000.0,
-            extra={"sleeps": self._sleeps, "gaps": self.result.gaps, "stopped_by": self.result.stopped_by, "requests": self._sent,
-                   "users": len(self.users), "long_prefill_tokens": self.workload.long_prefill_tokens,
-                   "system_prompt_tokens": self.workload.system_prompt_tokens + 1})
-        self.writer.write(record)
+        self.recorder.summary(self.workload.name, started_at, self.result.wall_s, {
+            "sleeps": self._sleeps, "gaps": self.result.gaps, "stopped_by": self.result.stopped_by,
+            "requests": self._sent, "users": len(self.users), "long_prefill_tokens": self.workload.long_prefill_tokens,
+            "system_prompt_tokens": self.workload.system_prompt_tokens + 1})
 
     def _say(self, text: str) -> None:
         print(f"[{self.session}] {text}", file=self.out, flush=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +20,7 @@ from reusebench.run import provenance
 from reusebench import records
 from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler
+from reusebench.run.recording import RunDir
 from reusebench.run.session import Session, SessionResult
 
 
@@ -45,10 +45,6 @@ class Interrupted(KeyboardInterrupt):
 
     def summary(self) -> str:
         return f"interrupted: every server stopped; {self.kept} records kept in {self.records_path}"
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 
 
 SamplerFactory = Callable[[], GpuSampler]
@@ -119,10 +115,8 @@ def run_profile(
     # selected now, so that a selection that cannot run is refused before anything starts
     plans = {variant.name: scenarios.select(scenario_ids or variant.scenarios) for variant in chosen}
     spec = corpus.load_spec(corpus_name)
-    run_id = new_run_id()
-    run_dir = Path(results_dir) / "runs" / run_id
-    run_dir.mkdir(parents=True, exist_ok=False)
-    records_path = run_dir / "records.jsonl"
+    run = RunDir.create(results_dir)
+    run_id, run_dir, records_path = run.run_id, run.path, run.records_path
     provenance.write(run_dir, provenance.stamp(profile, [variant.name for variant in chosen]))
     print(f"run {run_id}: profile {profile.name}, {len(chosen)} variant(s), records -> {records_path}", file=out)
     failed = 0
@@ -132,7 +126,7 @@ def run_profile(
                 print(f"GPU state will be null: {sampler.unavailable}", file=out)
 
             def session(variant: profiles.Variant, size: int, repeat: int | None = None) -> Session:
-                return Session(variant, size, spec, writer, run_id=run_id, log_dir=run_dir / "logs", sampler=sampler,
+                return Session(variant, size, spec, writer, run_id=run_id, log_dir=run.log_dir, sampler=sampler,
                                verify=variant.verify and verify, repeat=repeat, on_failure=on_failure, out=out)
 
             for variant in chosen:

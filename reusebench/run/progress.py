@@ -1,0 +1,52 @@
+"""What a session says on the terminal: one line per scenario and step, and a live prefill line on a tty."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TextIO
+
+from reusebench.llama.client import ProgressCallback
+from reusebench.records import Record, Role
+
+# Fault injection and progress watching: (scenario, step, role, processed, cached, total) on every prompt-progress
+# event. Tests pass one that kills or stops the real server when a prefill passes some fraction.
+ProgressHook = Callable[[str, str, str, int, int, int], None]
+
+
+class Progress:
+    """One session's terminal output, prefixed with its name."""
+
+    def __init__(self, name: str, out: TextIO, hook: ProgressHook | None = None) -> None:
+        self.name, self.out, self.hook = name, out, hook
+
+    def say(self, text: str) -> None:
+        print(f"[{self.name}] {text}", file=self.out, flush=True)
+
+    def callback(self, scenario: str, step: str, role: str) -> ProgressCallback | None:
+        """The client's progress callback for one call: the hook, and a live line on a tty (None: neither)."""
+        tty, hook = self.out.isatty(), self.hook
+        if not tty and hook is None:
+            return None
+
+        def show(processed: int, cached: int, total: int) -> None:
+            if hook is not None:
+                hook(scenario, step, role, processed, cached, total)
+            if tty:
+                pct = 100.0 * processed / total if total else 100.0
+                label = step if role != Role.REFERENCE else f"{step} (reference)"
+                self.out.write(f"\r  {label}: prefill {pct:5.1f}% ({processed:,}/{total:,} tokens, {cached:,} cached)")
+                self.out.flush()
+
+        return show
+
+    def clear(self) -> None:
+        if self.out.isatty():
+            self.out.write("\r\033[K")
+
+    def step(self, r: Record) -> None:
+        label = "setup prefill" if r.role == Role.SETUP else (r.verdict or "")
+        self.say(
+            f"  {r.scenario}/{r.step}: re-processed {r.prompt_n:,} of {r.prompt_tokens:,} "
+            f"(ideal {r.ideal:,}, expected {r.expected:,}) in {(r.prompt_ms or 0) / 1000:.2f} s  [{label}]  "
+            f"{r.cause['summary'] if r.cause else ''}"
+        )

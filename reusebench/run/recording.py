@@ -1,0 +1,128 @@
+"""The recording core every driver shares: the run directory, the record header, Completion -> Record, the LoRA
+key, the context size, the prefill budget and the scrubbed log.
+
+A driver (the scenario session: one conversation at a time; the service driver: users in threads) differs only
+in how its requests arise. What it writes goes through one ``Recorder``, so a record means the same whichever
+driver wrote it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reusebench.config.profiles import Variant
+from reusebench.llama import binaries, logs
+from reusebench.llama.client import Completion, LlamaClient
+from reusebench.records import Lora, PrefillBudget, Record, RecordWriter, Role, lora_key, prefill_budgets, tokens_hash
+
+CTX_MARGIN = 1024  # room beyond the longest prompt: question, edit, extension and generated tokens
+UNKNOWN_BUILD = "unknown"
+
+
+def new_run_id() -> str:
+    """Local time to the second plus a random suffix, so two runs started in the same second differ."""
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run's directory under ``results/runs``: its records, its kept logs, its provenance."""
+
+    run_id: str
+    path: Path
+
+    @classmethod
+    def create(cls, results_dir: Path) -> RunDir:
+        run_id = new_run_id()
+        path = Path(results_dir) / "runs" / run_id
+        path.mkdir(parents=True, exist_ok=False)
+        return cls(run_id, path)
+
+    @property
+    def records_path(self) -> Path:
+        return self.path / "records.jsonl"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.path / "logs"
+
+
+def ctx_size_args(variant: Variant, longest_prompt: int) -> list[str]:
+    """``--ctx-size`` for prompts up to `longest_prompt` tokens plus the margin, unless the variant sets one."""
+    return [] if variant.option("ctx-size") is not None else ["--ctx-size", str(longest_prompt + CTX_MARGIN)]
+
+
+class Recorder:
+    """Writes one driver's records: the header every record carries, the figures of a Completion, the summary
+    record, the tally of prefilled tokens by role, and the scrubbed server log. Thread-safe."""
+
+    def __init__(self, writer: RecordWriter, variant: Variant, *, run_id: str, session: str, size: int,
+                 log_dir: Path, extra: dict[str, Any] | None = None) -> None:
+        self.writer, self.variant, self.run_id, self.session, self.size = writer, variant, run_id, session, size
+        self.log_dir = log_dir
+        self.extra = extra or {}  # on every record (a repeated session's number)
+        self.build = UNKNOWN_BUILD
+        self.written: list[Record] = []
+        self._lock = threading.Lock()
+
+    def learn_build(self, client: LlamaClient) -> str:
+        """The build label records carry, from the binary and the server's /props."""
+        self.build = binaries.build_label(self.variant.binary, client.props().get("build_info"))
+        return self.build
+
+    def record(self, scenario: str, step: str, role: Role, endpoint: str, started: float, **fields: Any) -> Record:
+        """A record with the header filled in; `fields` set the rest (user, turn, slot, ...)."""
+        v = self.variant
+        return Record(run_id=self.run_id, session=self.session, profile=v.profile, variant=v.name, build=self.build,
+                      model=v.model_spec, size=self.size, scenario=scenario, step=step, role=role, endpoint=endpoint,
+                      started_at=started, ended_at=fields.pop("ended_at", time.time()), extra=dict(self.extra),
+                      **fields)
+
+    @staticmethod
+    def request(record: Record, tokens: list[int], lora: Lora, ideal: int | None) -> None:
+        """What a record says about the request it sends: the LoRA key, the prompt's length and hash, the ideal."""
+        record.lora, record.prompt_tokens, record.prompt_hash = lora_key(lora), len(tokens), tokens_hash(tokens)
+        record.ideal = ideal
+
+    @staticmethod
+    def fill(record: Record, c: Completion) -> None:
+        """The answer's figures: counts, timings, the slot, the output's hash, and the excess over the ideal."""
+        record.ended_at = time.time()
+        record.slot = c.id_slot
+        record.prompt_n, record.cache_n, record.prompt_ms = c.prompt_n, c.cache_n, c.prompt_ms
+        record.predicted_n, record.predicted_ms = c.predicted_n, c.predicted_ms
+        record.ttft_ms, record.wall_ms = c.ttft_ms, c.wall_ms
+        record.output_hash = tokens_hash(c.tokens)
+        record.excess = None if record.ideal is None else c.prompt_n - record.ideal
+
+    def write(self, record: Record) -> None:
+        with self._lock:
+            self.writer.write(record)
+            self.written.append(record)
+
+    def budget(self) -> PrefillBudget:
+        """Prompt tokens prefilled by role over every record written so far (``records.prefill_budgets``)."""
+        found = prefill_budgets(self.written)
+        return found[0] if found else PrefillBudget(self.session, 0, 0, 0)
+
+    def summary(self, scenario: str, started_at: float, wall_s: float, extra: dict[str, Any],
+                **fields: Any) -> Record:
+        """The session's record that is no HTTP call (role "session"): written, and returned."""
+        record = self.record(scenario, "summary", Role.SESSION, "", started_at, status=None, wall_ms=wall_s * 1000.0,
+                             **fields)
+        record.extra |= extra
+        self.write(record)
+        return record
+
+    def keep_log(self, raw: Path, name: str) -> None:
+        """Append the scrubbed server log (numbers-only lines, ``logs.scrub_line``) to ``log_dir/name.log``."""
+        if not raw.exists():
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(raw, errors="replace") as src, open(self.log_dir / f"{name}.log", "a") as dst:
+            dst.writelines(f"{kept}\n" for line in src if (kept := logs.scrub_line(line.rstrip("\n"))))

@@ -1,0 +1,33 @@
+"""A session's no-reuse references (kept by ``verification.References``): which measured steps a cold call
+verifies, and which still wait for one at the end of the session."""
+
+from __future__ import annotations
+
+from reusebench.llama.client import Completion
+from reusebench.records import Record
+from reusebench.reuse.verification import Pending, References, reference_name
+from reusebench.run.progress import Progress
+from reusebench.run.requests import Request
+
+
+class ReferenceKeeper:
+    """Verifies a reused measured step now when its prompt was computed cold before, else keeps it waiting."""
+
+    def __init__(self, verify: bool, progress: Progress) -> None:
+        self.verify, self.progress = verify, progress
+        self._references: References[Request] = References()
+
+    def judge(self, record: Record, c: Completion, request: Request) -> None:
+        """A measured step that reused something: compare it with its reference, now or later."""
+        if c.cache_n == 0 or not self.verify:
+            return
+        self._references.verify(record, c, request)
+
+    def use(self, record: Record, c: Completion) -> None:
+        """A call that reused nothing is the reference of its prompt; it verifies the steps waiting for one."""
+        for measured in self._references.add(record, c):
+            self.progress.say(f"  {measured.scenario}/{measured.step}: verified by {reference_name(record)}: "
+                              f"{measured.verdict}")
+
+    def waiting(self) -> list[Pending[Request]]:
+        return self._references.waiting()

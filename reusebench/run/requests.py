@@ -1,0 +1,71 @@
+"""Building a session's requests: prompts as the server's own tokenizer gives them, for /completion and chat."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from reusebench.config import scenarios
+from reusebench.llama import facts
+from reusebench.llama.client import Completion, ProgressCallback
+from reusebench.records import Lora, text_hash
+from reusebench.reuse import expectation
+from reusebench.run.server_life import ServerLife
+
+Prompt = str | Sequence[int]
+# (cache_prompt, progress, timeout_s) -> (completion, reply)
+Send = Callable[[bool, ProgressCallback | None, float], tuple[Completion, str]]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One completion request, ready to send with or without reuse (the reference is the same call)."""
+
+    endpoint: str
+    tokens: list[int]  # the prompt as the server tokenizes it
+    lora: Lora
+    user_starts: tuple[int, ...]  # where user messages start (chat): the server may checkpoint there
+    send: Send
+
+
+class Requests:
+    """Makes `Request`s for one server; tokenizes each text once."""
+
+    def __init__(self, life: ServerLife, n_predict: int) -> None:
+        self.life, self.n_predict = life, n_predict
+        self._tokens: dict[str, list[int]] = {}
+
+    def tokens(self, text: str, *, bos: bool = True) -> list[int]:
+        key = f"{bos}:{text_hash(text)}:{len(text)}"
+        if key not in self._tokens:
+            self._tokens[key] = self.life.handle.client.tokenize(text, add_special=bos)
+        return self._tokens[key]
+
+    def prompt_tokens(self, prompt: Prompt) -> list[int]:
+        return self.tokens(prompt) if isinstance(prompt, str) else list(prompt)
+
+    def completion(self, prompt: Prompt, lora: Lora) -> Request:
+        # Sent as the token ids the session derived `ideal` from (the server's own tokenizer): the server prefills
+        # exactly those, and spends no time tokenizing text outside its prompt time (~1 ms per 1K tokens here),
+        # which would otherwise sit between the client's TTFT and the server's prompt_ms.
+        tokens = self.prompt_tokens(prompt)
+        handle, n_predict = self.life.handle, self.n_predict
+
+        def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
+            return handle.client.complete(tokens, n_predict=n_predict, cache_prompt=cache_prompt, lora=lora,
+                                          on_progress=progress, timeout_s=timeout_s), ""
+
+        return Request("/completion", tokens, lora, (), send)
+
+    def chat(self, messages: scenarios.Messages) -> Request:
+        messages = [dict(m) for m in messages]  # a deferred reference must send this turn, not a later one
+        handle, n_predict = self.life.handle, self.n_predict
+
+        def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
+            return handle.client.chat(messages, n_predict=n_predict, cache_prompt=cache_prompt,
+                                      on_progress=progress, timeout_s=timeout_s)
+
+        # the server's own rendering, tokenized as it does (BOS added), so `ideal` compares what it compares
+        tokens = self.tokens(handle.client.apply_template(messages))
+        user_starts = expectation.user_starts(tokens, self.tokens(facts.CHATML_USER_START, bos=False))
+        return Request("/v1/chat/completions", tokens, None, user_starts, send)

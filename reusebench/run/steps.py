@@ -1,0 +1,293 @@
+"""The ``scenarios.Steps`` protocol on a running server: each step one call, recorded as it ends.
+
+For every completion it works out what a perfect cache would have re-processed (``ideal``: the prompt tokens
+after the longest prefix the server has already seen under the same LoRA setting), what the reuse model
+expects (``expectation``), why the server did what it did (from its log), and the step's verdict.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from reusebench.config import corpus as corpus_mod
+from reusebench.config import scenarios
+from reusebench.config.profiles import Variant
+from reusebench.llama.client import ClientError, Completion
+from reusebench.llama.server import ServerError
+from reusebench.records import DEFAULT_LORA, Lora, Record, Role, lora_key, verdict
+from reusebench.reuse import expectation
+from reusebench.reuse.verification import common_prefix
+from reusebench.run.diagnosis import Diagnosis, deadline_s
+from reusebench.run.progress import Progress
+from reusebench.run.recording import Recorder
+from reusebench.run.references import ReferenceKeeper
+from reusebench.run.requests import Prompt, Request, Requests
+from reusebench.run.server_life import ServerLife
+
+
+class SessionSteps:
+    """What a scenario can do (``scenarios.Steps``): measured and setup completions, chat turns, slot saves and
+    restores, idling until asleep, restarts."""
+
+    def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, life: ServerLife, recorder: Recorder,
+                 progress: Progress, *, verify: bool) -> None:
+        self.variant, self.spec, self.life, self.recorder, self.progress = variant, spec, life, recorder, progress
+        self.requests = Requests(life, variant.n_predict)
+        self.diagnosis = Diagnosis(life, recorder)
+        self.references = ReferenceKeeper(verify, progress)
+        # what the server should do, request by request: from the GGUF and the launch options only
+        self.expectation = expectation.ServerModel(*expectation.of_variant(variant))
+        self.server_s = 0.0  # the server's own prompt, generation and slot-file time
+        self.wait_s = 0.0  # deliberate waits (idling until asleep)
+        self.corpus_timing: dict[str, float] = {}
+        self.last_slot = 0
+        self._seen: dict[str, list[list[int]]] = {}  # lora key -> sequences the server has processed
+        self._slot_sequence: tuple[str, list[int]] = (DEFAULT_LORA, [])  # what the last slot used holds
+        self._saved: dict[str, tuple[str, list[int]]] = {}
+        self._expected_saved: dict[str, expectation.Held] = {}
+        self._first_load_ms: float | None = None
+        self._rate: float | None = None  # prefill tokens per second of the first load
+        self.measured: list[Record] = []  # the measured and setup records, in order (the session's result)
+
+    def build_corpus(self, size: int) -> None:
+        building = time.monotonic()
+        self.corpus = corpus_mod.build_corpus(self.spec, self.life.handle.client, size)
+        self.corpus_timing = {"corpus_s": time.monotonic() - building,
+                              "corpus_tokenizer_calls": self.corpus.tokenizer_calls}
+
+    # -- the protocol: what scenarios read ------------------------------------------------------
+
+    @property
+    def document(self) -> str:
+        return self.corpus.document
+
+    @property
+    def other(self) -> str:
+        return self.corpus.other
+
+    @property
+    def edited(self) -> str:
+        return self.corpus.edited
+
+    @property
+    def questions(self) -> tuple[str, str]:
+        return self.corpus.questions
+
+    @property
+    def summary(self) -> str:
+        return self.spec.summary
+
+    @property
+    def lora_adapters(self) -> int:
+        return len(self.variant.lora)
+
+    def option(self, name: str) -> object | None:
+        return self.variant.option(name)
+
+    def number(self, name: str) -> float | None:
+        return self.variant.number(name)
+
+    def prompt(self, document: str, question: str) -> str:
+        return corpus_mod.Corpus.prompt(document, question)
+
+    def tokens(self, text: str, *, bos: bool = True) -> list[int]:
+        return self.requests.tokens(text, bos=bos)
+
+    # -- the protocol: what scenarios do --------------------------------------------------------
+
+    def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True,
+                lora: Lora = None) -> Completion:
+        return self._complete(scenario, step, Role.MEASURE, self.requests.completion(prompt, lora), expect_hit)[0]
+
+    def setup(self, scenario: str, step: str, prompt: Prompt, *, lora: Lora = None) -> Completion:
+        return self._complete(scenario, step, Role.SETUP, self.requests.completion(prompt, lora), False)[0]
+
+    def chat(self, scenario: str, step: str, messages: scenarios.Messages, *, expect_hit: bool = True) -> str:
+        """A measured ``/v1/chat/completions`` turn; returns the reply text for the next turn (never recorded)."""
+        return self._complete(scenario, step, Role.MEASURE, self.requests.chat(messages), expect_hit)[1]
+
+    def save_slot(self, scenario: str, filename: str) -> None:
+        self._saved[filename] = self._slot_sequence
+        self._expected_saved[filename] = self.expectation.saved(self.last_slot)
+        timeout = self._deadline(len(self._slot_sequence[1]))
+        slot = self.last_slot
+        try:
+            self._call(scenario, "save slot", f"/slots/{slot}?action=save",
+                       lambda: self.life.handle.client.slot_save(slot, filename, timeout_s=timeout),
+                       explain=lambda: self.diagnosis.save_failure(filename))
+        except ClientError:
+            del self._saved[filename]
+            raise
+
+    def restore_slot(self, scenario: str, filename: str) -> None:
+        timeout = self._deadline(len(self._saved.get(filename, ("", []))[1]))
+        slot = self.last_slot
+        self._call(scenario, "restore slot", f"/slots/{slot}?action=restore",
+                   lambda: self.life.handle.client.slot_restore(slot, filename, timeout_s=timeout))
+        key, sequence = self._saved[filename]
+        self._seen.setdefault(key, []).append(sequence)
+        self.expectation.restore(slot, self._expected_saved[filename])
+
+    def wait_until_asleep(self, scenario: str) -> None:
+        """Stay idle until the server sleeps (``ServerHandle.wait_until_asleep``); a server that does not fails."""
+        seconds = self.variant.number("sleep-idle-seconds") or 0.0
+        self.progress.say(f"  idling until the server sleeps (sleep-idle-seconds {seconds:g})")
+
+        def wait() -> dict[str, Any]:
+            waited = self.life.handle.wait_until_asleep(seconds)
+            self.wait_s += waited.waited_s  # a deliberate wait, not harness overhead
+            if not waited.asleep:
+                raise ServerError(f"the server did not sleep within {waited.waited_s:.0f} s of idling")
+            self.expectation.sleep()
+            return {"n_polls": waited.polls}
+
+        self._call(scenario, "idle until asleep", "/props", wait)
+
+    def restart(self, scenario: str) -> None:
+        self._restart("restarting the server (same slot-save directory)")
+        self.expectation.restart()
+
+    def recover(self) -> None:
+        """After a failed scenario: a fresh server if the old one is gone, and a model of a fresh server."""
+        if self.life.server.is_running():
+            return
+        self._restart("restarting the server after the failure")
+        self._slot_sequence, self.last_slot = (DEFAULT_LORA, []), 0
+        self.expectation.restart()
+
+    def _restart(self, message: str) -> None:
+        self.progress.say(f"  {message}")
+        self.life.restart()
+        self._seen.clear()  # a perfect cache keeps only what was saved to disk across a restart
+
+    # -- one call -------------------------------------------------------------------------------
+
+    def _deadline(self, n_tokens: int) -> float:
+        return deadline_s(n_tokens, self._rate, self.variant.n_predict)
+
+    def _ideal(self, tokens: list[int], key: str) -> int:
+        """Tokens a perfect cache would re-process: those after the longest prefix already seen (at least 1)."""
+        seen = max((common_prefix(tokens, s) for s in self._seen.get(key, [])), default=0)
+        return max(1, len(tokens) - seen)
+
+    def _record(self, scenario: str, step: str, role: Role, endpoint: str, started: float) -> Record:
+        return self.recorder.record(scenario, step, role, endpoint, started, slot=self.last_slot)
+
+    def _call(self, scenario: str, step: str, endpoint: str, action: Callable[[], dict[str, Any]],
+              explain: Callable[[], str] | None = None) -> None:
+        started = time.time()
+        record = self._record(scenario, step, Role.SETUP, endpoint, started)
+        try:
+            response = action()
+            record.extra |= {k: v for k, v in response.items() if k.startswith("n_") or k == "timings"}
+        except ClientError as exc:
+            why = explain() if explain and self.life.server.is_running() else ""
+            raise self.diagnosis.fail(record, exc, why) from exc
+        except ServerError as exc:
+            record.status, record.error, record.ended_at = None, f"ServerError: {exc}", time.time()
+            self.recorder.write(record)
+            raise
+        record.ended_at = time.time()
+        record.wall_ms = (record.ended_at - started) * 1000.0
+        # slot files are server work: their time is not harness overhead
+        timings = response.get("timings") or {}
+        self.server_s += sum(float(v) for k, v in timings.items() if k.endswith("_ms")) / 1000.0
+        self.recorder.write(record)
+
+    def _fill(self, record: Record, c: Completion) -> None:
+        Recorder.fill(record, c)
+        self.server_s += (c.prompt_ms + c.predicted_ms) / 1000.0
+
+    def _complete(self, scenario: str, step: str, role: Role, request: Request,
+                  expect_hit: bool) -> tuple[Completion, str]:
+        key = lora_key(request.lora)
+        record = self._record(scenario, step, role, request.endpoint, time.time())
+        Recorder.request(record, request.tokens, request.lora, self._ideal(request.tokens, key))
+        record.expected_hit = expect_hit
+        expected = self.expectation.complete(request.tokens, lora=request.lora, user_starts=request.user_starts)
+        record.expected, record.cause_expected = expected.prompt_n, expected.cause
+        if expected.wrong_output:
+            record.extra["expected_wrong_output"] = True
+        log_mark = self.life.handle.mark()
+        record.host = self.life.host_state()
+        sampler = self.life.sampler
+        gpu_mark = sampler.mark()
+        timeout = self._deadline(len(request.tokens))
+        try:
+            completion, reply = request.send(True, self.progress.callback(scenario, step, role), timeout)
+        except (ClientError, KeyboardInterrupt) as exc:
+            self.progress.clear()
+            record.cause = self.diagnosis.cause(log_mark)
+            record.gpu = sampler.summary_dict(gpu_mark, sampler.mark())
+            record.extra["timeout_s"] = round(timeout, 1)
+            if isinstance(exc, KeyboardInterrupt):  # keep what the step got to, then stop
+                record.status, record.error, record.ended_at = None, "interrupted (Ctrl-C)", time.time()
+                self.recorder.write(record)
+                raise
+            raise self.diagnosis.fail(record, exc) from exc
+        record.gpu = sampler.summary_dict(gpu_mark, sampler.mark())
+        self.progress.clear()
+        self._fill(record, completion)
+        record.cause = self.diagnosis.cause(log_mark)
+        if record.slot is None:  # chat responses do not name the slot; the log does
+            record.slot = record.cause.get("slot")
+        self.last_slot = record.slot if record.slot is not None else self.last_slot
+        self._slot_sequence = (key, request.tokens + completion.tokens)
+        self.expectation.answered(completion.tokens)
+        self._seen.setdefault(key, []).append(self._slot_sequence[1])
+        try:
+            if completion.cache_n == 0:  # computed without reuse: a reference itself, for earlier steps too
+                self.references.use(record, completion)
+            if role == Role.MEASURE:
+                self._judge(record, completion, request)
+        finally:  # a failed reference call must not lose the measurement
+            self.recorder.write(record)
+            self.measured.append(record)
+        self.progress.step(record)
+        return completion, reply
+
+    def _judge(self, record: Record, c: Completion, request: Request) -> None:
+        """Speedup, correctness against a no-reuse reference (now or deferred), and the step's outcome (hit, partial,
+        miss or WRONG OUTPUT; the record keeps it in its ``verdict`` field)."""
+        if record.scenario == "first_load":
+            self._first_load_ms = c.prompt_ms
+            if c.prompt_ms > 0 and c.prompt_n > 0:
+                self._rate = c.prompt_n / (c.prompt_ms / 1000.0)
+        if self._first_load_ms and c.prompt_ms > 0:
+            record.speedup = self._first_load_ms / c.prompt_ms
+        # More reused than the longest prefix ever computed under this LoRA: state computed for something else
+        # (another LoRA, or a chunk shifted out of its context), whatever the output says.
+        foreign = c.cache_n - ((record.prompt_tokens or 0) - (record.ideal or 0))
+        if foreign > 0:
+            record.extra["foreign_reused"] = foreign
+        record.verdict = verdict(record)
+        self.references.judge(record, c, request)
+
+    def deferred_references(self) -> None:
+        """The references nothing computed along the way: one ``cache_prompt: false`` call per prompt and LoRA."""
+        waiting = self.references.waiting()
+        if waiting and not self.life.server.is_running():
+            steps = sum(len(p.steps) for p in waiting)
+            self.progress.say(f"{steps} measured step(s) left unverified: the server is gone before their references")
+            return
+        for pending in waiting:
+            first = pending.steps[0][0]
+            record = self._record(first.scenario, first.step, Role.REFERENCE, pending.request.endpoint, time.time())
+            record.lora, record.prompt_tokens, record.prompt_hash = first.lora, first.prompt_tokens, first.prompt_hash
+            timeout = self._deadline(len(pending.request.tokens))
+            try:
+                reference, _ = pending.request.send(
+                    False, self.progress.callback(first.scenario, first.step, Role.REFERENCE), timeout)
+            except ClientError as exc:
+                self.progress.clear()
+                raise self.diagnosis.fail(record, exc) from exc
+            self.progress.clear()
+            self._fill(record, reference)
+            # a reference overwrites the slot like any request
+            self.expectation.complete(pending.request.tokens, lora=pending.request.lora,
+                                      user_starts=pending.request.user_starts, cache_prompt=False)
+            self.expectation.answered(reference.tokens)
+            self.references.use(record, reference)
+            self.recorder.write(record)
