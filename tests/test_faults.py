@@ -280,7 +280,7 @@ def test_corrupt_model_is_an_error_naming_file_and_field_before_launch(tmp_path,
     broken.write_bytes(tiny.model_path("llama").read_bytes()[:100_000])
     path = profile_file(tmp_path, f"model: {broken}\n")
     err = cli_error(capsys, "--profile", str(path), "--results", str(tmp_path))
-    assert re.fullmatch(rf"reusebench: .*p\.yaml: model: {broken}: .*(truncated|corrupt).*", err), err
+    assert re.fullmatch(rf"reusebench: .*p\.yaml:\d+:1: model: {broken}: .*(truncated|corrupt).*", err), err
     assert not (tmp_path / "runs").exists()
 
 
@@ -292,12 +292,12 @@ def test_binary_missing_or_not_executable(tmp_path, capsys, case):
         binary.chmod(0o644)
     path = profile_file(tmp_path, f"binary: {binary}\n")
     err = cli_error(capsys, "--profile", str(path), "--results", str(tmp_path))
-    assert re.fullmatch(rf"reusebench: .*p\.yaml: binary: {binary} ({'does not exist' if case == 'missing' else 'is not executable'})", err), err
+    assert re.fullmatch(rf"reusebench: .*p\.yaml:\d+:1: binary: {binary} ({'does not exist' if case == 'missing' else 'is not executable'})", err), err
 
 
 @pytest.mark.parametrize(("text", "message"), [
     ("options: {parallel: 1\n", r"p\.yaml:\d+:\d+: invalid YAML: "),
-    ("n_predict: eight\n", r"p\.yaml: n_predict: expected an integer"),
+    ("n_predict: eight\n", r"p\.yaml:\d+:1: n_predict: expected an integer"),
 ])
 def test_malformed_profile_is_exit_2_naming_file_and_field(tmp_path, capsys, text, message):
     path = profile_file(tmp_path, text)

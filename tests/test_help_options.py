@@ -75,7 +75,7 @@ def test_a_wrong_value_type_fails_the_profile_load_naming_file_and_field(tmp_pat
     path.write_text(f"binary: {fake_binary.path}\nmodel: model.bin\nsizes: [1K]\noptions:\n  ctx-checkpoints: many\n")
     with pytest.raises(profiles.ProfileError) as caught:
         profiles.load_profile(path)
-    assert f"{path}: options.ctx-checkpoints: --ctx-checkpoints takes an integer (N in --help), not 'many'" in str(
+    assert f"{path}:5:3: options.ctx-checkpoints: --ctx-checkpoints takes an integer (N in --help), not 'many'" in str(
         caught.value)
 
 

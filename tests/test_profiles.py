@@ -137,19 +137,19 @@ def test_gpu_profile_names_the_unset_model_variable(monkeypatch: pytest.MonkeyPa
                                                    real_binary: binaries.Binary) -> None:
     monkeypatch.setenv("REUSEBENCH_LLAMA_SERVER", str(real_binary.path))
     monkeypatch.delenv("REUSEBENCH_GLM_MODEL", raising=False)
-    with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml: model: environment variable REUSEBENCH_GLM_MODEL is not set"):
+    with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml:6:1: model: environment variable REUSEBENCH_GLM_MODEL is not set"):
         load_profile("glm-hybrid-gpu")
 
 
 @pytest.mark.usefixtures("gpu_env")
 def test_gpu_profile_binary_comes_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REUSEBENCH_LLAMA_SERVER", str(tmp_path / "no-such-llama-server"))
-    with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml: binary: .*no-such-llama-server does not exist"):
+    with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml:\d+:1: binary: .*no-such-llama-server does not exist"):
         load_profile("glm-hybrid-gpu")
     # Unset, it is the CUDA build of the pinned release.
     monkeypatch.delenv("REUSEBENCH_LLAMA_SERVER")
     monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
-    with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml: binary: .* run `reusebench build --flavor cuda`"):
+    with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml:\d+:1: binary: .* run `reusebench build --flavor cuda`"):
         load_profile("glm-hybrid-gpu")
 
 
@@ -328,8 +328,13 @@ def test_error_names_file_and_field(profile_dir: Path, text: str, expected: str,
     monkeypatch.delenv("REUSEBENCH_TEST_UNSET", raising=False)
     path = write(profile_dir, "bad", text)
     message = load_error(path)
-    assert message.startswith(f"{path}: "), message
+    assert re.match(rf"{re.escape(str(path))}:\d+:\d+: ", message), message
     assert re.search(expected, message), message
+
+
+def test_an_error_names_the_line_and_column_of_its_field(profile_dir: Path) -> None:
+    path = write(profile_dir, "bad", VALID + "options:\n  threads: 2\n  cache-reus: 256\n")
+    assert load_error(path).startswith(f"{path}:5:3: options.cache-reus: unknown llama-server option")  # line 5, indent 2
 
 
 @pytest.mark.parametrize(
@@ -347,15 +352,15 @@ def test_malformed_yaml_names_the_line(profile_dir: Path, text: str, line: int) 
 def test_extends_cycle(profile_dir: Path) -> None:
     a = write(profile_dir, "a", VALID + "extends: b\n")
     b = write(profile_dir, "b", "extends: a\n")
-    assert load_error(a) == f"{b}: extends: cycle {a} -> {b} -> {a}"
+    assert load_error(a) == f"{b}:1:1: extends: cycle {a} -> {b} -> {a}"
     self_loop = write(profile_dir, "self", VALID + "extends: self.yaml\n")
-    assert load_error(self_loop) == f"{self_loop}: extends: cycle {self_loop} -> {self_loop}"
+    assert load_error(self_loop) == f"{self_loop}:3:1: extends: cycle {self_loop} -> {self_loop}"
 
 
 def test_error_in_base_names_the_base_file(profile_dir: Path) -> None:
     base = write(profile_dir, "base", VALID + "options:\n  cache-reus: 1\n")
     child = write(profile_dir, "child", "extends: base\n")
-    assert load_error(child).startswith(f"{base}: options.cache-reus: unknown llama-server option")
+    assert load_error(child).startswith(f"{base}:4:3: options.cache-reus: unknown llama-server option")
 
 
 def test_unknown_profile_name_lists_available(profile_dir: Path) -> None:
@@ -464,7 +469,7 @@ def test_binary_whose_help_fails_names_the_profile(profile_dir: Path) -> None:
     broken.chmod(0o755)
     path = write(profile_dir, "p", VALID + "binary: llama-server\noptions: {threads: 2}\n")
     message = load_error(path)
-    assert message.startswith(f"{path}: binary: {broken} --help exited with 127: error while loading shared libraries")
+    assert message.startswith(f"{path}:3:1: binary: {broken} --help exited with 127: error while loading shared libraries")
 
 
 # --- first contact -----------------------------------------------------------------------------

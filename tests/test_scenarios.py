@@ -289,7 +289,7 @@ def test_growing_chat_reprocesses_only_the_appended_tokens(hybrid, control):
 
 @pytest.mark.e2e
 def test_honest_denominators_count_cannot_hit_turns_apart(hybrid):
-    from reusebench.report import render_text
+    from reusebench.report.run_report import render_text
 
     text = render_text(hybrid.records)
     assert "turns that cannot hit, counted apart: 3 (first_load/cold, head_insert/summary at the head, growth/turn 1)" \

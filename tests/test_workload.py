@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_shipped_workloads_load() -> None:
 def test_an_invalid_workload_names_file_and_field(tmp_path: Path, text: str, where: str, why: str) -> None:
     with pytest.raises(workload.WorkloadError) as error:
         workload.load_workload(write(tmp_path, text))
-    assert str(error.value).startswith(f"{tmp_path / 'w.yaml'}: {where}: ")
+    assert re.match(rf"{re.escape(str(tmp_path / 'w.yaml'))}:\d+:\d+: {re.escape(where)}: ", str(error.value))
     assert why in str(error.value)
 
 
@@ -64,6 +65,16 @@ def test_duplicate_keys_and_unknown_names_are_refused(tmp_path: Path) -> None:
         workload.load_workload(write(tmp_path, MINIMAL + "seed: 2\n"))
     with pytest.raises(workload.WorkloadError, match="no such workload"):
         workload.load_workload("no-such-workload")
+
+
+def test_a_workload_expands_environment_references(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REUSEBENCH_TEST_PROFILE", "tiny-glm-load")
+    path = write(tmp_path, MINIMAL.replace("profile: tiny-glm-load", "profile: ${REUSEBENCH_TEST_PROFILE}"))
+    assert workload.load_workload(path).profile == "tiny-glm-load"
+    monkeypatch.delenv("REUSEBENCH_TEST_PROFILE")
+    with pytest.raises(workload.WorkloadError, match=r"w\.yaml:\d+:\d+: profile: environment variable "
+                                                     r"REUSEBENCH_TEST_PROFILE is not set"):
+        workload.load_workload(path)
 
 
 def test_users_are_drawn_from_the_seed(tmp_path: Path) -> None:

@@ -26,11 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import yaml
+from reusebench import reader, tiny
 
-from reusebench import tiny
-
-SIZE_TOLERANCE = 0.005
 MAX_TOKENIZER_CALLS = 5
 SPEC_KEYS = {"description", "source", "seed", "path", "questions", "edit", "summary"}
 SOURCES = ("words", "stdlib", "file")
@@ -82,42 +79,40 @@ class Tokenizer(Protocol):
 
 
 def load_spec(name_or_path: str | Path, corpora_dir: Path = CORPORA_DIR) -> CorpusSpec:
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = corpora_dir / f"{name_or_path}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in corpora_dir.glob("*.yaml"))
-        raise CorpusError(f"corpus spec not found: {path} (known: {', '.join(known)})")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise CorpusError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise CorpusError(f"{path}: expected a mapping at the top level")
-    unknown = set(data) - SPEC_KEYS
-    if unknown:
-        raise CorpusError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(SPEC_KEYS))}")
+    """Read and check a corpus spec given by name (in `corpora_dir`) or by path; ``${ENV}`` in its texts expands."""
+    path = reader.find(name_or_path, corpora_dir, CorpusError, "corpus")
+    doc = reader.read(path, CorpusError, "corpus")
+
+    def fail(key: str, why: str) -> CorpusError:
+        return CorpusError(f"{doc.at(key)}: {key}: {why}")
+
+    data = {key: reader.expand_env(value, source=doc.at(key), field_name=key, error=CorpusError)
+            if isinstance(value, str) else value for key, value in doc.data.items()}
+    for key in data:
+        if key not in SPEC_KEYS:
+            raise fail(str(key), f"unknown field{reader.did_you_mean(str(key), SPEC_KEYS)}; "
+                                 f"valid fields: {', '.join(sorted(SPEC_KEYS))}")
     source = data.get("source")
     if source not in SOURCES:
-        raise CorpusError(f"{path}: source: must be one of {', '.join(SOURCES)}, got {source!r}")
+        raise fail("source", f"must be one of {', '.join(SOURCES)}, got {source!r}")
     questions = data.get("questions")
     if not (isinstance(questions, list) and len(questions) == 2 and all(isinstance(q, str) and q for q in questions)):
-        raise CorpusError(f"{path}: questions: must be a list of two non-empty strings")
+        raise fail("questions", "must be a list of two non-empty strings")
     if questions[0].split()[0] == questions[1].split()[0]:
-        raise CorpusError(f"{path}: questions: must differ from their first word on (a re-ask must diverge early)")
+        raise fail("questions", "must differ from their first word on (a re-ask must diverge early)")
     for key in ("edit", "summary"):
         if not isinstance(data.get(key), str) or not data[key].strip():
-            raise CorpusError(f"{path}: {key}: must be a non-empty string")
+            raise fail(key, "must be a non-empty string")
     file = None
     if source == "file":
         if not isinstance(data.get("path"), str):
-            raise CorpusError(f"{path}: path: required for source 'file'")
+            raise fail("path", "required for source 'file'")
         file = (path.parent / data["path"]).resolve()
         if not file.is_file():
-            raise CorpusError(f"{path}: path: file not found: {file}")
+            raise fail("path", f"file not found: {file}")
     seed = data.get("seed", 0)
     if not isinstance(seed, int):
-        raise CorpusError(f"{path}: seed: must be an integer")
+        raise fail("seed", "must be an integer")
     return CorpusSpec(
         name=path.stem,
         path=path,

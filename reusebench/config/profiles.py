@@ -11,19 +11,19 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from reusebench.llama import binaries
 from reusebench.config import options, sizes
 from reusebench.config.options import OptionValue
 from reusebench.llama.binaries import Binary, BinaryError
 from reusebench.config.scenarios import SCENARIO_IDS  # one list: the catalogue's
+from reusebench import reader
+from reusebench.reader import Document
 
 DEFAULT_N_PREDICT = 8
 MMPROJ_AXIS = "mmproj"  # matrix axis that loads the profile's mmproj (true) or not (false)
@@ -143,7 +143,7 @@ def load_profile(
     Tiny models named by `tiny:` specs are generated if missing.
     """
     path, merged, origins = _read_merged(name_or_path, profiles_dir or default_profiles_dir(), scenario_ids)
-    return _build(path, merged, _Origins(origins, path), check_binary, scenario_ids)
+    return _build(path, merged, origins, check_binary, scenario_ids)
 
 
 @dataclass(frozen=True)
@@ -163,54 +163,20 @@ def outline(name_or_path: str | Path, profiles_dir: Path | None = None) -> Outli
 
 def _read_merged(
     name_or_path: str | Path, profiles_dir: Path, scenario_ids: Sequence[str]
-) -> tuple[Path, dict[str, Any], dict[str, Path]]:
+) -> tuple[Path, dict[str, Any], _Origins]:
     """The profile's file, its fields merged over the files it extends, and which file set each field."""
     path = _locate(name_or_path, profiles_dir)
-    layers = [(file, _check_layer(raw, file, scenario_ids)) for file, raw in _read_chain(path, profiles_dir)]
-    return (path, *_merge(layers))
+    chain = _read_chain(path, profiles_dir)
+    layers = [(file, _check_layer(doc, scenario_ids)) for file, doc in chain]
+    merged, origins = _merge(layers)
+    return path, merged, _Origins(origins, path, {file: doc for file, doc in chain})
 
 
 # --- reading ---------------------------------------------------------------------------------
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """YAML 1.2 booleans and no duplicate keys.
-
-    Plain YAML 1.1 reads `flash-attn: on` as `flash-attn: true`; here `on`, `off`,
-    `yes` and `no` stay strings, so option values reach llama-server as written.
-    """
-
-
-_StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-
-
-def _construct_unique_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
 def _locate(name_or_path: str | Path, profiles_dir: Path) -> Path:
-    text = str(name_or_path)
-    looks_like_path = isinstance(name_or_path, Path) or "/" in text or text.endswith((".yaml", ".yml"))
-    path = Path(text).expanduser() if looks_like_path else profiles_dir / f"{text}.yaml"
-    if not path.is_file():
-        available = ", ".join(profile_names(profiles_dir)) or "none"
-        raise ProfileError(f"{_display(path)}: no such profile (profiles in {_display(profiles_dir)}: {available})")
-    return path
+    return reader.find(name_or_path, profiles_dir, ProfileError, "profile")
 
 
 def profile_files(name_or_path: str | Path, profiles_dir: Path | None = None) -> list[Path]:
@@ -219,67 +185,58 @@ def profile_files(name_or_path: str | Path, profiles_dir: Path | None = None) ->
     return [path for path, _ in _read_chain(_locate(name_or_path, profiles_dir), profiles_dir)]
 
 
-def _read_chain(path: Path, profiles_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+def _read_chain(path: Path, profiles_dir: Path) -> list[tuple[Path, Document]]:
     """The profile and the profiles it extends, base first."""
-    chain: list[tuple[Path, dict[str, Any]]] = []
+    chain: list[tuple[Path, Document]] = []
     current: Path | None = path.resolve()
     while current is not None:
         if any(current == seen for seen, _ in chain):
             cycle = " -> ".join(_display(seen) for seen, _ in chain) + f" -> {_display(current)}"
-            raise ProfileError(f"{_display(chain[-1][0])}: extends: cycle {cycle}")
-        raw = _read_yaml(current)
-        chain.append((current, raw))
-        current = _parent_path(raw.get("extends"), current, profiles_dir)
+            raise ProfileError(f"{chain[-1][1].at('extends')}: extends: cycle {cycle}")
+        doc = _read_yaml(current)
+        chain.append((current, doc))
+        current = _parent_path(doc.data.get("extends"), doc, profiles_dir)
     return chain[::-1]
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.load(path.read_text(), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{_display(path)}:{mark.line + 1}:{mark.column + 1}" if mark else _display(path)
-        problem = getattr(error, "problem", None) or str(error)
-        raise ProfileError(f"{where}: invalid YAML: {problem}") from error
-    if not isinstance(data, dict):
-        raise ProfileError(f"{_display(path)}: expected a mapping of profile fields, got {_type_name(data)}")
-    return data
+def _read_yaml(path: Path) -> Document:
+    return reader.read(path, ProfileError, "profile", _display(path))
 
 
-def _parent_path(extends: Any, child: Path, profiles_dir: Path) -> Path | None:
+def _parent_path(extends: Any, doc: Document, profiles_dir: Path) -> Path | None:
     """The file `extends:` names. A path is taken from the child's directory. A name is a profile, as
     `--profile NAME` takes it: a file of that name beside the child wins (a user's own base), else the
     profile of that name in `profiles_dir` (the shipped ones), so a profile kept anywhere can extend tiny-base."""
     if extends is None:
         return None
+    child, at = doc.path, doc.at("extends")
     if not isinstance(extends, str):
-        raise ProfileError(f"{_display(child)}: extends: expected a string, got {_type_name(extends)}")
+        raise ProfileError(f"{at}: extends: expected a string, got {_type_name(extends)}")
     if "/" in extends or extends.endswith((".yaml", ".yml")):
         parent = child.parent / extends
         if not parent.is_file():
-            raise ProfileError(f"{_display(child)}: extends: {_display(parent)} does not exist")
+            raise ProfileError(f"{at}: extends: {_display(parent)} does not exist")
         return parent.resolve()
     candidates = [child.parent / f"{extends}.yaml", profiles_dir / f"{extends}.yaml"]
     for parent in candidates:
         if parent.is_file():
             return parent.resolve()
     available = ", ".join(profile_names(profiles_dir)) or "none"
-    raise ProfileError(f"{_display(child)}: extends: no profile {extends!r}: neither {_display(candidates[0])} "
+    raise ProfileError(f"{at}: extends: no profile {extends!r}: neither {_display(candidates[0])} "
                        f"nor {_display(candidates[1])} exists (profiles in {_display(profiles_dir)}: {available})")
 
 
 # --- per-file checks (so an error names the file that holds the value) ---------------------------
 
 
-def _check_layer(raw: dict[str, Any], path: Path, scenario_ids: Sequence[str]) -> dict[str, Any]:
+def _check_layer(file: Document, scenario_ids: Sequence[str]) -> dict[str, Any]:
     """Check one file's fields and return them with sizes normalised to token counts."""
-    file = _display(path)
     layer: dict[str, Any] = {}
-    for key, value in raw.items():
+    for key, value in file.data.items():
         expected = _FIELD_TYPES.get(key) if isinstance(key, str) else None
         if expected is None:
-            hint = binaries.did_you_mean(str(key), _FIELD_TYPES)
-            raise ProfileError(f"{file}: {key}: unknown field{hint}; valid fields: {', '.join(_FIELD_TYPES)}")
+            hint = reader.did_you_mean(str(key), _FIELD_TYPES)
+            raise ProfileError(f"{file.at(key)}: {key}: unknown field{hint}; valid fields: {', '.join(_FIELD_TYPES)}")
         if value is not None:  # null unsets an inherited value
             _expect(value, expected, file, key)
         layer[key] = value
@@ -290,9 +247,9 @@ def _check_layer(raw: dict[str, Any], path: Path, scenario_ids: Sequence[str]) -
     if layer.get("sizes") is not None:
         layer["sizes"] = [_parse_size(size, file, f"sizes[{i}]") for i, size in enumerate(layer["sizes"])]
         if not layer["sizes"]:
-            raise ProfileError(f"{file}: sizes: needs at least one size")
+            raise ProfileError(f"{file.at('sizes')}: sizes: needs at least one size")
     if layer.get("n_predict") is not None and layer["n_predict"] < 1:
-        raise ProfileError(f"{file}: n_predict: must be at least 1, got {layer['n_predict']}")
+        raise ProfileError(f"{file.at('n_predict')}: n_predict: must be at least 1, got {layer['n_predict']}")
     for name, value in (layer.get("options") or {}).items():
         _check_option_name(name, file, f"options.{name}")
         if value is not None:
@@ -302,26 +259,26 @@ def _check_layer(raw: dict[str, Any], path: Path, scenario_ids: Sequence[str]) -
     return layer
 
 
-def _check_scenarios(scenarios: list[Any], file: str, scenario_ids: Sequence[str]) -> None:
+def _check_scenarios(scenarios: list[Any], file: Document, scenario_ids: Sequence[str]) -> None:
     _check_items(scenarios, str, file, "scenarios")
     for index, scenario in enumerate(scenarios):
         if scenario not in scenario_ids:
-            hint = binaries.did_you_mean(scenario, scenario_ids)
+            hint = reader.did_you_mean(scenario, scenario_ids)
             raise ProfileError(
-                f"{file}: scenarios[{index}]: unknown scenario {scenario!r}{hint}; valid: {', '.join(scenario_ids)}"
+                f"{file.at(f'scenarios[{index}]')}: scenarios[{index}]: unknown scenario {scenario!r}{hint}; valid: {', '.join(scenario_ids)}"
             )
     if len(set(scenarios)) != len(scenarios):
-        raise ProfileError(f"{file}: scenarios: lists a scenario twice")
+        raise ProfileError(f"{file.at('scenarios')}: scenarios: lists a scenario twice")
 
 
-def _check_axis(axis: Any, values: Any, file: str) -> None:
+def _check_axis(axis: Any, values: Any, file: Document) -> None:
     where = f"matrix.{axis}"
     if not isinstance(axis, str):
-        raise ProfileError(f"{file}: {where}: axis names must be strings")
+        raise ProfileError(f"{file.at(where)}: {where}: axis names must be strings")
     if axis != MMPROJ_AXIS:
         _check_option_name(axis, file, where)
     if not isinstance(values, list) or not values:
-        raise ProfileError(f"{file}: {where}: expected a non-empty list of values, got {values!r}")
+        raise ProfileError(f"{file.at(where)}: {where}: expected a non-empty list of values, got {values!r}")
     for index, value in enumerate(values):
         if axis == MMPROJ_AXIS:
             _expect(value, bool, file, f"{where}[{index}]")
@@ -329,42 +286,42 @@ def _check_axis(axis: Any, values: Any, file: str) -> None:
             _check_option_value(value, file, f"{where}[{index}]")
     labels = [_label(value) for value in values]
     if len(set(labels)) != len(labels):
-        raise ProfileError(f"{file}: {where}: lists a value twice ({', '.join(labels)})")
+        raise ProfileError(f"{file.at(where)}: {where}: lists a value twice ({', '.join(labels)})")
 
 
-def _check_option_name(name: Any, file: str, where: str) -> None:
+def _check_option_name(name: Any, file: Document, where: str) -> None:
     if not isinstance(name, str) or name.startswith("-"):
-        raise ProfileError(f"{file}: {where}: write the option's long name without dashes (e.g. cache-reuse)")
+        raise ProfileError(f"{file.at(where)}: {where}: write the option's long name without dashes (e.g. cache-reuse)")
     if name in HARNESS_OWNED_OPTIONS:
-        raise ProfileError(f"{file}: {where}: set by the harness, not by profiles ({HARNESS_OWNED_OPTIONS[name]})")
+        raise ProfileError(f"{file.at(where)}: {where}: set by the harness, not by profiles ({HARNESS_OWNED_OPTIONS[name]})")
     if name in TOP_LEVEL_OPTIONS:
-        raise ProfileError(f"{file}: {where}: use the top-level field `{name}:` instead")
+        raise ProfileError(f"{file.at(where)}: {where}: use the top-level field `{name}:` instead")
 
 
-def _check_option_value(value: Any, file: str, where: str) -> None:
+def _check_option_value(value: Any, file: Document, where: str) -> None:
     if isinstance(value, (list, dict)) or value is None:
         raise ProfileError(
-            f"{file}: {where}: expected a string, number or true/false, got {_type_name(value)} ({value!r})"
+            f"{file.at(where)}: {where}: expected a string, number or true/false, got {_type_name(value)} ({value!r})"
         )
 
 
-def _check_items(items: list[Any], expected: type, file: str, key: str) -> None:
+def _check_items(items: list[Any], expected: type, file: Document, key: str) -> None:
     for index, item in enumerate(items):
         _expect(item, expected, file, f"{key}[{index}]")
 
 
-def _expect(value: Any, expected: type, file: str, where: str) -> None:
+def _expect(value: Any, expected: type, file: Document, where: str) -> None:
     # bool is a subclass of int in Python, but `n_predict: true` is still a mistake.
     matches = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
     if not matches:
-        raise ProfileError(f"{file}: {where}: expected {_TYPE_NAMES[expected]}, got {_type_name(value)} ({value!r})")
+        raise ProfileError(f"{file.at(where)}: {where}: expected {_TYPE_NAMES[expected]}, got {_type_name(value)} ({value!r})")
 
 
-def _parse_size(size: Any, file: str, where: str) -> int:
+def _parse_size(size: Any, file: Document, where: str) -> int:
     try:
         return sizes.parse_size(size)
     except sizes.SizeError as error:
-        raise ProfileError(f"{file}: {where}: {error}") from None
+        raise ProfileError(f"{file.at(where)}: {where}: {error}") from None
 
 
 # --- merging and building ----------------------------------------------------------------------
@@ -402,13 +359,17 @@ class _Origins:
 
     files: dict[str, Path]
     profile: Path
+    documents: dict[Path, Document]
 
     def path(self, where: str) -> Path:
         """The file that set `where` ("lora[1]" is set with "lora"); the profile itself for defaults."""
         return self.files.get(where.split("[", 1)[0], self.profile)
 
     def file(self, where: str) -> str:
-        return _display(self.path(where))
+        """"<file>:<line>:<column>" of `where` in the file that set it."""
+        path = self.path(where)
+        document = self.documents.get(path.resolve())
+        return document.at(where) if document is not None else _display(path)
 
 
 @contextlib.contextmanager
@@ -501,7 +462,7 @@ def _expand_value(value: OptionValue, origins: _Origins, where: str) -> OptionVa
     if not isinstance(value, str):
         return value
     with _reported_at(origins, where):
-        return binaries.expand_env(value, source=origins.file(where), field_name=where)
+        return reader.expand_env(value, source=origins.file(where), field_name=where, error=ProfileError)
 
 
 def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
@@ -514,7 +475,8 @@ def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
             if where == "model":
                 return tiny.model_path(name)
             return tiny.mmproj_path(name) if where == "mmproj" else tiny.lora_path(name)
-        expanded = Path(binaries.expand_env(spec, source=origins.file(where), field_name=where)).expanduser()
+        expanded = Path(reader.expand_env(spec, source=origins.file(where), field_name=where,
+                                          error=ProfileError)).expanduser()
     path = expanded if expanded.is_absolute() else origins.path(where).parent / expanded
     if not path.is_file():
         raise ProfileError(f"{origins.file(where)}: {where}: {path} does not exist")
@@ -537,15 +499,5 @@ def _label(value: OptionValue) -> str:
     return str(value)
 
 
-def _type_name(value: Any) -> str:
-    return {type(None): "null", dict: "a mapping", list: "a list", bool: "a boolean"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _display(path: Path) -> str:
-    """A path relative to the working directory when it is below it, else absolute."""
-    absolute = path.resolve()
-    with contextlib.suppress(ValueError):
-        return str(absolute.relative_to(Path.cwd()))
-    return str(absolute)
+_type_name = reader.type_name
+_display = reader.display

@@ -118,8 +118,8 @@ def remove_lines(document: str, start: float, length: float) -> str:
 
 
 def needs_sleep(s: Steps) -> str | None:
-    seconds = s.number("sleep-idle-seconds")
-    if seconds is not None and seconds > 0:
+    seconds = s.option("sleep-idle-seconds")
+    if (s.number("sleep-idle-seconds") or 0) > 0:
         return None
     return f"needs sleep-idle-seconds > 0 (this variant: {'unset' if seconds is None else seconds})"
 

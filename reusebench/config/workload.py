@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from reusebench.llama import binaries
+from reusebench import reader
 from reusebench.config import sizes
-from reusebench.config.profiles import _StrictLoader  # the profiles' YAML dialect: 1.2 booleans, no duplicate keys
+from reusebench.reader import Document
 
 WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "workloads"
 ARRIVALS = ("together", "staggered", "poisson")
@@ -91,34 +89,25 @@ def workload_names(directory: Path = WORKLOADS_DIR) -> list[str]:
 
 def load_workload(name_or_path: str | Path, directory: Path = WORKLOADS_DIR) -> Workload:
     """Read and check a workload given by name (in `directory`) or by path."""
-    text = str(name_or_path)
-    path = Path(text) if "/" in text or text.endswith((".yaml", ".yml")) else directory / f"{text}.yaml"
-    if not path.is_file():
-        raise WorkloadError(f"{path}: no such workload (workloads in {directory}: "
-                            f"{', '.join(workload_names(directory)) or 'none'})")
-    try:
-        raw = yaml.load(path.read_text(), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as error:
-        raise WorkloadError(f"{path}: invalid YAML: {getattr(error, 'problem', None) or error}") from error
-    if not isinstance(raw, dict):
-        raise WorkloadError(f"{path}: expected a mapping of workload fields, got {type(raw).__name__}")
-    return _Reader(path, raw).workload()
+    path = reader.find(name_or_path, directory, WorkloadError, "workload")
+    return _Reader(reader.read(path, WorkloadError, "workload")).workload()
 
 
 class _Reader:
     """Takes the fields out of one file, each checked where it is read, so the error names it."""
 
-    def __init__(self, path: Path, raw: dict[str, Any]) -> None:
-        self.path = path
-        self.raw = raw
+    def __init__(self, document: Document) -> None:
+        self.document = document
+        self.path = document.path
+        self.raw = document.data
 
     def fail(self, where: str, why: str) -> WorkloadError:
-        return WorkloadError(f"{self.path}: {where}: {why}")
+        return WorkloadError(f"{self.document.at(where)}: {where}: {why}")
 
     def known(self, table: dict[str, Any], fields: tuple[str, ...], where: str) -> None:
         for key in table:
             if key not in fields:
-                hint = binaries.did_you_mean(str(key), fields)
+                hint = reader.did_you_mean(str(key), fields)
                 raise self.fail(f"{where}{key}", f"unknown field{hint}; valid fields: {', '.join(fields)}")
 
     def value(self, table: dict[str, Any], key: str, where: str, kind: Callable[[Any], Any], default: Any = None,
@@ -155,7 +144,7 @@ class _Reader:
     def text(self, value: Any, where: str) -> str:
         if not isinstance(value, str) or not value:
             raise self.fail(where, f"expected a string, got {value!r}")
-        return value
+        return reader.expand_env(value, source=self.document.at(where), field_name=where, error=WorkloadError)
 
     def table(self, value: Any, where: str) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -245,7 +234,7 @@ class _Reader:
         pattern = table.get("pattern")
         if pattern not in ARRIVALS:
             raise self.fail("arrival.pattern", f"expected one of {', '.join(ARRIVALS)}, got {pattern!r}"
-                            + binaries.did_you_mean(str(pattern), ARRIVALS))
+                            + reader.did_you_mean(str(pattern), ARRIVALS))
         gap = self.value(table, "gap_s", "arrival.", self.seconds, 0.0)
         if pattern != "together" and gap <= 0:
             raise self.fail("arrival.gap_s", f"{pattern} arrivals need a gap above 0 seconds")

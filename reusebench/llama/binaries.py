@@ -8,23 +8,22 @@ removed between builds.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import re
 import signal
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from reusebench.llama import build
 from reusebench.machine import host
+from reusebench.reader import did_you_mean, expand_env
 
 DEFAULT = "default"
 HELP_TIMEOUT_S = 30.0
 
-_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # Help rows are "NAMES [ARG]" padded to this column, then the description.
 _HELP_DESCRIPTION_COLUMN = 40
 _LONG_OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -79,20 +78,6 @@ class HelpOption:
         return match.group(1) if match else None
 
 
-def expand_env(value: str, *, source: str, field_name: str) -> str:
-    """Expand `${VAR}` and `${VAR:-fallback}`; an unset variable without fallback is an error."""
-
-    def substitute(match: re.Match[str]) -> str:
-        name, fallback = match.group(1), match.group(2)
-        if name in os.environ:
-            return os.environ[name]
-        if fallback is not None:
-            return fallback
-        raise BinaryError(f"{source}: {field_name}: environment variable {name} is not set")
-
-    return _ENV_REFERENCE.sub(substitute, value)
-
-
 def resolve_binary(value: str | None, *, source: str, relative_to: Path | None = None) -> Binary:
     """Turn a profile's `binary` value into a runnable Binary.
 
@@ -100,7 +85,7 @@ def resolve_binary(value: str | None, *, source: str, relative_to: Path | None =
     build of that flavor (cuda); anything else is a path (`${ENV}` expanded, relative
     paths taken from `relative_to`).
     """
-    expanded = expand_env(value or DEFAULT, source=source, field_name="binary")
+    expanded = expand_env(value or DEFAULT, source=source, field_name="binary", error=BinaryError)
     name, _, flavor = expanded.partition(":")
     if name == DEFAULT:
         return _built_binary(flavor or "cpu", source)
@@ -168,12 +153,6 @@ def option_problem(table: Mapping[str, HelpOption], name: str, value: str | int 
         if not _is_number(value, integer=not decimals):
             return f"--{name} takes {'a number' if decimals else 'an integer'} (N in --help), not {value!r}"
     return None
-
-
-def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """A hint naming the closest candidate, " (did you mean 'x'?)", or "" when none is close."""
-    matches = difflib.get_close_matches(name, list(candidates), n=1)
-    return f" (did you mean {matches[0]!r}?)" if matches else ""
 
 
 def _is_number(value: str | int | float, *, integer: bool) -> bool:
