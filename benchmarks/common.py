@@ -88,9 +88,15 @@ def installed_binary() -> Path | None:
     return Path(info["binary"])
 
 
+def _profile_name() -> str:
+    """Only environments asv builds set ASV_ENV_DIR: there the profile runs the llama-server asv built."""
+    return os.environ.get("REUSEBENCH_ASV_PROFILE", BUILT_PROFILE if "ASV_ENV_DIR" in os.environ else DEFAULT_PROFILE)
+
+
 def _load_profile() -> profiles.Profile:
+    """The whole profile, checked (setup_cache only: it resolves binaries and models, and sets the environment)."""
     built = installed_binary()
-    name = os.environ.get("REUSEBENCH_ASV_PROFILE", BUILT_PROFILE if built else DEFAULT_PROFILE)
+    name = _profile_name()
     if built is None:
         return profiles.load_profile(name, check_binary=False)
     # The profiles' way to name a binary from outside is ${REUSEBENCH_LLAMA_SERVER}.
@@ -132,36 +138,48 @@ def replay(records_file: Path) -> tuple[profiles.Profile, list[records.Record]]:
     return profile, replayed
 
 
+# At import (asv's discovery) only what the parameters need: the profile's outline (its files, no binary or model),
+# or, when replaying, the records file itself. The checks and the full profile wait for setup_cache.
 RECORDS_FILE = os.environ.get("REUSEBENCH_ASV_RECORDS")
-IMPORTED: list[records.Record] = []
 if RECORDS_FILE:
-    PROFILE, IMPORTED = replay(Path(RECORDS_FILE))
-    SIZE_TOKENS = sorted({r.size for r in IMPORTED})
-    VARIANTS = list(dict.fromkeys(r.variant for r in IMPORTED))
-    SCENARIOS = list(dict.fromkeys(r.scenario for r in IMPORTED))
+    _REPLAYED = records.read_records(Path(RECORDS_FILE)) if Path(RECORDS_FILE).is_file() else []
+    SIZE_TOKENS = sorted({r.size for r in _REPLAYED})
+    VARIANTS = list(dict.fromkeys(r.variant for r in _REPLAYED))
+    SCENARIOS = list(dict.fromkeys(r.scenario for r in _REPLAYED))
+    _STAMP = provenance.read(Path(RECORDS_FILE).parent)
+    OUTLINE = profiles.outline(_STAMP.profile) if _STAMP is not None else None
 else:
-    PROFILE = _load_profile()
+    OUTLINE = profiles.outline(_profile_name())
     SIZE_TOKENS = [_size(word) for word in _words("REUSEBENCH_ASV_SIZES", DEFAULT_SIZES)]
-    VARIANTS = _words("REUSEBENCH_ASV_VARIANTS", " ".join(v.name for v in PROFILE.variants), r"\s+")
+    VARIANTS = _words("REUSEBENCH_ASV_VARIANTS", " ".join(OUTLINE.variants), r"\s+")
     SCENARIOS = _words("REUSEBENCH_ASV_SCENARIOS", ",".join(scenarios.SCENARIO_IDS))
+    _unknown = [name for name in VARIANTS if name not in OUTLINE.variants]
+    if _unknown:  # a clear error now, not inside setup_cache
+        raise ValueError(f"REUSEBENCH_ASV_VARIANTS: {OUTLINE.name} has no variant {', '.join(map(repr, _unknown))}; "
+                         f"valid variants: {', '.join(OUTLINE.variants)}")
 SIZES = [sizes.size_label(tokens) for tokens in SIZE_TOKENS]  # asv parameter values: "32K", "128K"
-for _name in VARIANTS:
-    PROFILE.variant(_name)  # a clear error now, not inside setup_cache
 # Steps after the cold first load, of the selected scenarios only: a narrowed run has no failures to show.
 REUSE_STEPS = [step for step in STEPS[1:] if step.split("/")[0] in SCENARIOS]
 REPEAT = int(os.environ.get("REUSEBENCH_ASV_REPEAT", "1"))
 
 
+def whole_profile() -> profiles.Profile:
+    """The profile the figures come from, loaded whole (setup_cache only): the replayed run's, else the selected."""
+    return replay(Path(RECORDS_FILE))[0] if RECORDS_FILE else _load_profile()
+
+
 def _measure() -> dict[str, Any]:
     """Run the selected sessions REPEAT times (or take REUSEBENCH_ASV_RECORDS); figures per (variant, size) and step."""
-    if IMPORTED:
-        return summarise(IMPORTED, [str(RECORDS_FILE)])
+    if RECORDS_FILE:
+        _, replayed = replay(Path(RECORDS_FILE))
+        return summarise(replayed, [str(RECORDS_FILE)])
+    whole = _load_profile()
     results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
-    skipped = not_applicable(profiles.load_profile(PROFILE.path, check_binary=False), VARIANTS)
+    skipped = not_applicable(whole, VARIANTS)
     for name, why in skipped.items():
         print(f"benchmarks: variant {name} does not apply to this build: {why}", file=sys.stderr)
     # Checked against the binary's --help now, unless a variant is left out for options it lacks.
-    profile = profiles.load_profile(PROFILE.path, check_binary=not skipped)
+    profile = profiles.load_profile(whole.path, check_binary=not skipped)
     runnable = [name for name in VARIANTS if name not in skipped]
     runs = [runner.run_profile(profile, results_dir=results_dir, variants=runnable, sizes=SIZE_TOKENS,
                                scenario_ids=SCENARIOS, verify=True, out=sys.stderr)
@@ -223,16 +241,16 @@ def summarise(measured: list[records.Record], records_paths: list[str],
     for key, rs in by_step.items():
         seconds = [(r.prompt_ms or 0.0) / 1000 for r in rs]
         figures[key] = {
-            "prompt_seconds": statistics.median(seconds),
-            "prompt_seconds_min": min(seconds),  # the spread over repeats (benchmarks/gpu_state.py)
-            "prompt_seconds_max": max(seconds),
+            "prefill_seconds": statistics.median(seconds),
+            "prefill_seconds_min": min(seconds),  # the spread over repeats (benchmarks/gpu_state.py)
+            "prefill_seconds_max": max(seconds),
             "repeats": len(rs),
             "ttft_seconds": statistics.median((r.ttft_ms or 0.0) / 1000 for r in rs),
             "reprocessed_tokens": statistics.median(r.prompt_n or 0 for r in rs),
-            "excess_tokens": statistics.median(r.excess or 0 for r in rs),
+            "excess_over_ideal": statistics.median(r.excess or 0 for r in rs),
             # measured minus what the reuse model predicts: 0 while the build behaves as its rules say
-            "deviation_tokens": _median_known(records.deviation(r) for r in rs),
-            "mismatches": max(int(r.matches_reference is False) for r in rs),  # any repeat that differed
+            "deviation_from_expected": _median_known(records.deviation(r) for r in rs),
+            "mismatch": max(int(r.matches_reference is False) for r in rs),  # any repeat that differed
             # the machine state beside the figures (benchmarks/gpu_state.py)
             **{name: _median_known((r.gpu or {}).get(name) for r in rs) for name in GPU_STATE},
             "model_page_cache_fraction": _median_known((r.host or {}).get("model_page_cache_fraction") for r in rs),
@@ -261,19 +279,24 @@ def figure(cache: dict[str, Any], size: str, variant: str, step: str, name: str)
     raise RuntimeError(f"no {name} for {variant} @ {size} {step}: {why}; records: {', '.join(cache['records'])}")
 
 
-def track(name: str, step: str | None = None, *, unit: str | None = None,
+Read = Callable[[dict[str, Any], str, str, str], float]  # (cache, size, variant, step) -> the figure
+
+
+def track(value: str | Read, step: str | None = None, *, unit: str | None = None,
           doc: str | None = None) -> Callable[..., float]:
-    """A ``track_*`` method that returns figure ``name`` of ``step`` (params: size, variant), or,
-    when ``step`` is None, of the class's step parameter (params: size, variant, step).
+    """The one factory of ``track_*`` methods: figure `value` (a name in ``summarise``'s figures, or a function
+    of the cache) of ``step`` (params: size, variant), or, when ``step`` is None, of the class's step parameter
+    (params: size, variant, step).
 
     ``unit``, when given, is the method's own and wins over the class's; ``doc`` is its description.
     """
+    read: Read = value if callable(value) else (lambda cache, size, variant, s: figure(cache, size, variant, s, value))
     if step is None:
         def track_figure(self, cache, size, variant, step):
-            return figure(cache, size, variant, step, name)
+            return read(cache, size, variant, step)
     else:
         def track_figure(self, cache, size, variant):
-            return figure(cache, size, variant, step, name)
+            return read(cache, size, variant, step)
     track_figure.__doc__ = doc
     if unit is not None:
         track_figure.unit = unit  # type: ignore[attr-defined]

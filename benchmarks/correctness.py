@@ -15,4 +15,4 @@ class ReusedOutputMismatch(common.SessionFigures):
     unit = "mismatches"
     version = "1"
 
-    track_mismatch = common.track("mismatches")
+    track_mismatch = common.track("mismatch")

@@ -19,11 +19,11 @@ from . import common
 
 def _spread(name):
     """A track of figure `name` over the repeated first loads: n/a (skipped) with one repeat."""
-    def track_spread(self, cache, size, variant):
-        if common.figure(cache, size, variant, common.FIRST_LOAD, "repeats") < 2:
+    def read(cache, size, variant, step):
+        if common.figure(cache, size, variant, step, "repeats") < 2:
             raise SkipNotImplemented("one first load has no spread: set REUSEBENCH_ASV_REPEAT=3")
-        return common.figure(cache, size, variant, common.FIRST_LOAD, name)
-    return track_spread
+        return common.figure(cache, size, variant, step, name)
+    return common.track(read, common.FIRST_LOAD)
 
 
 class FirstLoadGpuState(common.SessionFigures):
@@ -58,6 +58,6 @@ class FirstLoadSpread(common.SessionFigures):
     unit = "seconds"
     version = "2"  # 2: the tracks lost their redundant first_load_ prefix
 
-    track_min_seconds = _spread("prompt_seconds_min")
-    track_median_seconds = _spread("prompt_seconds")
-    track_max_seconds = _spread("prompt_seconds_max")
+    track_min_seconds = _spread("prefill_seconds_min")
+    track_median_seconds = _spread("prefill_seconds")
+    track_max_seconds = _spread("prefill_seconds_max")

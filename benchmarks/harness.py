@@ -57,17 +57,13 @@ def summary_figure(cache: dict[str, Any], size: str, variant: str, value: Callab
 
 def summary_track(value: Callable[[dict[str, Any]], float], unit: str,
                   doc: str | None = None) -> Callable[..., float]:
-    """A ``track_*`` method (params: size, variant) that returns ``summary_figure`` of ``value``."""
-    def track_summary(self, cache, size, variant):
-        return summary_figure(cache, size, variant, value)
-    track_summary.__doc__ = doc
-    track_summary.unit = unit  # type: ignore[attr-defined]
-    return track_summary
+    """A ``track_*`` method (params: size, variant, through ``common.track``) of ``summary_figure`` of ``value``."""
+    return common.track(lambda cache, size, variant, _step: summary_figure(cache, size, variant, value), "summary",
+                        unit=unit, doc=doc)
 
 
 def prefill_budget(extra: dict[str, Any]) -> records.PrefillBudget:
-    prefill = extra["prefill"]
-    return records.PrefillBudget.of("", prefill)
+    return records.PrefillBudget.of("", extra["prefill"])
 
 
 def budget_ratio(extra: dict[str, Any]) -> float:

@@ -18,7 +18,7 @@ class FirstLoad(common.SessionFigures):
     unit = "seconds"
     version = "2"  # 2: track_prompt_seconds renamed track_prefill_seconds, as in StepSeconds
 
-    track_prefill_seconds = common.track("prompt_seconds", common.FIRST_LOAD)
+    track_prefill_seconds = common.track("prefill_seconds", common.FIRST_LOAD)
     track_ttft_seconds = common.track("ttft_seconds", common.FIRST_LOAD)
 
 
@@ -30,7 +30,7 @@ class StepSeconds(common.SessionFigures):
     unit = "seconds"
     version = "2"  # 2: was ReusedPromptSeconds
 
-    track_prefill_seconds = common.track("prompt_seconds")
+    track_prefill_seconds = common.track("prefill_seconds")
     track_ttft_seconds = common.track("ttft_seconds")
 
 
@@ -43,7 +43,7 @@ class ReprocessedTokens(common.SessionFigures):
     version = "1"
 
     track_reprocessed_tokens = common.track("reprocessed_tokens")
-    track_excess_over_ideal = common.track("excess_tokens")
+    track_excess_over_ideal = common.track("excess_over_ideal")
 
 
 class ExpectedTokens(common.SessionFigures):
@@ -58,4 +58,4 @@ class ExpectedTokens(common.SessionFigures):
     unit = "tokens"
     version = "1"
 
-    track_deviation_from_expected = common.track("deviation_tokens")
+    track_deviation_from_expected = common.track("deviation_from_expected")

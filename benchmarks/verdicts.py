@@ -13,16 +13,16 @@ import sys
 from typing import Any
 
 from reusebench import check
-from reusebench.check.run import settings_to_check
+from reusebench.check.run import checked_option_names
 
 from . import common
 
 
 def _option_names() -> list[str]:
+    """Every option some selected variant checks, from the profile's outline (no binary run at discovery)."""
     names: dict[str, None] = {}
-    for variant in common.VARIANTS:
-        for setting, _probe in settings_to_check(common.PROFILE.variant(variant)):
-            names.setdefault(setting.option)
+    for variant in common.VARIANTS if common.OUTLINE is not None else ():
+        names.update(dict.fromkeys(checked_option_names(common.OUTLINE.settings[variant])))
     return list(names)
 
 
@@ -37,13 +37,11 @@ class OptionVerdict:
 
     def setup_cache(self) -> dict[str, dict[str, int]]:
         codes: dict[str, dict[str, int]] = {}
+        profile = common.whole_profile()
         for name in common.VARIANTS:
-            verdicts = check.check_variant(common.PROFILE.variant(name))
+            verdicts = check.check_variant(profile.variant(name))
             print(check.render_table(verdicts), file=sys.stderr)
-            by_option: dict[str, int] = {}
-            for verdict in verdicts:
-                by_option[verdict.option] = max(by_option.get(verdict.option, 0), verdict.code)
-            codes[name] = by_option
+            codes[name] = check.tracked_codes(verdicts)
         return codes
 
     def track_verdict_code(self, codes: dict[str, Any], variant: str, option: str) -> float:

@@ -152,8 +152,12 @@ def test_replay_refuses_records_of_another_reusebench_commit(tmp_path: Path) -> 
     other = dataclasses.replace(now, reusebench_commit="0" * 40)
     path = replay_records(tmp_path / "run", other)
     env = {**asv_env(tmp_path), "REUSEBENCH_ASV_RECORDS": str(path)}
-    done = subprocess.run([sys.executable, "-c", "import benchmarks.common"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
+    imported = subprocess.run([sys.executable, "-c", "import benchmarks.common as c; print(c.SIZES, c.VARIANTS)"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    # discovery reads the parameters from the records alone and checks nothing: the refusal waits for setup_cache
+    assert imported.returncode == 0 and imported.stdout.strip() == f"['2K'] ['{VARIANT}']", imported.stderr
+    done = subprocess.run([sys.executable, "-c", "import benchmarks.common as c; c.SessionFigures().setup_cache()"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1] == (
         f"benchmarks.common.ReplayRefused: REUSEBENCH_ASV_RECORDS={path}: refused: it was measured with "
@@ -184,11 +188,11 @@ def test_a_session_whose_server_died_at_start_up_fails_in_replay_as_live(tmp_pat
     _, replayed = common.replay(replay_records(tmp_path / "run", current_stamp(), failures=[died]))
     live = common.summarise(replayed, ["records.jsonl"], failed_sessions=1)
     for cache in (common.summarise(replayed, ["records.jsonl"]), live):
-        assert common.figure(cache, "2K", VARIANT, "first_load/cold", "prompt_seconds") == 1.0
+        assert common.figure(cache, "2K", VARIANT, "first_load/cold", "prefill_seconds") == 1.0
         with pytest.raises(SkipNotImplemented):  # the clean session: a step it did not measure does not apply
-            common.figure(cache, "2K", VARIANT, "reask/new question", "prompt_seconds")
-        with pytest.raises(RuntimeError, match=f"no prompt_seconds for {VARIANT} @ 4K first_load/cold: {died}"):
-            common.figure(cache, "4K", VARIANT, "first_load/cold", "prompt_seconds")
+            common.figure(cache, "2K", VARIANT, "reask/new question", "prefill_seconds")
+        with pytest.raises(RuntimeError, match=f"no prefill_seconds for {VARIANT} @ 4K first_load/cold: {died}"):
+            common.figure(cache, "4K", VARIANT, "first_load/cold", "prefill_seconds")
 
 
 def test_a_variant_whose_option_an_older_build_lacks_is_not_applicable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -112,7 +112,7 @@ def test_server_killed_mid_prefill_is_recorded_and_the_run_goes_on(tmp_path, mon
     cache = common.summarise(result.records, [str(result.records_path)], result.failed_sessions)
     assert common.figure(cache, "4K", variants[0], "resend/same prompt", "reprocessed_tokens") >= 1
     with pytest.raises(RuntimeError, match="interleave/other document: .*exited with status -9"):
-        common.figure(cache, "4K", variants[0], "reask/new question", "prompt_seconds")
+        common.figure(cache, "4K", variants[0], "reask/new question", "prefill_seconds")
     assert common.figure(cache, "4K", variants[1], "reask/new question", "reprocessed_tokens") >= 1
 
 

@@ -68,8 +68,10 @@ def test_option_verdict_dict_and_keys() -> None:
     assert plain.to_dict() == {"option": "cache-reuse", "aspect": None, "value": "256", "verdict": "UNSAFE",
                                "code": 4, "evidence": ["a", "b"]}
     assert json.loads(json.dumps(aspect.to_dict()))["verdict"] == "ACTIVE"
-    assert check.tracked_codes([plain, aspect]) == {
-        "cache-reuse": 4, "slot-save-path[strict extension after restart]": 1}
+    worse = OptionVerdict("slot-save-path", "/tmp", Verdict.INEFFECTIVE, (), aspect="re-ask after restart")
+    # one number per option: slot-save-path's aspects give ACTIVE (1) and INEFFECTIVE (3), the worse is tracked
+    assert check.tracked_codes([plain, aspect, worse]) == {"cache-reuse": 4, "slot-save-path": 3}
+    assert plain.key == "cache-reuse" and aspect.key == "slot-save-path[strict extension after restart]"
 
 
 def test_metrics_agreement_compares_counter_deltas_with_summed_timings() -> None:

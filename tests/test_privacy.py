@@ -65,7 +65,7 @@ def test_the_marker_is_in_no_record_report_summary_log_or_asv_figure(run_dir: Pa
     kept = records.read_records(run_dir / "records.jsonl")
     figures = common.summarise(kept, [str(run_dir / "records.jsonl")], failed_sessions=0)
     text = repr(figures)
-    assert "prompt_seconds" in text and MARKER not in text and half not in text
+    assert "prefill_seconds" in text and MARKER not in text and half not in text
 
 
 def test_a_request_without_the_run_api_key_is_refused():

@@ -253,8 +253,10 @@ def test_a_profile_without_sizes_loads_and_the_run_asks_for_them(profile_dir: Pa
 
 
 def test_outline_reads_description_and_variants_without_resolving_files(profile_dir: Path) -> None:
-    path = write(profile_dir, "m", "description: two\nmodel: not-there.gguf\nmatrix:\n  cache-reuse: [0, 256]\n")
-    assert profiles.outline(path) == profiles.Outline("m", "two", ("cache-reuse=0", "cache-reuse=256"))
+    path = write(profile_dir, "m", "description: two\nmodel: not-there.gguf\nmmproj: nor-this.gguf\n"
+                                   "options: {threads: 2, kv-unified: false}\nmatrix:\n  mmproj: [false, true]\n")
+    assert profiles.outline(path) == profiles.Outline("m", "two", ("mmproj=off", "mmproj=on"), {
+        "mmproj=off": ("threads",), "mmproj=on": ("threads", "mmproj")})  # kv-unified: false is left out
 
 
 def test_yaml_on_off_stay_strings(profile_dir: Path) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from typing import TypeVar
 
 from reusebench.llama import binaries
 from reusebench.llama.binaries import HelpOption
@@ -14,6 +15,8 @@ from reusebench.check.probes import PROBES, SLEEP_OPTION
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.config.profiles import OptionValue, Variant
 from reusebench.llama.server import LlamaServer, ServerError
+
+T = TypeVar("T")
 
 # Defaults checked even when the profile leaves them unset: the ones that decide reuse.
 CHECKED_DEFAULTS: tuple[str, ...] = (
@@ -51,15 +54,30 @@ def settings_to_check(variant: Variant, table: Mapping[str, HelpOption] | None =
         written["mmproj"] = [Setting("mmproj", variant.mmproj.name, str(variant.mmproj))]
     if variant.lora:
         written["lora"] = [Setting("lora", ", ".join(path.name for path in variant.lora), len(variant.lora))]
-    checked: list[tuple[Setting, Probe | None]] = []
+    return in_probe_order(written, lambda probed: Setting(
+        probed, f"default ({table[probed].default})" if probed in table and table[probed].default else "not set"))
+
+
+def in_probe_order(written: dict[str, list[T]], default: Callable[[str], T]) -> list[tuple[T, Probe | None]]:
+    """What a variant sets, by probed option, in probe order with the reuse defaults it leaves unset
+    (`default` makes those), then what no probe covers."""
+    checked: list[tuple[T, Probe | None]] = []
     for probed, probe in PROBES.items():
         settings = written.pop(probed, [])
         if not settings and probed in CHECKED_DEFAULTS:
-            default = table[probed].default if probed in table else None
-            settings = [Setting(probed, f"default ({default})" if default else "not set")]
+            settings = [default(probed)]
         checked += [(setting, probe) for setting in settings]
     checked += [(setting, None) for settings in written.values() for setting in settings]
     return checked
+
+
+def checked_option_names(names: Iterable[str]) -> list[str]:
+    """The options ``settings_to_check`` gives for a variant that sets `names` (with "mmproj", "lora" when it
+    loads them), without its binary or model: asv's parameters."""
+    written: dict[str, list[str]] = {}
+    for name in names:
+        written.setdefault(ALIASES.get(name, (name, False))[0], []).append(name)
+    return [name for name, _ in in_probe_order(written, lambda probed: probed)]
 
 
 def unsupported_options(variant: Variant) -> list[OptionVerdict]:

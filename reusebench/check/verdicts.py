@@ -73,5 +73,9 @@ class Setting:
 
 
 def tracked_codes(verdicts: Sequence[OptionVerdict]) -> dict[str, int]:
-    """{key: verdict code}, the numbers asv tracks."""
-    return {verdict.key: verdict.code for verdict in verdicts}
+    """{option: verdict code}, the numbers asv tracks (benchmarks/verdicts.py): an option judged in several
+    aspects tracks its highest code, the most severe."""
+    codes: dict[str, int] = {}
+    for verdict in verdicts:
+        codes[verdict.option] = max(codes.get(verdict.option, 0), verdict.code)
+    return codes

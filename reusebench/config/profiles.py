@@ -153,12 +153,19 @@ class Outline:
     name: str
     description: str
     variants: tuple[str, ...]
+    settings: dict[str, tuple[str, ...]]  # variant -> the options in effect, with "mmproj" and "lora" when loaded
 
 
 def outline(name_or_path: str | Path, profiles_dir: Path | None = None) -> Outline:
+    """The profile's variants and what each sets, from its files alone (cheap: asv's discovery reads it)."""
     path, merged, _ = _read_merged(name_or_path, profiles_dir or default_profiles_dir(), SCENARIO_IDS)
-    variants = tuple(_variant_name(point) for point in _matrix_points(merged.get("matrix", {})))
-    return Outline(path.stem, merged.get("description", ""), variants)
+    points = _matrix_points(merged.get("matrix", {}))
+    settings = {}
+    for point in points:
+        loaded = [name for name, on in (("mmproj", "mmproj" in merged and dict(point).get(MMPROJ_AXIS, True)),
+                                        ("lora", bool(merged.get("lora")))) if on]
+        settings[_variant_name(point)] = (*_effective_options(merged.get("options", {}), point), *loaded)
+    return Outline(path.stem, merged.get("description", ""), tuple(settings), settings)
 
 
 def _read_merged(
