@@ -70,14 +70,13 @@ def run_session(tmp_path: Path, fault: Fault, ids: tuple[str, ...], *, on_failur
 # -- the server dies or hangs mid-prefill -------------------------------------------------------------
 
 
-def test_server_killed_mid_prefill_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
-    """kill -9 at 30% of the other document's prefill: that step fails with the exit status and a scrubbed log
-    tail, the session stops, the records before it are intact, the next session of the run is complete, and
-    asv gets a failure (not a hang, not a silent n/a) for the steps the first session never reached."""
-    sys.path.insert(0, str(REPO))
-    monkeypatch.setenv("REUSEBENCH_ASV_PROFILE", "tiny-probe")
-    from benchmarks import common  # noqa: E402  (asv's module, imported as asv does)
+KILLED_VARIANTS = ["parallel=1,cache-ram=8192", "parallel=1,cache-ram=0"]
 
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory):
+    """kill -9 at 30% of the other document's prefill in the first of two sessions of one run."""
+    sys.path.insert(0, str(REPO))
     faults: list[Fault] = []
 
     class FaultySession(Session):
@@ -87,33 +86,54 @@ def test_server_killed_mid_prefill_is_recorded_and_the_run_goes_on(tmp_path, mon
             super().__init__(*args, progress_hook=faults[-1], **kwargs)
             faults[-1].session = self
 
-    monkeypatch.setattr(runner, "Session", FaultySession)
     out = io.StringIO()
-    variants = ["parallel=1,cache-ram=8192", "parallel=1,cache-ram=0"]
-    result = runner.run_profile(profiles.load_profile("tiny-probe"), results_dir=tmp_path, variants=variants,
-                                sizes=[SIZE], scenario_ids=("resend", "interleave", "reask"), out=out)
-    assert faults[0].fired_at is not None and faults[0].fired_at[0] < faults[0].fired_at[1]
-    assert result.failed_sessions == 1
-    first, second = ([r for r in result.records if r.variant == v] for v in variants)
-    failed = [r for r in first if r.error]
-    assert len(failed) == 1 and (failed[0].scenario, failed[0].step) == ("interleave", "other document")
-    assert failed[0].extra["exit_status"] == -signal.SIGKILL
-    assert "llama-server exited with status -9" in failed[0].error
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("REUSEBENCH_ASV_PROFILE", "tiny-probe")
+        patch.setattr(runner, "Session", FaultySession)
+        from benchmarks import common  # noqa: E402  (asv's module, imported as asv does)
+
+        result = runner.run_profile(profiles.load_profile("tiny-probe"), results_dir=tmp_path_factory.mktemp("killed"),
+                                    variants=KILLED_VARIANTS, sizes=[SIZE],
+                                    scenario_ids=("resend", "interleave", "reask"), out=out)
+    return faults[0], result, out.getvalue(), common
+
+
+def test_a_server_killed_mid_prefill_fails_its_step_with_the_exit_status_and_a_scrubbed_tail(killed_run):
+    fault, result, _, _ = killed_run
+    assert fault.fired_at is not None and fault.fired_at[0] < fault.fired_at[1]  # killed mid-prefill
+    failed = [r for r in result.records if r.error]
+    assert [(r.variant, r.scenario, r.step) for r in failed] == [(KILLED_VARIANTS[0], "interleave", "other document")]
+    assert failed[0].extra["exit_status"] == -signal.SIGKILL and "llama-server exited with status -9" in failed[0].error
     tail = failed[0].extra["log_tail"].splitlines()
     assert tail and all(logs.scrub_line(line) == line for line in tail)  # scrubbed: allowlisted, numbers-only lines
+    assert not process_group_alive(fault.pgid)
+
+
+def test_the_killed_session_stops_and_keeps_the_records_before_the_failure(killed_run):
+    _, result, out, _ = killed_run
+    first = [r for r in result.records if r.variant == KILLED_VARIANTS[0]]
     assert [(r.scenario, r.prompt_n is not None) for r in first if r.role == Role.MEASURE] == [
         ("first_load", True), ("resend", True)]  # intact; nothing after the failure
-    assert not process_group_alive(faults[0].pgid)
+    assert result.failed_sessions == 1
+    assert "session stopped: interleave: ClientError" in out
+
+
+def test_the_next_session_of_the_run_is_complete(killed_run):
+    _, result, _, _ = killed_run
+    second = [r for r in result.records if r.variant == KILLED_VARIANTS[1]]
     assert {(r.scenario, r.step) for r in second if r.role == Role.MEASURE} >= {
         ("first_load", "cold"), ("resend", "same prompt"), ("interleave", "back to first"), ("reask", "new question")}
     assert not [r for r in second if r.error]
-    assert "session stopped: interleave: ClientError" in out.getvalue()
 
+
+def test_asv_gets_a_failure_for_the_steps_the_killed_session_never_reached(killed_run):
+    """Not a hang, not a silent n/a."""
+    _, result, _, common = killed_run
     cache = common.summarise(result.records, [str(result.records_path)], result.failed_sessions)
-    assert common.figure(cache, "4K", variants[0], "resend/same prompt", "reprocessed_tokens") >= 1
+    assert common.figure(cache, "4K", KILLED_VARIANTS[0], "resend/same prompt", "reprocessed_tokens") >= 1
     with pytest.raises(RuntimeError, match="interleave/other document: .*exited with status -9"):
-        common.figure(cache, "4K", variants[0], "reask/new question", "prefill_seconds")
-    assert common.figure(cache, "4K", variants[1], "reask/new question", "reprocessed_tokens") >= 1
+        common.figure(cache, "4K", KILLED_VARIANTS[0], "reask/new question", "prefill_seconds")
+    assert common.figure(cache, "4K", KILLED_VARIANTS[1], "reask/new question", "reprocessed_tokens") >= 1
 
 
 def test_on_failure_continue_restarts_the_server_and_runs_the_next_scenarios(tmp_path):

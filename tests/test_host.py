@@ -56,7 +56,7 @@ def test_page_cache_fraction_of_a_file_just_written_then_dropped(tmp_path):
     finally:
         os.close(fd)
     dropped = page_cache_fraction(path)
-    assert dropped is not None and 0.0 <= dropped <= written
+    assert dropped is not None and dropped < 0.5 < written  # most pages left the cache, and the count saw it
 
 
 def test_page_cache_fraction_counts_partial_files(tmp_path):

@@ -19,6 +19,12 @@ DATA = Path(__file__).parent / "data" / "logs"
 FIXTURES = sorted(p.stem for p in DATA.glob("*.log"))
 
 
+def parse_line(line: str) -> logs.Event | None:
+    """The event on one plain-text line, or None."""
+    events = logs.parse_lines([line])
+    return events[0] if events else None
+
+
 def _fixture_lines(name: str) -> list[str]:
     return (DATA / f"{name}.log").read_text().splitlines()
 
@@ -148,27 +154,27 @@ def test_every_event_kind_is_seen_in_a_capture_or_has_a_reference_example() -> N
     unexplained = set(kinds) - seen - set(REFERENCE_ONLY_EXAMPLES)
     assert not unexplained, f"kinds with neither a capture nor an example: {sorted(unexplained)}"
     for kind, message in REFERENCE_ONLY_EXAMPLES.items():
-        event = logs.parse_line(message)
+        event = parse_line(message)
         assert event is not None and event.kind == kind, message
         assert kind not in seen, f"{kind} now appears in a capture: drop its synthetic example"
 
 
 def test_plain_prefix_variants() -> None:
-    full = logs.parse_line("0.03.917.786 I slot launch_slot_: id  0 | task -1 | clearing cache for lora change. 1 loras -> 1 loras")
-    bare = logs.parse_line("slot launch_slot_: id  0 | task -1 | clearing cache for lora change. 1 loras -> 1 loras")
+    full = parse_line("0.03.917.786 I slot launch_slot_: id  0 | task -1 | clearing cache for lora change. 1 loras -> 1 loras")
+    bare = parse_line("slot launch_slot_: id  0 | task -1 | clearing cache for lora change. 1 loras -> 1 loras")
     assert full is not None and bare is not None
     assert (full.kind, full.level, full.slot, full.task, dict(full.fields)) == (
         "lora_cache_cleared", "info", 0, -1, {"loras_before": 1, "loras_after": 1})
     assert (bare.level, bare.slot, dict(bare.fields)) == (None, 0, dict(full.fields))
-    warn = logs.parse_line("0.00.070.935 W srv    load_model: cache_reuse is not supported by multimodal, it will be disabled")
+    warn = parse_line("0.00.070.935 W srv    load_model: cache_reuse is not supported by multimodal, it will be disabled")
     assert warn is not None and (warn.level, warn.slot, warn.fields["reason"]) == ("warn", None, "multimodal")
-    colored = logs.parse_line("\x1b[0m0.00.057.419 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 8192, kv_unified = 'true'")
+    colored = parse_line("\x1b[0m0.00.057.419 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 8192, kv_unified = 'true'")
     assert colored is not None and colored.fields == {"n_slots": 4, "n_ctx_slot": 8192, "kv_unified": "true"}
 
 
 def test_a_number_line_with_anything_appended_is_not_an_event() -> None:
-    assert logs.parse_line("srv  load_model: prompt cache is enabled, size limit: 8192 MiB and the river") is None
-    assert logs.parse_line("slot operator(): id 0 | task 1 | n_past was set to 5 'text'") is None
+    assert parse_line("srv  load_model: prompt cache is enabled, size limit: 8192 MiB and the river") is None
+    assert parse_line("slot operator(): id 0 | task 1 | n_past was set to 5 'text'") is None
 
 
 def test_jsonl_objects() -> None:

@@ -58,17 +58,14 @@ def test_file_name_changes_with_factory_version(tmp_path: Path, monkeypatch: pyt
 def test_default_cache_dir_honours_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REUSEBENCH_MODEL_CACHE", str(tmp_path))
     assert tiny.default_cache_dir() == tmp_path
-    assert tiny.resolve_spec("tiny:llama").parent == tmp_path
+    assert tiny.model_path("llama").parent == tmp_path
 
 
 def test_unknown_names_and_specs_are_rejected(tmp_path: Path) -> None:
     for lookup in (tiny.model_path, tiny.lora_path, tiny.mmproj_path):
         with pytest.raises(ValueError, match="granitehybrid-longmem"):
             lookup("gpt5", tmp_path)
-    with pytest.raises(ValueError, match="tiny:NAME"):
-        tiny.resolve_spec("/models/qwen.gguf", tmp_path)
     assert tiny.is_tiny_spec("tiny:qwen35") and not tiny.is_tiny_spec("qwen35.gguf")
-    assert tiny.resolve_spec("tiny:qwen35", tmp_path) == tiny.model_path("qwen35", tmp_path)
 
 
 def test_words_are_distinct_plain_words() -> None:

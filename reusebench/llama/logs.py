@@ -27,7 +27,6 @@ __all__ = [
     "Event",
     "LogTail",
     "explain",
-    "parse_line",
     "parse_lines",
     "scrub_line",
     "startup_facts",
@@ -207,12 +206,6 @@ def _split_jsonl(line: str) -> tuple[str | None, list[str]] | None:
         return None
     level = obj.get("level") if isinstance(obj.get("level"), str) else None
     return level, obj["msg"].splitlines()
-
-
-def parse_line(line: str) -> Event | None:
-    """The event on one plain-text line, or None. (JSONL objects may hold several lines: use parse_lines.)"""
-    events = parse_lines([line])
-    return events[0] if events else None
 
 
 def parse_lines(lines: Iterable[str]) -> list[Event]:

@@ -35,7 +35,6 @@ __all__ = [
     "main",
     "mmproj_path",
     "model_path",
-    "resolve_spec",
 ]
 
 # Bump whenever a generator changes, so files cached by an older recipe are never reused.
@@ -223,13 +222,6 @@ def mmproj_path(name: str, cache_dir: Path | None = None) -> Path:
 def is_tiny_spec(spec: str) -> bool:
     """True for model specs of the form `tiny:NAME`."""
     return spec.startswith(SPEC_PREFIX)
-
-
-def resolve_spec(spec: str, cache_dir: Path | None = None) -> Path:
-    """Path of the model named by a `tiny:NAME` spec, generated if missing."""
-    if not is_tiny_spec(spec):
-        raise ValueError(f"not a tiny model spec (expected {SPEC_PREFIX}NAME): {spec!r}")
-    return model_path(spec.removeprefix(SPEC_PREFIX), cache_dir)
 
 
 def _recipe(name: str) -> Recipe:
