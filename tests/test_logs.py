@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import raw_server
-from reusebench.llama import logs
+from reusebench.llama import causes, logs
 from reusebench import tiny
 
 DATA = Path(__file__).parent / "data" / "logs"
@@ -33,9 +33,9 @@ def _steps(name: str) -> dict[str, dict]:
     return json.loads((DATA / f"{name}.steps.json").read_text())
 
 
-def _step_cause(name: str, step: str) -> logs.Cause:
+def _step_cause(name: str, step: str) -> causes.Cause:
     start, end = _steps(name)[step]["lines"]
-    return logs.explain(logs.parse_lines(_fixture_lines(name)[start:end]))
+    return causes.explain(logs.parse_lines(_fixture_lines(name)[start:end]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_cause_to_dict_is_json() -> None:
     cause = _step_cause("cache_reuse", "cut")
     as_dict = json.loads(json.dumps(cause.to_dict()))
     assert as_dict["cache_reuse_chunks"] == [495] and as_dict["summary"] == cause.summary
-    assert set(as_dict) == {f for f in logs.Cause.__dataclass_fields__}
+    assert set(as_dict) == {f for f in causes.Cause.__dataclass_fields__}
 
 
 def _event(kind: str, **fields: int | float | str) -> logs.Event:
@@ -124,7 +124,7 @@ PRECEDENCE_CASES = [
 
 @pytest.mark.parametrize(("events", "summary_start"), PRECEDENCE_CASES)
 def test_summary_precedence(events: list[logs.Event], summary_start: str) -> None:
-    assert logs.explain(events).summary.startswith(summary_start)
+    assert causes.explain(events).summary.startswith(summary_start)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -334,7 +334,7 @@ def test_kept_log_has_the_numbers_but_no_prompt_or_output_text(verbosity: str) -
             assert reply.status_code == 200, reply.text
             time.sleep(0.2)  # the slot release line follows the response
             window = tail.read_since(start)
-        cause = logs.explain(logs.parse_lines(window))
+        cause = causes.explain(logs.parse_lines(window))
         generated = reply.json()["content"]
         raw = raw_log.read_text(errors="replace")
     assert cause.checkpoint_n_tokens is not None and cause.cached_n_tokens == reply.json()["timings"]["cache_n"]

@@ -12,6 +12,7 @@ import pytest
 from reusebench.llama import binaries, build
 from reusebench.config import profiles
 from reusebench.llama.binaries import BinaryError
+from reusebench.config import profile_files
 from reusebench.config.profiles import ProfileError, load_profile
 
 GPU_MODEL_ENV = ("REUSEBENCH_GLM_MODEL", "REUSEBENCH_QWEN35_MODEL", "REUSEBENCH_QWEN35_MMPROJ")
@@ -83,7 +84,7 @@ def test_shipped_profile_validates_against_real_help(name: str, real_binary: bin
         assert args[:2] == ["-m", str(variant.model)] and variant.model.is_file()
         passed = {arg[2:] for arg in args if arg.startswith("--")}
         assert passed <= known, passed - known
-        assert not passed & set(profiles.HARNESS_OWNED_OPTIONS)
+        assert not passed & set(profile_files.HARNESS_OWNED_OPTIONS)
         assert "ctx-size" not in passed  # the harness sizes the context
         assert variant.sizes == (32768, 131072)
 

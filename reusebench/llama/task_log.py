@@ -1,6 +1,6 @@
 """Per-request causes when requests run concurrently: the server log cut into tasks.
 
-``logs.explain`` reads the events logged while one request ran, which is right
+``causes.explain`` reads the events logged while one request ran, which is right
 when requests come one at a time. Under load, several tasks decode at once and
 their lines interleave. What keeps them apart: the server launches one task at a
 time on its main loop, so a launch is one contiguous block of lines (slot
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reusebench.llama import logs
+from reusebench.llama import causes, logs
 from reusebench.llama.logs import Event
 
 SELECTION_KINDS = frozenset({"slot_skipped_empty", "slot_similarity_checked", "slot_selected_by_id",
@@ -43,8 +43,8 @@ class Task:
     n_tokens: int | None = None  # the prompt length (``new prompt``)
     claimed: bool = False
 
-    def cause(self) -> logs.Cause:
-        return logs.explain(self.events)
+    def cause(self) -> causes.Cause:
+        return causes.explain(self.events)
 
 
 class TaskLog:
@@ -123,7 +123,7 @@ class TaskLog:
             return  # an idle slot's own lines (saved, cleared): its tokens come with the srv save line
         if e.kind == "ram_prompt_saved":
             (block.displaced if block.task is None else block.idle_saved).append(int(e.fields["n_tokens"]))
-        elif e.kind in logs.RAM_EVICTION_KINDS:
+        elif e.kind in causes.RAM_EVICTION_KINDS:
             block.evicted_mib.append(float(e.fields["size_mib"]))
         if block.task is None or e.kind not in ("ram_prompt_saved",):
             block.events.append(e)

@@ -12,7 +12,7 @@ import subprocess
 import time
 from typing import Any
 
-from reusebench.llama import logs
+from reusebench.llama import causes
 from reusebench.llama.client import ClientError
 from reusebench.records import Record
 from reusebench.run.recording import Recorder
@@ -43,8 +43,8 @@ class Diagnosis:
         self.life, self.recorder = life, recorder
 
     def cause(self, mark: int) -> dict[str, Any]:
-        """Why the server did what it did since log position `mark` (``logs.explain``)."""
-        return logs.explain(self.life.handle.events_since(mark)).to_dict()
+        """Why the server did what it did since log position `mark` (``causes.explain``)."""
+        return causes.explain(self.life.handle.events_since(mark)).to_dict()
 
     def fail(self, record: Record, exc: ClientError, why: str = "") -> ClientError:
         """Record a failed call with what the server says about it; the error to raise."""
