@@ -15,21 +15,24 @@ from reusebench.llama import binaries
 from reusebench.llama.server import LlamaServer
 
 
+def children(pid: int, name: str) -> list[int]:
+    """Processes whose parent is `pid` and whose program is called `name`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid and argv0.endswith(name.encode()):
+                found.append(int(entry.name))
+    return found
+
+
 def child_llama_servers() -> set[int]:
     """llama-server processes whose parent is this test process (servers run in their own process group)."""
-    me = os.getpid()
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == me and argv0.endswith(b"llama-server"):
-            found.add(int(entry.name))
-    return found
+    return set(children(os.getpid(), "llama-server"))
 
 
 def process_group_alive(pgid: int) -> bool:
@@ -69,3 +72,10 @@ def raw_server(model: Path, *args: str, log_verbosity: int = 4) -> Iterator[tupl
     headers = {"Authorization": f"Bearer {server.api_key}"}
     with server, httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as client:
         yield client, server.raw_log_path
+
+
+def heed_ctrl_c() -> None:
+    """In the child: SIGINT back to its default, so Python installs its Ctrl-C handler. A shell starts a
+    background job (`make test &`) with SIGINT ignored, and its children inherit that: they would not stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+

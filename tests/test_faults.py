@@ -2,8 +2,9 @@
 instead of a half-run, and keeps every record written before it.
 
 Faults are injected into the real server, not a fake one: a progress hook (called on every prompt-progress
-event of the streamed completion) sends SIGKILL or SIGSTOP to the server's process group once a chosen
-prefill passes 30%. A full disk is a real 64 KiB tmpfs (needs root and mount rights; skipped otherwise).
+event of the streamed completion) sends SIGKILL or SIGSTOP to the server's process group on the chosen
+prefill's first event, the 0% one the server sends before its first batch, so the whole prefill is still ahead
+of the server when the signal lands. A full disk is a real 64 KiB tmpfs (needs root and mount rights; skipped otherwise).
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 import warnings
 from pathlib import Path
 
@@ -39,16 +38,16 @@ CONTROL = profiles.load_profile("tiny-llama")
 
 
 class Fault:
-    """A progress hook that signals the server's process group once `scenario`'s prefill passes `fraction`."""
+    """A progress hook that signals the server's process group on `scenario`'s first prefill event."""
 
-    def __init__(self, sig: signal.Signals, scenario: str, fraction: float = 0.3) -> None:
-        self.sig, self.scenario, self.fraction = sig, scenario, fraction
+    def __init__(self, sig: signal.Signals, scenario: str) -> None:
+        self.sig, self.scenario = sig, scenario
         self.session: Session | None = None
         self.fired_at: tuple[int, int] | None = None
         self.pgid: int | None = None
 
     def __call__(self, scenario: str, step: str, role: str, processed: int, cached: int, total: int) -> None:
-        if self.fired_at or scenario != self.scenario or not total or processed / total < self.fraction:
+        if self.fired_at or scenario != self.scenario or processed >= total:
             return
         assert self.session is not None and self.session.server.pid is not None
         self.fired_at, self.pgid = (processed, total), self.session.server.pid
@@ -75,7 +74,7 @@ KILLED_VARIANTS = ["parallel=1,cache-ram=8192", "parallel=1,cache-ram=0"]
 
 @pytest.fixture(scope="module")
 def killed_run(tmp_path_factory):
-    """kill -9 at 30% of the other document's prefill in the first of two sessions of one run."""
+    """kill -9 as the other document's prefill begins, in the first of two sessions of one run."""
     sys.path.insert(0, str(REPO))
     faults: list[Fault] = []
 
@@ -147,15 +146,13 @@ def test_on_failure_continue_restarts_the_server_and_runs_the_next_scenarios(tmp
 
 
 def test_hung_server_hits_a_deadline_scaled_from_the_first_load(tmp_path, monkeypatch):
-    """SIGSTOP at 30% of a prefill: the deadline (from the first load's rate and the prompt size) fires,
+    """SIGSTOP as a prefill begins: the deadline (from the first load's rate and the prompt size) fires,
     the stopped process group is killed, the failure is recorded."""
     monkeypatch.setattr(diagnosis, "HANG_FLOOR_S", 1.0)
     monkeypatch.setattr(diagnosis, "HANG_MARGIN_S", 1.0)
     monkeypatch.setattr(diagnosis, "HANG_PER_TOKEN_S", 0.0)
     fault = Fault(signal.SIGSTOP, "interleave")
-    started = time.monotonic()
     s, kept, output = run_session(tmp_path, fault, ("interleave",))
-    elapsed = time.monotonic() - started
     assert fault.fired_at is not None
     hung = [r for r in kept if r.error]
     assert len(hung) == 1 and hung[0].extra["hung"] is True
@@ -164,7 +161,8 @@ def test_hung_server_hits_a_deadline_scaled_from_the_first_load(tmp_path, monkey
     assert "timed out" in hung[0].error and "process group was killed" in hung[0].error
     assert hung[0].extra["exit_status"] == -signal.SIGKILL
     assert not process_group_alive(fault.pgid)
-    assert elapsed < 30, elapsed
+    waited = hung[0].ended_at - hung[0].started_at  # the deadline, then the kill; not the client's default hour
+    assert hung[0].extra["timeout_s"] <= waited < 10 * hung[0].extra["timeout_s"], waited
 
 
 def test_deadline_before_the_first_load_is_generous():
@@ -177,65 +175,42 @@ def test_deadline_before_the_first_load_is_generous():
 # -- Ctrl-C -------------------------------------------------------------------------------------------
 
 
-def test_ctrl_c_mid_prefill_keeps_the_records_stops_the_server_and_exits_130(tmp_path):
-    command = [sys.executable, "-m", "reusebench", "run", "--profile", "tiny-qwen35", "--variant",
-               "mmproj=off,cache-reuse=0", "--size", "32K", "--scenarios", "edit_middle", "--results", str(tmp_path)]
-    proc = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            preexec_fn=heed_ctrl_c)
-    lines: list[str] = []
-    reached = threading.Event()
+def test_ctrl_c_mid_prefill_keeps_the_records_stops_the_server_and_exits_130(tmp_path, monkeypatch, capsys):
+    """`reusebench run`, and a real SIGINT to this process on the edited document's first prefill event: Python
+    raises KeyboardInterrupt inside that call, so the interruption lands mid-prefill on any CPU."""
+    servers: list[int] = []
 
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if "edit_middle: one line inserted" in line:
-                reached.set()
+    def ctrl_c(scenario: str, step: str, role: str, processed: int, cached: int, total: int) -> None:
+        if scenario == "edit_middle" and role == "measure" and not servers:
+            servers.append(session_.server.pid)
+            os.kill(os.getpid(), signal.SIGINT)
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    class InterruptedSession(Session):
+        def __init__(self, *args, **kwargs):
+            nonlocal session_
+            super().__init__(*args, progress_hook=ctrl_c, **kwargs)
+            session_ = self
+
+    session_: Session | None = None
+    monkeypatch.setattr(runner, "Session", InterruptedSession)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background `make test &` ignores it
     try:
-        assert reached.wait(120), "".join(lines)
-        servers = children(proc.pid, "llama-server")
-        assert len(servers) == 1
-        time.sleep(0.2)  # into the 32K prefill of the edited document (a second on a fast CPU, several on a slow one)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 130, "".join(lines)
+        status = cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=0", "--size", "4K",
+                           "--scenarios", "edit_middle", "--results", str(tmp_path)])
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    reader.join(5)
-    summary = lines[-1].strip()
+        signal.signal(signal.SIGINT, previous)
+    assert status == 130 and len(servers) == 1
+    summary = capsys.readouterr().err.strip().splitlines()[-1]
     match = re.fullmatch(r"interrupted: every server stopped; (\d+) records kept in (\S+)", summary)
-    assert match, "".join(lines[-5:])
+    assert match, summary
     kept = records.read_records(Path(match.group(2)))
     assert len(kept) == int(match.group(1)) >= 2
     assert kept[0].scenario == "first_load" and kept[0].prompt_n
     interrupted = [r for r in kept if r.error]
-    assert len(interrupted) == 1 and interrupted[0].scenario == "edit_middle"
-    assert interrupted[0].error == "interrupted (Ctrl-C)" and interrupted[0].prompt_tokens > 32000
+    assert len(interrupted) == 1 and (interrupted[0].scenario, interrupted[0].step) == ("edit_middle", "line at 50%")
+    assert interrupted[0].error == "interrupted (Ctrl-C)" and interrupted[0].prompt_tokens > 4000
     assert kept[-1].role == "session" and kept[-1].extra["timing"]["wall_s"] > 0  # the summary, written on the way out
-    assert not Path(f"/proc/{servers[0]}").exists()  # stopped and reaped, not orphaned
-
-
-def heed_ctrl_c() -> None:
-    """In the child: SIGINT back to its default, so Python installs its Ctrl-C handler. A shell starts a
-    background job (`make test &`) with SIGINT ignored, and its children inherit that: they would not stop."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def children(pid: int, name: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == pid and argv0.endswith(name.encode()):
-                found.append(int(entry.name))
-    return found
+    assert not process_group_alive(servers[0])  # stopped, not orphaned
 
 
 # -- slot files -----------------------------------------------------------------------------------------

@@ -36,21 +36,38 @@ def handle_with(client: SleepyClient, tmp_path: Path) -> ServerHandle:
     return server_handle
 
 
+class Clock:
+    """handle's `time`: a sleep advances it by exactly its length, so waits are arithmetic, not the CPU's pace."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.fixture(autouse=True)
-def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(handle, "SLEEP_POLL_S", 0.01)
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    monkeypatch.setattr(handle, "SLEEP_POLL_S", 0.125)  # binary fractions: the sums below are exact
+    monkeypatch.setattr(handle, "time", Clock())
+    return handle.time
 
 
 def test_waits_until_props_says_asleep_asking_nothing_else(tmp_path: Path) -> None:
     client = SleepyClient(asleep_at=3)
     waited = handle_with(client, tmp_path).wait_until_asleep(5.0)
-    assert waited.asleep and waited.polls == 3 and client.other_calls == 0
+    assert waited.asleep and waited.polls == 3 and waited.waited_s == 0.25 and client.other_calls == 0  # two polls
 
 
 def test_gives_up_after_the_limit_and_one_grace_period(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(handle, "SLEEP_GRACE_S", 0.1)
-    waited = handle_with(SleepyClient(asleep_at=None), tmp_path).wait_until_asleep(0.1)
-    assert not waited.asleep and 0.2 <= waited.waited_s < 1.0
+    monkeypatch.setattr(handle, "SLEEP_GRACE_S", 0.25)
+    client = SleepyClient(asleep_at=None)
+    waited = handle_with(client, tmp_path).wait_until_asleep(0.5)
+    # limit 0.5 + grace 0.25 = 0.75 s; polls every 0.125 s: at 0.75 it is not yet over, at 0.875 it gives up
+    assert not waited.asleep and waited.waited_s == 0.875 and waited.polls == client.props_calls == 8
 
 
 def test_no_client_before_start(tmp_path: Path) -> None:

@@ -316,6 +316,18 @@ def test_log_tail_offset_scans_back_across_blocks(tmp_path: Path) -> None:
 # end to end: a real server, a marker sentence, and the kept log
 # ---------------------------------------------------------------------------------------------------------------
 
+def released(tail: logs.LogTail, start: int) -> list[str]:
+    """The log since `start` once it has the request's "stop processing" line: the server writes its log from a
+    thread of its own, so that line can land after the response has arrived."""
+    deadline = time.monotonic() + 60
+    while True:
+        window = tail.read_since(start)
+        if any(event.kind == "stop_processing" for event in logs.parse_lines(window)):
+            return window
+        assert time.monotonic() < deadline, "the request's 'stop processing' line never reached the log"
+        time.sleep(0.01)
+
+
 MARKER_WORDS = ("harvest", "golden", "cherry", "sailor", "lemon", "village", "orange", "painter")
 
 
@@ -332,8 +344,7 @@ def test_kept_log_has_the_numbers_but_no_prompt_or_output_text(verbosity: str) -
             start = tail.offset()
             reply = client.post("/completion", json={"prompt": f"{document} {marker}", "n_predict": 4, "temperature": 0})
             assert reply.status_code == 200, reply.text
-            time.sleep(0.2)  # the slot release line follows the response
-            window = tail.read_since(start)
+            window = released(tail, start)
         cause = causes.explain(logs.parse_lines(window))
         generated = reply.json()["content"]
         raw = raw_log.read_text(errors="replace")

@@ -92,7 +92,7 @@ def test_hung_server_times_out_and_is_still_stopped():
             started = time.monotonic()
             with pytest.raises(ClientError, match="timed out"):
                 client.complete(words(200), n_predict=4, timeout_s=2)
-            assert time.monotonic() - started < 10
+            assert time.monotonic() - started < 20  # the 2 s bound, not the client's default hour
         pgid = server.pid
     finally:
         server.close()
@@ -104,13 +104,13 @@ def test_server_killed_mid_prefill_fails_the_call_with_its_exit_status():
     try:
         with LlamaClient(server.base_url, server.api_key) as client:
             def kill_mid_prefill(processed: int, cache: int, total: int) -> None:
-                if processed < total and server.is_running():  # the first batch is done, the rest is not
+                # the server's 0% event, sent before its first batch: the whole prefill is still ahead of it
+                if processed < total and server.is_running():
                     server.kill_hard()
 
             with pytest.raises(ClientError, match="connection|no answer|closed"):
                 client.complete(words(3500), n_predict=4, on_progress=kill_mid_prefill)
-        time.sleep(0.2)
-        assert server.returncode() == -signal.SIGKILL
+        assert server.process is not None and server.process.wait(timeout=60) == -signal.SIGKILL
     finally:
         server.close()
 

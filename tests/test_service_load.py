@@ -21,7 +21,7 @@ from reusebench.report import service_report
 from reusebench.run.driver import DriverResult, ServiceDriver
 from reusebench.records import Record, Role
 
-from test_faults import children, heed_ctrl_c
+from conftest import children, heed_ctrl_c
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = "service-small"

@@ -24,6 +24,9 @@ from reusebench.machine.gpu_summary import GpuLoss, GpuSample, GpuTrace, StepGpu
 __all__ = ["DEFAULT_RATE_HZ", "GpuSampler", "GpuSample", "GpuTrace", "GpuLoss", "StepGpuSummary", "summarize"]
 
 DEFAULT_RATE_HZ = 10.0  # NVML counters refresh at about 10 Hz: faster only repeats readings
+# A round is due within a period, later on a loaded machine; one that has not come in this long is stuck in the
+# driver, and a summary goes on without it.
+STUCK_ROUND_S = 10.0
 
 # Errors that will not go away by asking again: the field is recorded as None from then on.
 _PERMANENT = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission, pynvml.NVMLError_FunctionNotFound)
@@ -148,7 +151,8 @@ class GpuSampler:
         self._thread = threading.Thread(target=self._run, name="reusebench-gpu-sampler", daemon=True)
         self._thread.start()
         with self._cond:  # a mark() right after entering must have a reading before it
-            self._cond.wait_for(lambda: self._last_round_t > float("-inf") or not self._running(), timeout=5)
+            self._cond.wait_for(lambda: self._last_round_t > float("-inf") or not self._running(),
+                                timeout=max(self.period_s, STUCK_ROUND_S))
         return self
 
     def __exit__(
@@ -217,7 +221,8 @@ class GpuSampler:
     def summaries(self, start: float, end: float) -> list[StepGpuSummary]:
         """One summary per GPU of the step [start, end]; empty when unavailable."""
         with self._cond:  # a reading after `end` lets energy and means cover the whole step
-            self._cond.wait_for(lambda: self._last_round_t >= end or not self._running(), timeout=2 * self.period_s)
+            self._cond.wait_for(lambda: self._last_round_t >= end or not self._running(),
+                                timeout=max(2 * self.period_s, STUCK_ROUND_S))
         return [s for s in (summarize(trace, start, end) for trace in self.traces()) if s is not None]
 
     def summary(self, start: float, end: float, gpu: int | None = None) -> StepGpuSummary | None:
