@@ -70,7 +70,7 @@ nightly-demo: $(STAMP) site-assets
 	$(BIN)/python tools/nightly_demo.py
 
 test: setup qemu chromium site-assets
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=10
 
 clean-results:
 	rm -rf results/asv results/html results/runs

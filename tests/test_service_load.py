@@ -106,14 +106,15 @@ def test_report_b_findings_appear_by_cause(small) -> None:
 
 
 def test_a_long_prefill_slows_the_other_users_decode(tmp_path: Path) -> None:
-    """Arranged, not left to chance (tests/data/interference.yaml): a 32K document arrives while the chat user
-    decodes a long answer; its next turns decode with no long prefill running."""
+    """Arranged by events (tests/data/interference.yaml): the chat user arrives as the 32K document's prefill
+    starts, so its first turn decodes in batches shared with the document's chunks; its last turns decode alone.
+    A token that shares its batch with 2,048 prompt tokens takes longer than one alone, on any CPU: direction only."""
     load = workload.load_workload(REPO / "tests" / "data" / "interference.yaml")
     kept, _, result = run(load, tmp_path)
     assert result.stopped_by == "every user finished"
     found = service_report.interference(kept, load.long_prefill_tokens)
-    # the chat user's first turn; its next turns, unless one starts as the prefill's estimated span ends
-    assert len(found.decode_during) == 1 and found.decode_alone
+    # turn 1 (9 of the prefill's 16 batches) is during; turns 3-12 start after batch 16, alone
+    assert found.decode_during and len(found.decode_alone) >= 10
     ratio = found.ratio(found.decode_during, found.decode_alone, 50)
     print(f"decode ms/token during a long prefill / with none (p50): {ratio:.2f}")
     assert ratio > 1
@@ -124,9 +125,10 @@ def test_ctrl_c_keeps_every_record_and_stops_the_server(tmp_path: Path) -> None:
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=heed_ctrl_c)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # the first records come within seconds, on a loaded machine too
         while sum(len(p.read_text().splitlines()) for p in tmp_path.glob("runs/*/records.jsonl")) < 3:
-            assert time.monotonic() < deadline and proc.poll() is None, "no records within a minute"
+            assert proc.poll() is None, "the workload ended before its third record"
+            assert time.monotonic() < deadline, "the workload wrote no third record within 300 s"
             time.sleep(0.2)
         servers = children(proc.pid, "llama-server")
         proc.send_signal(signal.SIGINT)  # while users are talking: some calls are in flight

@@ -77,6 +77,11 @@ def test_a_workload_expands_environment_references(tmp_path: Path, monkeypatch: 
         workload.load_workload(path)
 
 
+def test_users_arriving_during_a_prefill_need_no_gap_and_have_no_arrival_time(tmp_path: Path) -> None:
+    w = workload.load_workload(write(tmp_path, MINIMAL + "arrival: {pattern: during_prefill}\n"))
+    assert w.arrival == "during_prefill" and {u.arrival_s for u in users.draw_users(w)} == {0.0}  # events, not times
+
+
 def test_users_are_drawn_from_the_seed(tmp_path: Path) -> None:
     w = workload.load_workload(write(tmp_path, MINIMAL + "regenerate_share: 0.3\narrival: {pattern: poisson, gap_s: 1}\n"))
     drawn = users.draw_users(w)

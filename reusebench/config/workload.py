@@ -21,7 +21,10 @@ from reusebench.config import sizes
 from reusebench.reader import Document
 
 WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "workloads"
-ARRIVALS = ("together", "staggered", "poisson")
+# during_prefill: each user after the first arrives as the server starts the first prompt of the one before it,
+# an event of the server rather than a time, so requests that run through a long prefill are arranged on any CPU.
+ARRIVALS = ("together", "staggered", "poisson", "during_prefill")
+TIMED_ARRIVALS = ("staggered", "poisson")
 
 
 class WorkloadError(ValueError):
@@ -236,7 +239,7 @@ class _Reader:
             raise self.fail("arrival.pattern", f"expected one of {', '.join(ARRIVALS)}, got {pattern!r}"
                             + reader.did_you_mean(str(pattern), ARRIVALS))
         gap = self.value(table, "gap_s", "arrival.", self.seconds, 0.0)
-        if pattern != "together" and gap <= 0:
+        if pattern in TIMED_ARRIVALS and gap <= 0:
             raise self.fail("arrival.gap_s", f"{pattern} arrivals need a gap above 0 seconds")
         return {"arrival": pattern, "arrival_gap_s": gap}
 

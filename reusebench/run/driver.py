@@ -99,6 +99,7 @@ class ServiceDriver:
         self._gap_after = {turn: index for index, turn in enumerate(workload.idle_gaps_after_turn)}
         self._at_gap = [0] * len(self._gap_after)  # users waiting at each gap
         self._sleeps = 0  # sleeps so far; a user whose count moved since its last turn sends an "after sleep" turn
+        self._prefilling = {u.name: threading.Event() for u in self.users}  # set as the server starts its first prompt
         self._started = 0.0
 
     # -- the run ----------------------------------------------------------------------------
@@ -217,7 +218,7 @@ class ServiceDriver:
     def _user(self, user: User, texts: Texts) -> None:
         client = LlamaClient(self.handle.server.base_url, self.handle.server.api_key, timeout_s=REQUEST_TIMEOUT_S)
         try:
-            if not self._wait(user.arrival_s):
+            if not self._arrive(user):
                 return
             opening = texts.system + texts.openings[user.name]
             prompt, previous, seen_sleeps = opening, None, self._sleeps
@@ -248,6 +249,17 @@ class ServiceDriver:
         finally:
             client.close()
 
+    def _arrive(self, user: User) -> bool:
+        """Wait for the user's arrival: its time, or the start of the previous user's first prefill; False when the
+        run stopped."""
+        if self.workload.arrival != "during_prefill" or user.number == 0:
+            return self._wait(user.arrival_s)
+        before = self._prefilling[self.users[user.number - 1].name]
+        while not before.wait(timeout=0.1):
+            if self._stop.is_set():
+                return False
+        return True
+
     def _health_check(self, texts: Texts) -> None:
         check = self.workload.health_check
         assert check is not None
@@ -272,9 +284,15 @@ class ServiceDriver:
         record = self.recorder.record(self.workload.name, kind, role, "/completion", started, ended_at=started,
                                       user=user, turn=turn, expected_hit=expected_hit)
         Recorder.request(record, prompt, lora, ideal)
+        prefilling = self._prefilling.get(user)
+
+        def progress(processed: int, cached: int, total: int) -> None:
+            if prefilling is not None:  # the server's first progress event comes before its first batch
+                prefilling.set()
+
         try:
             completion = client.complete(prompt, n_predict=self.workload.n_predict, lora=lora, n_probs=0,
-                                         timeout_s=REQUEST_TIMEOUT_S)
+                                         timeout_s=REQUEST_TIMEOUT_S, on_progress=progress)
         except (ClientError, OSError) as exc:
             record.ended_at, record.status = time.time(), getattr(exc, "status", None)
             record.error = "interrupted (Ctrl-C)" if self._stop.is_set() else str(exc)
@@ -282,6 +300,9 @@ class ServiceDriver:
             self._done()
             self._stop.set()  # a failed call ends the run: the server is gone or broken
             return None
+        finally:
+            if prefilling is not None:
+                prefilling.set()  # whatever happened, the users after this one are not held back by it
         self._done()
         self._fill(record, completion)
         self._write(record)
