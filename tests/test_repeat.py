@@ -177,8 +177,10 @@ def test_the_throttled_repeat_carries_its_state_and_the_report_warns_as_its_seco
     assert loads[1].gpu["start_temperature_c"] == 88 and loads[0].gpu["sm_clock_mean_mhz"] == 1980
     text = report.render_text(result.records)
     assert "| 2        |" in text and "| 88             | 1100          | 1.00" in text
-    derived = spread(loads).warnings
-    assert [line.removeprefix("Warning: ") for line in text.splitlines() if line.startswith("Warning: ")] == list(derived)
+    derived = spread(loads)
+    assert f"min {derived.minimum:.2f} s, median {derived.median:.2f} s, max {derived.maximum:.2f} s" in text
+    assert [line.removeprefix("Warning: ") for line in text.splitlines() if line.startswith("Warning: ")] == list(
+        derived.warnings)
     slow = [r.extra["repeat"] for r in loads if r.prompt_ms > statistics.median(x.prompt_ms for x in loads)]
     # repeat 2 is throttled, so the coincidence is named exactly when repeat 2 is the slower of the median's two sides
-    assert ("throttling coincides with the slow repeat(s) 2" in derived) == (slow == [2])
+    assert ("throttling coincides with the slow repeat(s) 2" in derived.warnings) == (slow == [2])
