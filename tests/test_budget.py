@@ -12,6 +12,7 @@ document (a setup call): 1.16 / 1.23 with it, ~1.00 if it counted as a measured 
 from __future__ import annotations
 
 import io
+import statistics
 import sys
 from pathlib import Path
 
@@ -119,9 +120,14 @@ def test_harness_figures_for_asv(hybrid, monkeypatch):
     ratio = harness.PrefillBudget().track_prefill_budget_ratio(cache, size, variant)
     assert ratio == pytest.approx(budget(result).ratio)
     assert harness.PrefillBudget().track_extra_prefill_tokens(cache, size, variant) == budget(result).extra
+    # the seconds are the session's own, read back from its summary record; how many is the CPU's business
+    (timing,) = [r.extra["timing"] for r in result.records if r.role == Role.SESSION]
     overhead = harness.HarnessOverhead()
-    assert 0 < overhead.track_overhead_seconds(cache, size, variant) < 5
-    assert 0 < overhead.track_overhead_percent(cache, size, variant) < 50
-    assert 0 < overhead.track_ttft_minus_prompt_seconds(cache, size, variant) < 0.1
+    assert overhead.track_overhead_seconds(cache, size, variant) == timing["overhead_s"] > 0
+    assert overhead.track_overhead_percent(cache, size, variant) == 100 * timing["overhead_s"] / timing["wall_s"]
+    # the client's wait for the first token spans the server's prompt time
+    gaps = [(r.ttft_ms - r.prompt_ms) / 1000 for r in result.records
+            if r.ttft_ms is not None and r.prompt_ms is not None and not r.error]
+    assert overhead.track_ttft_minus_prompt_seconds(cache, size, variant) == statistics.median(gaps) > 0
     assert harness.CorpusBuilding().track_corpus_tokenizer_calls(cache, size, variant) == 6  # 3 per document
-    assert harness.CorpusBuilding().track_corpus_seconds(cache, size, variant) < 2
+    assert harness.CorpusBuilding().track_corpus_seconds(cache, size, variant) == timing["corpus_s"] > 0
