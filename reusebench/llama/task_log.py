@@ -42,6 +42,8 @@ class Task:
     evicted_mib: list[float] = field(default_factory=list)  # RAM entries dropped during this launch
     n_tokens: int | None = None  # the prompt length (``new prompt``)
     claimed: bool = False
+    launched_at: int = -1  # the line numbers (among parsed lines) of ``processing task`` and ``stop processing``
+    released_at: int | None = None
 
     def cause(self) -> causes.Cause:
         return causes.explain(self.events)
@@ -58,6 +60,7 @@ class TaskLog:
         self._by_slot: dict[int, list[Task]] = {}
         self._launching: Task | None = None  # the block being read, until the next selection starts another
         self._asleep_events: list[Event] = []
+        self._lines = 0  # parsed lines so far: a task's launch and release by position in the log
 
     def claim(self, slot: int, n_tokens: int, wait_s: float = 2.0) -> Task | None:
         """The first unclaimed task on `slot` whose prompt had `n_tokens` tokens, waiting up to `wait_s`
@@ -74,6 +77,14 @@ class TaskLog:
                 return None
             time.sleep(POLL_S)
 
+    def running_at_launch(self, task: Task) -> list[int]:
+        """The tasks that had been launched and not yet released when `task` was launched (read so far)."""
+        with self._lock:
+            self._read()
+            return sorted(other.task for other in self._tasks.values() if other is not task and other.task is not None
+                          and other.launched_at < task.launched_at
+                          and (other.released_at is None or other.released_at > task.launched_at))
+
     def _read(self) -> None:
         try:
             with self.path.open("rb") as f:
@@ -87,6 +98,7 @@ class TaskLog:
             self._add(event)
 
     def _add(self, e: Event) -> None:
+        self._lines += 1
         block = self._launching
         if e.kind in SLEEP_KINDS:
             self._asleep_events.append(e)
@@ -95,7 +107,7 @@ class TaskLog:
             self._asleep_events = []
             self._selection(block, e)
         elif e.kind == "processing_task" and block is not None and block.task is None:
-            block.slot, block.task = e.slot, e.task
+            block.slot, block.task, block.launched_at = e.slot, e.task, self._lines
             block.events.append(e)
             self._tasks[(e.slot, e.task)] = block
             self._by_slot.setdefault(e.slot, []).append(block)
@@ -105,6 +117,8 @@ class TaskLog:
                 task.events.append(e)
                 if e.kind == "new_prompt":
                     task.n_tokens = int(e.fields["n_tokens"])
+                elif e.kind == "stop_processing":
+                    task.released_at = self._lines
         elif block is not None:
             self._launch_line(block, e)
 
