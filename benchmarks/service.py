@@ -1,13 +1,24 @@
-"""A service under load: one workload (``workloads/``) per commit, its users at once on one server.
+"""A service under load, per commit: one workload's counts on the serial schedule, and the interference timings.
 
-Tracks the turns that should have hit and did not, by class (slot-kept, RAM-restored, not held; with and
-without LoRA) and by the log's cause, so a llama.cpp commit that fixes the LoRA clear after a RAM restore
-shows as a drop of ``cause: LoRA-change clear after restore``; and the other users' decode ms per token and
-TTFT while a long prefill runs against while none does (p50, p90). Counts and milliseconds only: asv takes
-lower as better. The workload is ``$REUSEBENCH_ASV_WORKLOAD`` (default: report-b-service; empty: none runs and
-these figures are n/a); its server profile takes the llama-server asv built, as the other modules do (``common``).
-On a build too old for the workload (an option its variant sets, the model's architecture) the figures are n/a
-and say why, as a variant that does not apply is in the other modules.
+``WorkloadMisses`` tracks the turns that should have hit and did not, by class (slot-kept, RAM-restored, not
+held; with and without LoRA) and by the log's cause, so a llama.cpp commit that fixes the LoRA clear after a RAM
+restore shows as a drop of ``cause: LoRA-change clear after restore``. The workload runs on the serial schedule
+(``reusebench.run.service``): one request at a time in an order fixed by the file, so one build gives the same
+counts on every run and a change on the graph is a change in llama.cpp.
+
+``WorkloadInterference`` tracks the other users' decode ms per token and TTFT while a long prefill runs against
+while none does (p50, p90), from the arranged ``interference`` workload, which overlaps requests by design.
+Those are timings: it runs ``REPEAT`` times and asv tracks each figure's median.
+
+Counts and milliseconds only: asv takes lower as better. Environment:
+
+- ``REUSEBENCH_ASV_WORKLOAD``: the counts' workload (default: report-b-service; empty: none runs, n/a);
+- ``REUSEBENCH_ASV_INTERFERENCE``: the timings' workload (default: interference; empty: none runs, n/a);
+- ``REUSEBENCH_ASV_INTERFERENCE_REPEAT``: its runs per commit (default 3).
+
+Their server profile takes the llama-server asv built, as the other modules do (``common``). On a build too old
+for a workload (an option its variant sets, the model's architecture) its figures are n/a and say why, as a
+variant that does not apply is in the other modules.
 """
 
 from __future__ import annotations
@@ -19,23 +30,33 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench.config import profiles, workload
 from reusebench import records
+from reusebench.config import profiles, workload
 from reusebench.report import service_report
-from reusebench.run.driver import ServiceDriver
 from reusebench.run.recording import RunDir
+from reusebench.run.service import service_run
 
 from . import common
 
 WORKLOAD = os.environ.get("REUSEBENCH_ASV_WORKLOAD", "report-b-service")
+INTERFERENCE = os.environ.get("REUSEBENCH_ASV_INTERFERENCE", "interference")
 
+
+def _repeat(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"REUSEBENCH_ASV_INTERFERENCE_REPEAT: expected a whole number of runs, 1 or more, got {text!r}")
+    return int(text)
+
+
+REPEAT = _repeat(os.environ.get("REUSEBENCH_ASV_INTERFERENCE_REPEAT", "3"))
 
 NOT_APPLICABLE = "not applicable"  # the figures' key when the workload cannot run on this build
 
 
-def _run_workload() -> dict[str, Any]:
-    """The workload's figures, or why it does not apply to this build (an older llama.cpp: n/a, not failed)."""
-    load = workload.load_workload(WORKLOAD)
+def _run_workload(name: str, repeat: int = 1) -> dict[str, Any]:
+    """The workload's figures (each one's median over `repeat` runs), or why it does not apply to this build (an
+    older llama.cpp: n/a, not failed)."""
+    load = workload.load_workload(name)
     built = common.installed_binary()
     if built is not None:
         os.environ[common.BINARY_ENV] = str(built)
@@ -43,50 +64,54 @@ def _run_workload() -> dict[str, Any]:
     variant = profile.variant(load.variant) if load.variant else profile.variants[0]
     missing = common.not_applicable(profile, [variant.name])
     if missing:
-        why = f"workload {WORKLOAD} does not apply to this build: {missing[variant.name]}"
+        why = f"workload {name} does not apply to this build: {missing[variant.name]}"
         print(f"benchmarks: {why}", file=sys.stderr)
         return {NOT_APPLICABLE: why}
     profiles.load_profile(load.profile)  # now checked against the binary's --help
     run = RunDir.create(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")))
     with records.RecordWriter(run.records_path) as writer:
-        result = ServiceDriver(load, variant, writer, run_id=run.run_id, log_dir=run.log_dir).run()
-    failed = [r.error for r in result.records if r.error]
-    if failed:
-        raise RuntimeError(f"workload {WORKLOAD}: {len(failed)} call(s) failed, the first: {failed[0]}")
-    print(service_report.render(result.records), file=sys.stderr)
-    return service_report.figures(records.read_records(run.records_path))
+        for number in range(1, repeat + 1):
+            result = service_run(load, variant, writer, run_id=run.run_id, log_dir=run.log_dir,
+                                 repeat=number if repeat > 1 else None).run()
+            failed = [r.error for r in result.records if r.error]
+            if failed:
+                raise RuntimeError(f"workload {name}: {len(failed)} call(s) failed, the first: {failed[0]}")
+    kept = records.read_records(run.records_path)
+    print(service_report.render_runs(kept), file=sys.stderr)
+    return service_report.median_figures([service_report.figures(one) for one in service_report.runs(kept)])
 
 
-class _WorkloadFigures:
-    timeout = 1800  # a few minutes of workload on 2 cores
-
-    def setup_cache(self) -> dict[str, Any]:
-        return _run_workload() if WORKLOAD else {}
-
-
-def _figure(self: _WorkloadFigures, figures: dict[str, Any], name: str) -> float:
+def _figure(self: object, figures: dict[str, Any], name: str) -> float:
     if not figures:
-        raise SkipNotImplemented("REUSEBENCH_ASV_WORKLOAD is empty: no workload ran")
+        raise SkipNotImplemented("no workload ran: its REUSEBENCH_ASV_* variable is empty")
     if NOT_APPLICABLE in figures:
         raise SkipNotImplemented(figures[NOT_APPLICABLE])
     return figures[name]
 
 
-class WorkloadMisses(_WorkloadFigures):
+class WorkloadMisses:
     """Turns that should have hit (a conversation continuing, a regeneration) and re-processed more."""
 
     params = (list(service_report.MISS_FIGURES),)
     param_names = ["class"]
     unit = "turns"
-    version = "1"
+    version = "2"  # 2: the serial schedule (version 1 counted free-running threads, which vary run to run)
+    timeout = 1800  # a minute of workload on 2 cores
     track_missed_turns = _figure
 
+    def setup_cache(self) -> dict[str, Any]:
+        return _run_workload(WORKLOAD) if WORKLOAD else {}
 
-class WorkloadInterference(_WorkloadFigures):
-    """Other users' decode ms per token and TTFT ms, during a long prefill and with none running."""
+
+class WorkloadInterference:
+    """Other users' decode ms per token and TTFT ms, during a long prefill and with none running: medians."""
 
     params = (list(service_report.INTERFERENCE_FIGURES),)
     param_names = ["figure"]
     unit = "ms"
-    version = "1"
+    version = "2"  # 2: the arranged interference workload, median of REPEAT runs (1: the service workload, once)
+    timeout = 1800
     track_other_users_ms = _figure
+
+    def setup_cache(self) -> dict[str, Any]:
+        return _run_workload(INTERFERENCE, REPEAT) if INTERFERENCE else {}

@@ -19,7 +19,7 @@ from reusebench import check, records, tiny
 from reusebench.config import corpus, profiles, scenarios, sizes, workload
 from reusebench.report import run_report as report, service_report
 from reusebench.run import runner, session
-from reusebench.run.driver import ServiceDriver
+from reusebench.run.service import ScheduleDeviation, service_run
 from reusebench.run.recording import RunDir
 
 RESULTS_DIR = Path("results")
@@ -68,16 +68,27 @@ def cmd_workload(args: argparse.Namespace) -> int:
     run_id, run_dir, records_path = run.run_id, run.path, run.records_path
     print(f"run {run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> {records_path}",
           file=sys.stderr)
+    if args.repeat < 1:
+        raise ValueError(f"--repeat needs at least 1 run, got {args.repeat}")
     started = time.monotonic()
     try:
         with records.RecordWriter(records_path) as writer:
-            ServiceDriver(load, variant, writer, run_id=run_id, log_dir=run.log_dir).run()
+            for repeat in range(1, args.repeat + 1):
+                if args.repeat > 1:
+                    print(f"run {repeat} of {args.repeat}", file=sys.stderr)
+                service_run(load, variant, writer, run_id=run_id, log_dir=run.log_dir, free_running=args.free_running,
+                            repeat=repeat if args.repeat > 1 else None).run()
     except KeyboardInterrupt:
         server.stop_all()
         print(f"\ninterrupted: every server stopped; {len(records.read_records(records_path))} records kept in "
               f"{records_path}", file=sys.stderr)
         return 130
-    text = service_report.render(records.read_records(records_path))
+    except ScheduleDeviation as exc:
+        print(f"reusebench: workload {load.name}: the server left the serial schedule, so its counts would depend on "
+              f"timing: {exc}; {len(records.read_records(records_path))} records kept in {records_path}",
+              file=sys.stderr)
+        return 1
+    text = service_report.render_runs(records.read_records(records_path))
     (run_dir / "report.md").write_text(f"# reusebench workload {load.name}, run {run_id}\n\n{text}\n")
     print(text)
     print(f"\nworkload took {time.monotonic() - started:.0f} s; report: {run_dir / 'report.md'}", file=sys.stderr)
@@ -210,12 +221,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "text on the same server before each measured load (recorded as a setup call)")
     run.set_defaults(func=cmd_run)
 
-    shows = ("run a workload (workloads/): its users talk to one server at once; prints miss rates by class with "
-             "the log's cause of each miss, what a long prefill costs the other users, and the health check's effect")
+    shows = ("run a workload (workloads/): its users talk to one server, one request at a time in an order fixed by "
+             "the file (or at once: --free-running); prints miss rates by class with the log's cause of each miss, "
+             "what a long prefill costs the other users, and the health check's effect")
     load = sub.add_parser("workload", help=shows, description=shows)
     load.add_argument("workload", help=f"workload name in workloads/ or a path ({', '.join(workload.workload_names())})")
     load.add_argument("--profile", help="another server profile than the workload's")
     load.add_argument("--variant", help="a variant of that profile (default: the workload's, else the first)")
+    load.add_argument("--free-running", action="store_true", help="one thread per user on the wall clock instead "
+                      "of the serial schedule: the server under the real scramble of threads, whose counts vary from "
+                      "run to run")
+    load.add_argument("--repeat", type=int, default=1, metavar="N", help="run the workload N times, each on a fresh "
+                      "server, and report every figure's median, min and max (default 1)")
     load.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
     load.set_defaults(func=cmd_workload)
 

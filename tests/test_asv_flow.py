@@ -51,7 +51,8 @@ def asv_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         REUSEBENCH_LLAMA_SERVER=str(default_llama_server()),  # the default build lives in the real cache
         REUSEBENCH_ASV_SIZES="2048",
         REUSEBENCH_ASV_VARIANTS=VARIANT,
-        REUSEBENCH_ASV_WORKLOAD="",  # the workload's minutes are tests/test_service_load.py's, not these flows'
+        REUSEBENCH_ASV_WORKLOAD="",  # the workloads' minutes are tests/test_service_load.py's, not these flows'
+        REUSEBENCH_ASV_INTERFERENCE="",
         **overrides,
     )
     (tmp_path / "home").mkdir(exist_ok=True)
@@ -101,10 +102,10 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "service.WorkloadMisses.track_missed_turns",
         "service.WorkloadInterference.track_other_users_ms",
     }
-    # One session per commit feeds every figure; the option check and the workload are their own runs.
+    # One session per commit feeds every figure; the option check and the two workloads are their own runs.
     session_keys = {b["setup_cache_key"] for name, b in found.items() if not name.startswith(("verdicts.", "service."))}
     workload_keys = {b["setup_cache_key"] for name, b in found.items() if name.startswith("service.")}
-    assert len(workload_keys) == 1 and not workload_keys & session_keys
+    assert len(workload_keys) == 2 and not workload_keys & session_keys
     assert "'cause: LoRA-change clear after restore'" in found["service.WorkloadMisses.track_missed_turns"]["params"][0]
     assert session_keys == {found["reuse.FirstLoad.track_prefill_seconds"]["setup_cache_key"]}
     variants, checked = found["verdicts.OptionVerdict.track_verdict_code"]["params"]
@@ -112,7 +113,8 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
     size, variant, steps = found["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"]
     assert (size, variant) == (["'2K'"], [repr(VARIANT)])
     assert repr(REASK) in steps and "'first_load/cold'" not in steps
-    renamed = ("reuse.FirstLoad.", "reuse.StepSeconds.", "gpu_state.")  # version 2: renamed for the web UI
+    # version 2: renamed for the web UI; the service figures, measured anew (the serial schedule, repeated timings)
+    renamed = ("reuse.FirstLoad.", "reuse.StepSeconds.", "gpu_state.", "service.")
     assert all(b["version"] == ("2" if name.startswith(renamed) else "1") for name, b in found.items())
 
 

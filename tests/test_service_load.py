@@ -1,7 +1,8 @@
 """The small workload on the real server (tiny GLM-class hybrid, 4 unified slots, 2 MiB RAM cache, sleep after
-3 s): what the workload's structure predicts of each turn and report B's two findings found by cause; and, in an
-arranged workload, that a long prefill slows another user's decoding. Timings on a shared CPU are noisy:
-directions only, no numbers."""
+3 s), on the serial schedule and free-running: what the workload's structure predicts of each turn; on the
+serial schedule, report B's two findings found by cause, the same counts on every run, and a deviation from the
+schedule failing the run; and, in the arranged interference workload, that a long prefill slows another user's
+decoding. Timings on a shared CPU are noisy: directions only, no numbers."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from reusebench import cli, records
 from reusebench.config import profiles, users, workload
-from reusebench import records
-from reusebench.report import service_report
-from reusebench.run.driver import DriverResult, ServiceDriver
 from reusebench.records import Record, Role
+from reusebench.report import service_report
+from reusebench.run.service import DriverResult, ScheduleDeviation, ServiceRun, schedule, service_run
+from reusebench.run.service.calls import Calls
 
 from conftest import children, heed_ctrl_c
 
@@ -27,19 +29,38 @@ REPO = Path(__file__).resolve().parents[1]
 SMALL = "service-small"
 
 
-def run(load: workload.Workload, run_dir: Path) -> tuple[list[Record], ServiceDriver, DriverResult]:
+Ran = tuple[list[Record], ServiceRun, DriverResult]
+
+
+def driver(load: workload.Workload, run_dir: Path, free_running: bool = False) -> ServiceRun:
     variant = profiles.load_profile(load.profile).variants[0]
-    with records.RecordWriter(run_dir / "records.jsonl") as writer:
-        driver = ServiceDriver(load, variant, writer, run_id="t", log_dir=run_dir / "logs", out=io.StringIO())
-        result = driver.run()
+    writer = records.RecordWriter(run_dir / "records.jsonl")
+    return service_run(load, variant, writer, run_id="t", log_dir=run_dir / "logs", free_running=free_running,
+                       out=io.StringIO())
+
+
+def run(load: workload.Workload, run_dir: Path, free_running: bool = False) -> Ran:
+    service = driver(load, run_dir, free_running)
+    with service.recorder.writer:
+        result = service.run()
     kept = records.read_records(run_dir / "records.jsonl")
     print(service_report.render(kept))
-    return kept, driver, result
+    return kept, service, result
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Record], ServiceDriver, DriverResult]:
-    return run(workload.load_workload(SMALL), tmp_path_factory.mktemp("service"))
+def serial_small(tmp_path_factory: pytest.TempPathFactory) -> Ran:
+    return run(workload.load_workload(SMALL), tmp_path_factory.mktemp("serial"))
+
+
+@pytest.fixture(scope="module")
+def free_small(tmp_path_factory: pytest.TempPathFactory) -> Ran:
+    return run(workload.load_workload(SMALL), tmp_path_factory.mktemp("free"), free_running=True)
+
+
+@pytest.fixture(params=["serial", "free-running"])
+def small(request: pytest.FixtureRequest) -> Ran:
+    return request.getfixturevalue("serial_small" if request.param == "serial" else "free_small")
 
 
 def calls(kept: list[Record]) -> list[Record]:
@@ -75,18 +96,18 @@ def test_turn_kinds_are_what_the_workload_predicts(small) -> None:
 
 
 def test_turns_that_cannot_hit_reuse_no_more_than_the_shared_opening(small) -> None:
-    kept, driver, _ = small
+    kept, driver, result = small
     shared = driver.workload.system_prompt_tokens + 1  # BOS and the system prompt every conversation opens with
     cannot = [r for r in calls(kept) if r.step in users.CANNOT_HIT]
     assert {r.step for r in cannot} == set(users.CANNOT_HIT)
     assert all(r.cache_n <= shared for r in cannot), [(r.user, r.turn, r.cache_n) for r in cannot]
-    (_, gap_ended), = small[2].gaps
+    (_, gap_ended), = result.gaps
     woke = [r for r in calls(kept) if r.cause["woke"]]
     assert len(woke) == 1 and woke[0].started_at >= gap_ended  # the first request after the gap, maybe the probe
 
 
-def test_report_b_findings_appear_by_cause(small) -> None:
-    kept, driver, _ = small
+def test_report_b_findings_appear_by_cause(serial_small) -> None:
+    kept, driver, _ = serial_small
     found = service_report.turns(kept)
     lora_clears = [t for t in found if t.cause == service_report.LORA_AFTER_RESTORE]
     assert lora_clears, service_report.render(kept)
@@ -106,11 +127,12 @@ def test_report_b_findings_appear_by_cause(small) -> None:
 
 
 def test_a_long_prefill_slows_the_other_users_decode(tmp_path: Path) -> None:
-    """Arranged by events (tests/data/interference.yaml): the chat user arrives as the 32K document's prefill
+    """Arranged by events (workloads/interference.yaml): the chat user arrives as the 32K document's prefill
     starts, so its first turn decodes in batches shared with the document's chunks; its last turns decode alone.
     A token that shares its batch with 2,048 prompt tokens takes longer than one alone, on any CPU: direction only."""
-    load = workload.load_workload(REPO / "tests" / "data" / "interference.yaml")
-    kept, _, result = run(load, tmp_path)
+    load = workload.load_workload("interference")
+    kept, service, result = run(load, tmp_path)
+    assert service.schedule == "free-running"  # the workload's own: the chat user talks during the prefill
     assert result.stopped_by == "every user finished"
     found = service_report.interference(kept, load.long_prefill_tokens)
     # turn 1 (9 of the prefill's 16 batches) is during; turns 3-12 start after batch 16, alone
@@ -118,6 +140,67 @@ def test_a_long_prefill_slows_the_other_users_decode(tmp_path: Path) -> None:
     ratio = found.ratio(found.decode_during, found.decode_alone, 50)
     print(f"decode ms/token during a long prefill / with none (p50): {ratio:.2f}")
     assert ratio > 1
+
+
+def test_the_serial_schedule_sends_one_request_at_a_time_in_its_order(serial_small) -> None:
+    kept, driver, _ = serial_small
+    planned = [("health check", s.number) if s.user is None else (s.user.name, s.number)
+               for s in schedule.serial_schedule(driver.workload, driver.users) if not s.is_gap]
+    sent = calls(kept)
+    assert [(r.user, r.turn) for r in sent] == planned
+    assert all(r.extra["in_flight"] == [] for r in sent)
+    assert all(a.ended_at <= b.started_at for a, b in zip(sent, sent[1:]))
+    assert kept[-1].extra["schedule"] == "serial" and kept[-1].extra["stopped_by"] == "every user finished"
+
+
+def test_the_serial_schedule_gives_the_same_counts_on_every_run(tmp_path: Path) -> None:
+    """Two runs through the command line (``--repeat 2``): every call lands in the same slot with the same counts and
+    the same cause, so every count figure is the same."""
+    assert cli.main(["workload", SMALL, "--repeat", "2", "--results", str(tmp_path)]) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    first, second = service_report.runs(records.read_records(run_dir / "records.jsonl"))
+
+    def seen(run: list[Record]) -> list[tuple]:
+        return [(r.user, r.turn, r.step, r.slot, r.prompt_n, r.cache_n, r.cause["selection"], r.cause["ram_restored"],
+                 r.cause["lora_clear"]) for r in calls(run)]
+
+    assert seen(first) == seen(second) and len(seen(first)) == first[-1].extra["requests"]
+    figures = service_report.figures(first)
+    assert {name: figures[name] for name in service_report.MISS_FIGURES} == {
+        name: service_report.figures(second)[name] for name in service_report.MISS_FIGURES}
+    report = (run_dir / "report.md").read_text()
+    for name in service_report.MISS_FIGURES:
+        assert re.search(rf"\| {re.escape(name)} +\| [\d.]+ +\| [\d.]+ +\| [\d.]+ +\| yes ", report), name
+
+
+def test_a_sleep_outside_an_idle_gap_fails_the_serial_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine too slow for the profile's sleep-idle-seconds, made real: before the third request the test waits
+    until the server sleeps. The counts would now depend on the machine's speed, so the run fails, naming it."""
+    load = workload.load_workload(SMALL)
+    service = driver(load, tmp_path)
+    third = next(s for s in schedule.serial_schedule(load, service.users)[2:] if not s.is_gap)
+    label = f"{third.user.name}/{third.number}"
+    send = Calls.send
+
+    def slow_send(self, client, request, **kwargs):
+        if request.label == label:
+            assert service.handle.wait_until_asleep(10).asleep
+        return send(self, client, request, **kwargs)
+
+    monkeypatch.setattr(Calls, "send", slow_send)
+    with service.recorder.writer, pytest.raises(ScheduleDeviation, match=f"^{label}: the server slept before it"):
+        service.run()
+    kept = records.read_records(tmp_path / "records.jsonl")
+    assert kept[-1].role == Role.SESSION and kept[-1].extra["stopped_by"].startswith(f"failed: {label}: ")
+    assert [(r.user, r.turn) for r in calls(kept)][-1] == (third.user.name, third.number)  # kept, with its cause
+    assert not service.handle.server.is_running()
+
+
+def test_free_running_says_its_counts_vary(free_small, serial_small) -> None:
+    kept, _, _ = free_small
+    assert kept[-1].extra["schedule"] == "free-running"
+    assert service_report.FREE_RUNNING_NOTE in service_report.render(kept)
+    assert service_report.FREE_RUNNING_NOTE not in service_report.render(serial_small[0])
 
 
 def test_ctrl_c_keeps_every_record_and_stops_the_server(tmp_path: Path) -> None:

@@ -31,10 +31,12 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_shipped_workloads_load() -> None:
-    assert {"report-b-service", "service-small"} <= set(workload.workload_names())
-    for name in workload.workload_names():
+    assert set(workload.workload_names()) == {"interference", "report-b-service", "service-small"}
+    for name in ("report-b-service", "service-small"):  # report B's service: counts, on the serial schedule
         w = workload.load_workload(name)
-        assert w.users > 1 and w.health_check is not None and w.idle_gaps_after_turn
+        assert w.users > 1 and w.health_check is not None and w.idle_gaps_after_turn and w.schedule == "serial"
+    timing = workload.load_workload("interference")  # timings: a request during another's prefill
+    assert (timing.arrival, timing.schedule) == ("during_prefill", "free-running")
 
 
 @pytest.mark.parametrize(("text", "where", "why"), [
@@ -52,6 +54,8 @@ def test_shipped_workloads_load() -> None:
     (MINIMAL.replace("max_seconds: 30\n", ""), "max_seconds", "required"),
     (MINIMAL.replace("head_insert: {every_turns: 4}", "head_insert: {every: 4}"), "head_insert.every",
      "unknown field"),
+    (MINIMAL + "schedule: free-runing\n", "schedule", "did you mean 'free-running'"),
+    (MINIMAL + "arrival: {pattern: during_prefill}\n", "arrival.pattern", "set schedule: free-running"),
 ])
 def test_an_invalid_workload_names_file_and_field(tmp_path: Path, text: str, where: str, why: str) -> None:
     with pytest.raises(workload.WorkloadError) as error:
@@ -78,7 +82,7 @@ def test_a_workload_expands_environment_references(tmp_path: Path, monkeypatch: 
 
 
 def test_users_arriving_during_a_prefill_need_no_gap_and_have_no_arrival_time(tmp_path: Path) -> None:
-    w = workload.load_workload(write(tmp_path, MINIMAL + "arrival: {pattern: during_prefill}\n"))
+    w = workload.load_workload(write(tmp_path, MINIMAL + "arrival: {pattern: during_prefill}\nschedule: free-running\n"))
     assert w.arrival == "during_prefill" and {u.arrival_s for u in users.draw_users(w)} == {0.0}  # events, not times
 
 

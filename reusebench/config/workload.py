@@ -5,8 +5,10 @@ conversation sizes, turns, think time and LoRA share; when users arrive; history
 summaries inserted at the head every N turns; regenerations (the same turn sent
 again); a health check of a few tokens every few seconds; idle gaps, each after a
 given turn of every conversation, that last until the server sleeps; bounds in
-requests and seconds; and a seed, so the same file gives the same conversations. Every error names the file and the field, as
-profiles do (reusebench/config/profiles.py); token counts are read by reusebench.config.sizes.
+requests and seconds; a seed, so the same file gives the same conversations; and the schedule: serial (one
+request at a time, in an order fixed by the file) or free-running (one thread per user). Every error names the
+file and the field, as profiles do (reusebench/config/profiles.py); token counts are read by
+reusebench.config.sizes.
 """
 
 from __future__ import annotations
@@ -23,8 +25,13 @@ from reusebench.reader import Document
 WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "workloads"
 # during_prefill: each user after the first arrives as the server starts the first prompt of the one before it,
 # an event of the server rather than a time, so requests that run through a long prefill are arranged on any CPU.
-ARRIVALS = ("together", "staggered", "poisson", "during_prefill")
+DURING_PREFILL = "during_prefill"
+ARRIVALS = ("together", "staggered", "poisson", DURING_PREFILL)
 TIMED_ARRIVALS = ("staggered", "poisson")
+# serial: one request at a time in an order fixed by the file, so a build's counts repeat exactly;
+# free-running: one thread per user on the wall clock, whose counts vary (reusebench.run.service)
+SERIAL, FREE_RUNNING = "serial", "free-running"
+SCHEDULES = (SERIAL, FREE_RUNNING)
 
 
 class WorkloadError(ValueError):
@@ -79,7 +86,8 @@ class Workload:
     idle_gaps_after_turn: tuple[int, ...]
     long_prefill_tokens: int  # a prefill at least this long is "long" for interference
     max_requests: int
-    max_seconds: float
+    max_seconds: float  # free-running only: the serial schedule's length is fixed by the file
+    schedule: str  # SERIAL or FREE_RUNNING
 
     @property
     def users(self) -> int:
@@ -158,7 +166,7 @@ class _Reader:
 
     FIELDS = ("description", "profile", "variant", "seed", "users", "system_prompt_tokens", "question_tokens",
               "n_predict", "think_time_s", "arrival", "head_insert", "regenerate_share", "health_check",
-              "idle_gaps_after_turn", "long_prefill_tokens", "max_requests", "max_seconds")
+              "idle_gaps_after_turn", "long_prefill_tokens", "max_requests", "max_seconds", "schedule")
 
     def workload(self) -> Workload:
         raw = self.raw
@@ -170,6 +178,11 @@ class _Reader:
         head = self.value(raw, "head_insert", "", self.table, {})
         self.known(head, ("every_turns", "summary_tokens"), "head_insert.")
         health = self.value(raw, "health_check", "", self.health_check)
+        arrival = self.arrival(raw.get("arrival", {"pattern": "together"}))
+        schedule = self.value(raw, "schedule", "", self.schedule, SERIAL)
+        if arrival["arrival"] == DURING_PREFILL and schedule != FREE_RUNNING:
+            raise self.fail("arrival.pattern", f"{DURING_PREFILL} sends a request while another runs, which the "
+                            f"serial schedule never does; set schedule: {FREE_RUNNING}")
         return Workload(
             name=self.path.stem, path=self.path,
             description=self.value(raw, "description", "", self.text, ""),
@@ -180,7 +193,7 @@ class _Reader:
             question_tokens=self.value(raw, "question_tokens", "", self.tokens, 24),
             n_predict=self.value(raw, "n_predict", "", self.count, 32),
             think_time_s=self.value(raw, "think_time_s", "", self.think_time, (0.5, 2.0)),
-            **self.arrival(raw.get("arrival", {"pattern": "together"})),
+            **arrival,
             head_insert_every=self.value(head, "every_turns", "head_insert.", self.count),
             summary_tokens=self.value(head, "summary_tokens", "head_insert.", self.tokens, 64),
             regenerate_share=self.value(raw, "regenerate_share", "", self.share, 0.0),
@@ -189,6 +202,7 @@ class _Reader:
             long_prefill_tokens=self.value(raw, "long_prefill_tokens", "", self.tokens, 4096),
             max_requests=self.value(raw, "max_requests", "", self.count, required=True),
             max_seconds=self.value(raw, "max_seconds", "", self.seconds, required=True),
+            schedule=schedule,
         )
 
     def groups(self, value: Any, where: str) -> tuple[UserGroup, ...]:
@@ -242,6 +256,12 @@ class _Reader:
         if pattern in TIMED_ARRIVALS and gap <= 0:
             raise self.fail("arrival.gap_s", f"{pattern} arrivals need a gap above 0 seconds")
         return {"arrival": pattern, "arrival_gap_s": gap}
+
+    def schedule(self, value: Any, where: str) -> str:
+        if value not in SCHEDULES:
+            raise self.fail(where, f"expected one of {', '.join(SCHEDULES)}, got {value!r}"
+                            + reader.did_you_mean(str(value), SCHEDULES))
+        return str(value)
 
     def health_check(self, value: Any, where: str) -> HealthCheck:
         table = self.table(value, where)

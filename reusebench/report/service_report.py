@@ -1,6 +1,6 @@
 """What a workload run shows: miss rates by class, the cause of each miss, interference, the health check.
 
-Read from the records alone (``reusebench.run.driver`` writes them), so a report can be rebuilt from
+Read from the records alone (``reusebench.run.service`` writes them), so a report can be rebuilt from
 ``results/``. Every rate has its denominator beside it. The classes are report B's:
 
 - by what the turn could hope for: ``continues``/``regenerate`` should hit; ``first``, ``head insert`` and
@@ -312,23 +312,35 @@ def findings(found: Sequence[Turn], health: HealthEffect) -> list[str]:
     return lines or ["neither of report B's findings showed in this run"]
 
 
+# Why a free-running run's counts differ between runs of one build (its measured spread is in the README).
+FREE_RUNNING_NOTE = ("free-running: the users' threads reach the server in the order the CPU's scheduling gives "
+                     "them, and which slot a turn lands in, what the RAM cache holds and what LRU evicts follow that "
+                     "order, so these counts vary from run to run of one build; the serial schedule (the default) "
+                     "repeats them exactly")
+
+
 def render(records: Sequence[Record]) -> str:
     summary = next((r for r in records if r.role == Role.SESSION), None)
     extra = summary.extra if summary else {}
     long_tokens = int(extra.get("long_prefill_tokens", 4096))
     found = turns(records)
     health = health_effect(records, long_tokens)
-    head = (f"{summary.scenario} on {summary.profile} [{summary.variant}] ({summary.model}), build {summary.build}: "
-            f"{extra.get('requests')} requests from {extra.get('users')} users in {(summary.wall_ms or 0) / 1000:.0f} s, "
-            f"{extra.get('sleeps')} sleep(s); stopped: {extra.get('stopped_by')}") if summary else "no summary record"
+    # records from before the serial schedule say none: they came from threads, the only way there was
+    schedule = extra.get("schedule", "free-running")
+    head = (f"{summary.scenario} on {summary.profile} [{summary.variant}] ({summary.model}), build {summary.build}, "
+            f"{schedule}: {extra.get('requests')} requests from {extra.get('users')} users in "
+            f"{(summary.wall_ms or 0) / 1000:.0f} s, {extra.get('sleeps')} sleep(s); stopped: {extra.get('stopped_by')}"
+            ) if summary else "no summary record"
     errors = [r for r in records if r.error]
     return "\n\n".join((
-        head + (f"; {len(errors)} failed call(s): {errors[0].error}" if errors else ""),
+        head + (f"; {len(errors)} failed call(s): {errors[0].error}" if errors else "")
+        + (f"\n\n_{FREE_RUNNING_NOTE}._" if summary and schedule == "free-running" else ""),
         "### Findings\n\n" + "\n".join(f"- {line}" for line in findings(found, health)),
         "### Miss rates by class\n\n" + miss_table(found),
         "### Why should-hit turns missed (from the log)\n\n" + cause_table(found),
         f"### Interference (a long prefill: at least {long_tokens:,} tokens)\n\n"
-        + interference_table(interference(records, long_tokens)),
+        + (interference_table(interference(records, long_tokens)) if schedule == "free-running" else
+           "none: the serial schedule sends one request at a time (`reusebench workload interference` measures it)"),
         f"### The health check\n\n{health.probes} probes; took a conversation's slot by similarity: "
         f"{health.took_slot} (a long conversation's: {health.took_big_slot}); pushed it to RAM: {health.pushed_to_ram}",
     ))
@@ -366,3 +378,49 @@ def figures(records: Sequence[Record]) -> dict[str, float]:
             value = i.percentile(values, q)
             out[f"{name} p{q}"] = float("nan") if value is None else value
     return out
+
+
+# -- repeated runs -------------------------------------------------------------------------------------
+
+
+def runs(records: Sequence[Record]) -> list[list[Record]]:
+    """The records of each run of a workload, in order: ``reusebench workload --repeat`` keeps them in one file,
+    told apart by their ``repeat``."""
+    by_repeat: dict[Any, list[Record]] = {}
+    for r in records:
+        by_repeat.setdefault(r.extra.get("repeat"), []).append(r)
+    return list(by_repeat.values())
+
+
+def spread_table(per_run: Sequence[dict[str, float]]) -> str:
+    """Each figure over the runs: median, min and max, and whether every run gave the same."""
+    rows = []
+    for name in per_run[0]:
+        values = [f[name] for f in per_run if f[name] == f[name]]  # NaN: the figure did not occur in that run
+        if not values:
+            rows.append([name, "-", "-", "-", "no run had it"])
+            continue
+        low, mid, high = min(values), statistics.median(values), max(values)
+        same = "yes" if low == high and len(values) == len(per_run) else f"no: {high - low:.4g} apart"
+        rows.append([name, f"{mid:.4g}", f"{low:.4g}", f"{high:.4g}", same])
+    return tabulate(rows, ["figure", "median", "min", "max", "the same in every run"], tablefmt="github",
+                    disable_numparse=True)
+
+
+def median_figures(per_run: Sequence[dict[str, float]]) -> dict[str, float]:
+    """asv's figure for repeated runs: each one's median over the runs that had it."""
+    out = {}
+    for name in per_run[0]:
+        values = [f[name] for f in per_run if f[name] == f[name]]
+        out[name] = statistics.median(values) if values else float("nan")
+    return out
+
+
+def render_runs(records: Sequence[Record]) -> str:
+    """One run's report, or each run's and then every figure's spread over them."""
+    found = runs(records)
+    if len(found) == 1:
+        return render(found[0])
+    parts = [f"## Run {number} of {len(found)}\n\n{render(run)}" for number, run in enumerate(found, start=1)]
+    parts.append(f"## Over the {len(found)} runs\n\n" + spread_table([figures(run) for run in found]))
+    return "\n\n".join(parts)

@@ -1,0 +1,138 @@
+"""What both ways of running a workload share: the server, the recorder, the calls, the idle gap's sleep, the
+summary record. ``SerialRun`` and ``FreeRunningRun`` differ only in how they order the users' requests.
+
+The server is a profile variant started by ``ServerHandle`` (127.0.0.1, its own process group). Before the
+first request every text is tokenized (``texts``). An idle gap lasts until ``/props`` says the server sleeps.
+One record per call, written as it ends; on Ctrl-C or an error the server is stopped and every record written
+is kept, the summary record last.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from reusebench.config import users
+from reusebench.config.profiles import Variant
+from reusebench.config.users import User
+from reusebench.config.workload import Workload
+from reusebench.llama import task_log
+from reusebench.llama.client import LlamaClient
+from reusebench.llama.handle import ServerHandle
+from reusebench.llama.server import LlamaServer
+from reusebench.records import Record, RecordWriter
+from reusebench.run.recording import Recorder, ctx_size_args
+from reusebench.run.service.calls import INTERRUPTED, Calls
+from reusebench.run.service.texts import Texts, make_texts
+
+REQUEST_TIMEOUT_S = 300.0
+
+
+@dataclass
+class DriverResult:
+    records: list[Record] = field(default_factory=list)
+    sleeps: int = 0
+    gaps: list[tuple[float, float]] = field(default_factory=list)  # (began, ended) of each idle gap, epoch seconds
+    wall_s: float = 0.0
+    stopped_by: str = "every user finished"
+
+
+def kv_tokens(workload: Workload, drawn: list[User], slots: int) -> int:
+    """A unified KV pool that holds the `slots` longest conversations at their longest."""
+    def longest(user: User) -> int:
+        inserts = sum(kind == users.HEAD_INSERT for kind in user.kinds)
+        return (workload.system_prompt_tokens + 1 + user.opening_tokens + inserts * workload.summary_tokens
+                + user.turns * (workload.question_tokens + workload.n_predict))
+    return sum(sorted((longest(u) for u in drawn), reverse=True)[:slots])
+
+
+def server_args(workload: Workload, variant: Variant, drawn: list[User]) -> list[str]:
+    slots = int(variant.number("parallel") or 4)
+    return variant.server_args() + ctx_size_args(variant, kv_tokens(workload, drawn, slots if slots > 0 else 4))
+
+
+class ServiceRun:
+    """One workload against one server variant; ``run`` returns when the users are done or a bound is hit."""
+
+    schedule = ""  # the summary record's name for how requests were ordered
+    claim_wait_s = 2.0  # how long a finished call waits for its task's lines in the server log
+
+    def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str,
+                 log_dir: Path, repeat: int | None = None, out: TextIO = sys.stderr) -> None:
+        self.workload, self.variant, self.out = workload, variant, out
+        self.users = users.draw_users(workload)
+        self.handle = ServerHandle(LlamaServer(variant.binary.path, server_args(workload, variant, self.users)),
+                                   call_timeout_s=REQUEST_TIMEOUT_S)
+        self.result = DriverResult()
+        self.session = f"{workload.name}/{variant.profile}/{variant.name}"
+        self.recorder = Recorder(writer, variant, run_id=run_id, session=self.session, log_dir=log_dir,
+                                 size=max(u.opening_tokens for u in self.users),
+                                 extra=None if repeat is None else {"repeat": repeat})
+        self.calls = Calls(self.recorder, task_log.TaskLog(self.handle.server.raw_log_path), workload.name,
+                           n_predict=workload.n_predict, timeout_s=REQUEST_TIMEOUT_S, claim_wait_s=self.claim_wait_s)
+        self.requests = 0  # calls sent
+        self._started = 0.0
+
+    def run(self) -> DriverResult:
+        started_at = time.time()
+        self._started = time.monotonic()
+        try:
+            self.handle.start()
+            self.recorder.learn_build(self.handle.client)
+            texts = make_texts(self.handle.client, self.workload, self.users)
+            self._started = time.monotonic()  # the workload's clock starts here
+            self._drive(texts)
+        except KeyboardInterrupt:
+            self.result.stopped_by = INTERRUPTED
+            self._interrupt()
+            raise
+        except Exception as exc:
+            self.result.stopped_by = f"failed: {exc}"
+            raise
+        finally:
+            self.result.wall_s = time.monotonic() - self._started
+            self.result.records = list(self.calls.records)
+            self.recorder.keep_log(self.handle.server.raw_log_path, self.workload.name)
+            self.handle.close()
+            self._summary(started_at)
+        return self.result
+
+    def _drive(self, texts: Texts) -> None:
+        """Send the users' requests; return when they are done or the run stops."""
+        raise NotImplementedError
+
+    def _interrupt(self) -> None:
+        """Ctrl-C: end what is in flight (the server is stopped by ``run`` in any case)."""
+
+    def client(self) -> LlamaClient:
+        return LlamaClient(self.handle.server.base_url, self.handle.server.api_key, timeout_s=REQUEST_TIMEOUT_S)
+
+    def sleep_gap(self) -> bool:
+        """The idle gap with nothing in flight: wait until the server sleeps (when the variant lets it); True
+        when it did."""
+        began = time.time()
+        limit = self.variant.number("sleep-idle-seconds") or -1
+        asleep = False
+        if limit > 0:
+            waited = self.handle.wait_until_asleep(limit)
+            asleep = waited.asleep
+            if asleep:
+                self.result.sleeps += 1
+            self.say(f"idle gap: {'asleep' if asleep else 'still awake'} after {waited.waited_s:.1f} s")
+        else:
+            self.say("idle gap: the variant sets no sleep-idle-seconds, so the server cannot sleep")
+        self.result.gaps.append((began, time.time()))
+        return asleep
+
+    def _summary(self, started_at: float) -> None:
+        w = self.workload
+        self.recorder.summary(w.name, started_at, self.result.wall_s, {
+            "schedule": self.schedule, "sleeps": self.result.sleeps, "gaps": self.result.gaps,
+            "stopped_by": self.result.stopped_by, "requests": self.requests, "users": len(self.users),
+            "long_prefill_tokens": w.long_prefill_tokens, "system_prompt_tokens": w.system_prompt_tokens + 1})
+
+    def say(self, text: str) -> None:
+        print(f"[{self.session}] {text}", file=self.out, flush=True)

@@ -1,0 +1,112 @@
+"""One call of a workload and its record: sent, timed, matched to its task in the server's log, written.
+
+Both ways of running a workload send their requests through ``Calls``, so a record means the same in either.
+A call that fails, or that Ctrl-C interrupts, is recorded as such before the error goes on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reusebench.llama import task_log
+from reusebench.llama.client import ClientError, Completion, LlamaClient
+from reusebench.llama.task_log import Task
+from reusebench.records import Lora, Record, Role, verdict
+from reusebench.run.recording import Recorder
+
+INTERRUPTED = "interrupted (Ctrl-C)"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one call sends and what the records say about it."""
+
+    user: str
+    turn: int  # the user's turn, or the probe's number
+    kind: str  # users.FIRST, ..., users.HEALTH_CHECK
+    role: Role
+    prompt: list[int]
+    lora: Lora
+    expected_hit: bool
+    ideal: int
+    in_flight: tuple[str, ...] = ()  # "user/turn" of the driver's other calls in flight as this one is sent
+
+    @property
+    def label(self) -> str:
+        return f"{self.user}/{self.turn}"
+
+
+@dataclass(frozen=True)
+class Call:
+    record: Record
+    completion: Completion | None  # None: the call failed (record.error says why)
+    task: Task | None  # the server's task for it, from the log; None when the log never showed it
+
+
+class Calls:
+    """Sends calls for one workload run and writes each one's record; thread-safe."""
+
+    def __init__(self, recorder: Recorder, tasks: task_log.TaskLog, scenario: str, *, n_predict: int,
+                 timeout_s: float, claim_wait_s: float) -> None:
+        self.recorder, self.tasks, self.scenario = recorder, tasks, scenario
+        self.n_predict, self.timeout_s, self.claim_wait_s = n_predict, timeout_s, claim_wait_s
+        self.records: list[Record] = []
+        self._lock = threading.Lock()
+
+    def send(self, client: LlamaClient, request: Request, *, interrupted: Callable[[], bool] = lambda: False,
+             on_prefill: Callable[[], None] | None = None) -> Call:
+        """Send `request` and record it. `on_prefill` runs once the server starts its prompt (its first progress
+        event) or the call ends; `interrupted` says whether a failure is the run being stopped."""
+        started = time.time()
+        record = self.recorder.record(self.scenario, request.kind, request.role, "/completion", started,
+                                      ended_at=started, user=request.user, turn=request.turn,
+                                      expected_hit=request.expected_hit)
+        Recorder.request(record, request.prompt, request.lora, request.ideal)
+        record.extra["in_flight"] = list(request.in_flight)
+        prefilling = threading.Event()
+
+        def progress(processed: int, cached: int, total: int) -> None:
+            if on_prefill is not None and not prefilling.is_set():  # the first event comes before the first batch
+                prefilling.set()
+                on_prefill()
+
+        try:
+            # ignore_eos: every answer is n_predict tokens, so the next prompt's length is the workload's
+            completion = client.complete(request.prompt, n_predict=self.n_predict, lora=request.lora, n_probs=0,
+                                         timeout_s=self.timeout_s, on_progress=progress,
+                                         extra={"ignore_eos": True})
+        except (ClientError, OSError) as exc:
+            record.ended_at, record.status = time.time(), getattr(exc, "status", None)
+            record.error = INTERRUPTED if interrupted() else str(exc)
+            self._write(record)
+            return Call(record, None, None)
+        except KeyboardInterrupt:
+            record.ended_at, record.error = time.time(), INTERRUPTED
+            self._write(record)
+            raise
+        finally:
+            progress(0, 0, 0)  # whatever happened, whoever waits for this prefill is not held back by it
+        task = self._fill(record, completion)
+        self._write(record)
+        return Call(record, completion, task)
+
+    def _fill(self, record: Record, c: Completion) -> Task | None:
+        Recorder.fill(record, c)
+        task = (self.tasks.claim(c.id_slot, record.prompt_tokens or 0, wait_s=self.claim_wait_s)
+                if c.id_slot is not None else None)
+        if task is not None:
+            record.cause = task.cause().to_dict()
+            record.extra |= {"task": task.task, "displaced": task.displaced, "idle_saved": task.idle_saved,
+                             "evicted_mib": task.evicted_mib,
+                             "checkpoints_erased_old": sum(e.kind == "checkpoint_erased_old" for e in task.events)}
+        if record.role == Role.MEASURE:
+            record.verdict = verdict(record)
+        return task
+
+    def _write(self, record: Record) -> None:
+        with self._lock:
+            self.recorder.write(record)
+            self.records.append(record)

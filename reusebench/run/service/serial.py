@@ -1,0 +1,104 @@
+"""The serial run: the schedule's steps one at a time, each checked against the server's log.
+
+A request is sent when the one before it has ended, so no other request is in flight at any launch, and the
+order in which requests ended is the order they were sent. What the driver believes is checked against what
+the server logged, and the run fails on a deviation, since the counts would then depend on timing again:
+
+- the server launched the request's task while another task was still running;
+- the server slept (``sleep-idle-seconds`` passed between two requests) anywhere but in an idle gap;
+- the request's task never showed in the log, so nothing explains its count.
+
+Think times, the health check's period and the time bound do not apply: they are an order here (``schedule``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from reusebench.config import users
+from reusebench.llama.facts import NO_LORA
+from reusebench.records import Role
+from reusebench.run.service import schedule
+from reusebench.run.service.base import ServiceRun
+from reusebench.run.service.calls import Call, Request
+from reusebench.run.service.schedule import Step, StepKind
+from reusebench.run.service.texts import Conversation, Texts
+
+PROGRESS_EVERY = 10  # steps between progress lines
+
+
+class ScheduleDeviation(RuntimeError):
+    """The server did not do what the serial schedule fixed; the message names the step."""
+
+
+class SerialRun(ServiceRun):
+    schedule = "serial"
+    claim_wait_s = 30.0  # the lines were written before the answer ended; a loaded machine only delays reading them
+
+    def _drive(self, texts: Texts) -> None:
+        every = schedule.serial_schedule(self.workload, self.users)
+        steps = schedule.cut(every, self.workload.max_requests)
+        total = schedule.requests_in(steps)
+        if total < schedule.requests_in(every):
+            self.result.stopped_by = f"request bound ({self.workload.max_requests})"
+        self.say(f"serial schedule: {total} requests from {len(self.users)} users, one at a time")
+        conversations = {u.name: Conversation(u, texts) for u in self.users}
+        client = self.client()
+        woke_planned = False  # the next request comes after an idle gap in which the server slept
+        try:
+            for step in steps:
+                if step.is_gap:
+                    woke_planned = self.sleep_gap()
+                    continue
+                request, conversation = self._request(step, texts, conversations)
+                self.requests += 1
+                call = self.calls.send(client, request)
+                if call.completion is None:
+                    self.result.stopped_by = f"a call failed ({request.label}): {call.record.error}"
+                    return
+                if conversation is not None:
+                    conversation.answered(request.prompt, call.completion.tokens)
+                self._check(call, request, woke_planned)
+                woke_planned = False
+                self._progress(total)
+        finally:
+            client.close()
+
+    def _request(self, step: Step, texts: Texts,
+                 conversations: dict[str, Conversation]) -> tuple[Request, Conversation | None]:
+        if step.kind == StepKind.PROBE:
+            check = self.workload.health_check
+            assert check is not None
+            probe, ideal = texts.probe(check.tokens)
+            return Request(users.HEALTH_CHECK, step.number, users.HEALTH_CHECK, Role.PROBE, probe, NO_LORA,
+                           expected_hit=False, ideal=ideal), None
+        user = step.user
+        assert user is not None
+        conversation = conversations[user.name]
+        prompt = conversation.next_prompt(step.number)
+        kind = conversation.kind(step.number, self.result.sleeps)
+        return Request(user.name, step.number, kind, Role.MEASURE, prompt, user.request_lora,
+                       expected_hit=kind in users.SHOULD_HIT, ideal=conversation.ideal(prompt)), conversation
+
+    def _check(self, call: Call, request: Request, woke_planned: bool) -> None:
+        task = call.task
+        if task is None:
+            raise ScheduleDeviation(f"{request.label}: the server's log shows no task for it, so nothing explains "
+                                    "its count")
+        running = self.calls.tasks.running_at_launch(task)
+        if running:
+            raise ScheduleDeviation(f"{request.label}: the server launched task {task.task} while task(s) "
+                                    f"{', '.join(map(str, running))} still ran; the schedule sends one at a time")
+        woke = bool(call.record.cause and call.record.cause.get("woke"))
+        if woke and not woke_planned:
+            raise ScheduleDeviation(
+                f"{request.label}: the server slept before it, outside an idle gap (sleep-idle-seconds "
+                f"{self.variant.number('sleep-idle-seconds'):g} passed between two requests: a machine this slow "
+                "needs a longer sleep-idle-seconds)")
+
+    def _progress(self, total: int) -> None:
+        if self.requests % PROGRESS_EVERY and self.requests != total:
+            return
+        elapsed = time.monotonic() - self._started
+        left = elapsed / self.requests * (total - self.requests)
+        self.say(f"{self.requests}/{total} requests in {elapsed:.0f} s" + (f", about {left:.0f} s left" if left else ""))
