@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -295,8 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM (kill, systemd): the same clean stop as Ctrl-C, records kept, servers stopped
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(args.func(args))
     except (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, ValueError) as exc:
@@ -304,3 +310,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         server.stop_all()
+        signal.signal(signal.SIGTERM, previous)

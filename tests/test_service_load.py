@@ -132,7 +132,7 @@ def test_a_long_prefill_slows_the_other_users_decode(tmp_path: Path) -> None:
     A token that shares its batch with 2,048 prompt tokens takes longer than one alone, on any CPU: direction only."""
     load = workload.load_workload("interference")
     kept, service, result = run(load, tmp_path)
-    assert service.schedule == "free-running"  # the workload's own: the chat user talks during the prefill
+    assert service.schedule_name == "free-running"  # the workload's own: the chat user talks during the prefill
     assert result.stopped_by == "every user finished"
     found = service_report.interference(kept, load.long_prefill_tokens)
     # turn 1 (9 of the prefill's 16 batches) is during; turns 3-12 start after batch 16, alone
@@ -203,7 +203,8 @@ def test_free_running_says_its_counts_vary(free_small, serial_small) -> None:
     assert service_report.FREE_RUNNING_NOTE not in service_report.render(serial_small[0])
 
 
-def test_ctrl_c_keeps_every_record_and_stops_the_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_ctrl_c_or_sigterm_keeps_every_record_and_stops_the_server(tmp_path: Path, stop: signal.Signals) -> None:
     command = [sys.executable, "-m", "reusebench", "workload", SMALL, "--results", str(tmp_path)]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=heed_ctrl_c)
@@ -214,7 +215,7 @@ def test_ctrl_c_keeps_every_record_and_stops_the_server(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the workload wrote no third record within 300 s"
             time.sleep(0.2)
         servers = children(proc.pid, "llama-server")
-        proc.send_signal(signal.SIGINT)  # while users are talking: some calls are in flight
+        proc.send_signal(stop)  # while a call is in flight
         output, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

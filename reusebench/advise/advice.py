@@ -67,7 +67,7 @@ def advise(profile: profiles.Profile, *, results_dir: Path, say: Say) -> dict[st
         if memory.needs_checkpoints and launch.ctx_checkpoints > 0:
             key = (variant.model, launch.ctx_checkpoints, launch.n_batch, launch.n_ubatch)
             if key not in tried:
-                tried[key] = min_step_advice(variant, launch, say)
+                tried[key] = min_step_advice(variant, memory, launch, say)
             advice.append(tried[key])
         if memory.needs_checkpoints and variant.option("slot-save-path") is not None:
             advice.append(Advice("slot-save-path", "a restored slot carries no checkpoints on this hybrid: a resend "
@@ -190,12 +190,12 @@ def advised_min_step(memory: expectation.Memory, launch: expectation.Launch, siz
     return ADVISED_MIN_STEPS[-1]
 
 
-def min_step_advice(variant: profiles.Variant, launch: expectation.Launch, say: Say) -> Advice:
+def min_step_advice(variant: profiles.Variant, memory: expectation.Memory, launch: expectation.Launch,
+                    say: Say) -> Advice:
     """Try the message-split document with checkpoint-min-step at TRIAL_SIZE; predict it at the profile's sizes."""
     say(f"{variant.name}: trying user-message checkpoints (checkpoint-min-step {TRIAL_MIN_STEP}) at "
         f"{size_label(TRIAL_SIZE)}")
     measured, mib, (document, delimiter, question) = _try_min_step(variant)
-    memory = expectation.memory_of_gguf(variant.model)
     trial = predicted_edit_cost(memory, launch, document, delimiter, question, TRIAL_MIN_STEP)  # the same tokens
     lines = [f"at {size_label(TRIAL_SIZE)} a one-line edit at 50% re-processes {measured.plain:,} tokens; as user "
              f"messages of {TRIAL_MIN_STEP} tokens with checkpoint-min-step {TRIAL_MIN_STEP}, {measured.messages:,} "

@@ -25,7 +25,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from reusebench.config import users
+from reusebench.config import users, workload
 from reusebench.records import HIT_TOLERANCE, Record, Role, lora_applied
 
 LORA_AFTER_RESTORE = "LoRA-change clear after restore"
@@ -326,7 +326,7 @@ def render(records: Sequence[Record]) -> str:
     found = turns(records)
     health = health_effect(records, long_tokens)
     # records from before the serial schedule say none: they came from threads, the only way there was
-    schedule = extra.get("schedule", "free-running")
+    schedule = extra.get("schedule", workload.FREE_RUNNING)
     head = (f"{summary.scenario} on {summary.profile} [{summary.variant}] ({summary.model}), build {summary.build}, "
             f"{schedule}: {extra.get('requests')} requests from {extra.get('users')} users in "
             f"{(summary.wall_ms or 0) / 1000:.0f} s, {extra.get('sleeps')} sleep(s); stopped: {extra.get('stopped_by')}"
@@ -334,12 +334,12 @@ def render(records: Sequence[Record]) -> str:
     errors = [r for r in records if r.error]
     return "\n\n".join((
         head + (f"; {len(errors)} failed call(s): {errors[0].error}" if errors else "")
-        + (f"\n\n_{FREE_RUNNING_NOTE}._" if summary and schedule == "free-running" else ""),
+        + (f"\n\n_{FREE_RUNNING_NOTE}._" if summary and schedule == workload.FREE_RUNNING else ""),
         "### Findings\n\n" + "\n".join(f"- {line}" for line in findings(found, health)),
         "### Miss rates by class\n\n" + miss_table(found),
         "### Why should-hit turns missed (from the log)\n\n" + cause_table(found),
         f"### Interference (a long prefill: at least {long_tokens:,} tokens)\n\n"
-        + (interference_table(interference(records, long_tokens)) if schedule == "free-running" else
+        + (interference_table(interference(records, long_tokens)) if schedule == workload.FREE_RUNNING else
            "none: the serial schedule sends one request at a time (`reusebench workload interference` measures it)"),
         f"### The health check\n\n{health.probes} probes; took a conversation's slot by similarity: "
         f"{health.took_slot} (a long conversation's: {health.took_big_slot}); pushed it to RAM: {health.pushed_to_ram}",
@@ -416,11 +416,20 @@ def median_figures(per_run: Sequence[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def _with_ratios(found: dict[str, float]) -> dict[str, float]:
+    """The figures and, for reading, what a long prefill multiplies: during over alone, at the median."""
+    out = dict(found)
+    for what in ("decode ms per token", "ttft ms"):
+        during, alone = found[f"{what} during p50"], found[f"{what} alone p50"]
+        out[f"{what} p50 ratio (during / alone)"] = during / alone if alone else float("nan")
+    return out
+
+
 def render_runs(records: Sequence[Record]) -> str:
     """One run's report, or each run's and then every figure's spread over them."""
     found = runs(records)
     if len(found) == 1:
         return render(found[0])
     parts = [f"## Run {number} of {len(found)}\n\n{render(run)}" for number, run in enumerate(found, start=1)]
-    parts.append(f"## Over the {len(found)} runs\n\n" + spread_table([figures(run) for run in found]))
+    parts.append(f"## Over the {len(found)} runs\n\n" + spread_table([_with_ratios(figures(run)) for run in found]))
     return "\n\n".join(parts)

@@ -57,7 +57,7 @@ def server_args(workload: Workload, variant: Variant, drawn: list[User]) -> list
 class ServiceRun:
     """One workload against one server variant; ``run`` returns when the users are done or a bound is hit."""
 
-    schedule = ""  # the summary record's name for how requests were ordered
+    schedule_name = ""  # how requests are ordered, as the summary record names it
     claim_wait_s = 2.0  # how long a finished call waits for its task's lines in the server log
 
     def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str,
@@ -130,7 +130,7 @@ class ServiceRun:
     def _summary(self, started_at: float) -> None:
         w = self.workload
         self.recorder.summary(w.name, started_at, self.result.wall_s, {
-            "schedule": self.schedule, "sleeps": self.result.sleeps, "gaps": self.result.gaps,
+            "schedule": self.schedule_name, "sleeps": self.result.sleeps, "gaps": self.result.gaps,
             "stopped_by": self.result.stopped_by, "requests": self.requests, "users": len(self.users),
             "long_prefill_tokens": w.long_prefill_tokens, "system_prompt_tokens": w.system_prompt_tokens + 1})
 

@@ -23,7 +23,7 @@ from typing import TextIO
 from reusebench.config import users
 from reusebench.config.profiles import Variant
 from reusebench.config.users import User
-from reusebench.config.workload import DURING_PREFILL, Workload
+from reusebench.config.workload import DURING_PREFILL, FREE_RUNNING, Workload
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.facts import NO_LORA
 from reusebench.records import RecordWriter, Role
@@ -35,7 +35,7 @@ PACE_S = 0.1  # how often the pacing loop looks at the gaps and the time bound
 
 
 class FreeRunningRun(ServiceRun):
-    schedule = "free-running"
+    schedule_name = FREE_RUNNING
 
     def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str,
                  log_dir: Path, repeat: int | None = None, out: TextIO = sys.stderr) -> None:

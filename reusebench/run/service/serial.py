@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 from reusebench.config import users
+from reusebench.config.workload import SERIAL
 from reusebench.llama.facts import NO_LORA
 from reusebench.records import Role
 from reusebench.run.service import schedule
@@ -32,7 +33,7 @@ class ScheduleDeviation(RuntimeError):
 
 
 class SerialRun(ServiceRun):
-    schedule = "serial"
+    schedule_name = SERIAL
     claim_wait_s = 30.0  # the lines were written before the answer ended; a loaded machine only delays reading them
 
     def _drive(self, texts: Texts) -> None:
