@@ -16,7 +16,8 @@ from reusebench.llama.client import Completion, TokenProbs
 from reusebench.check import OptionVerdict, Verdict
 from reusebench.check import run as check_run
 from reusebench.check.run import CHECKED_DEFAULTS, PROBE_CTX_PER_SLOT, launch_args, settings_to_check
-from reusebench.check.probes import metrics_agreement, probe_cache_prompt
+from reusebench.check.probes.launch import metrics_agreement
+from reusebench.check.probes.reuse import probe_cache_prompt
 
 UNKNOWN_OPTIONS_PROFILE = """\
 binary: default

@@ -36,6 +36,11 @@ def of_kind(events: Sequence[Event], *kinds: str) -> list[Event]:
     return [event for event in events if event.kind in kinds]
 
 
+def flag(value: object) -> str:
+    """A setting or /props value as the evidence writes it: `true`, `false`, a number."""
+    return str(value).lower()
+
+
 # --- the probe context -----------------------------------------------------------------------------------
 
 
