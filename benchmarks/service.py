@@ -32,7 +32,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench import records
 from reusebench.config import profiles, workload
-from reusebench.report import service_report
+from reusebench.report import service_report, service_runs
 from reusebench.run.recording import RunDir
 from reusebench.run.service import service_run
 
@@ -77,8 +77,8 @@ def _run_workload(name: str, repeat: int = 1) -> dict[str, Any]:
             if failed:
                 raise RuntimeError(f"workload {name}: {len(failed)} call(s) failed, the first: {failed[0]}")
     kept = records.read_records(run.records_path)
-    print(service_report.render_runs(kept), file=sys.stderr)
-    return service_report.median_figures([service_report.figures(one) for one in service_report.runs(kept)])
+    print(service_runs.render_runs(kept), file=sys.stderr)
+    return service_runs.median_figures([service_report.figures(one) for one in service_runs.runs(kept)])
 
 
 def _figure(self: object, figures: dict[str, Any], name: str) -> float:

@@ -18,7 +18,7 @@ from reusebench.advise import advice, agreement
 from reusebench.llama import build, server
 from reusebench import check, records, tiny
 from reusebench.config import corpus, profiles, scenarios, sizes, workload
-from reusebench.report import run_report as report, service_report
+from reusebench.report import run_report as report, service_runs
 from reusebench.run import runner, session
 from reusebench.run.service import ScheduleDeviation, service_run
 from reusebench.run.recording import RunDir
@@ -69,8 +69,6 @@ def cmd_workload(args: argparse.Namespace) -> int:
     run_id, run_dir, records_path = run.run_id, run.path, run.records_path
     print(f"run {run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> {records_path}",
           file=sys.stderr)
-    if args.repeat < 1:
-        raise ValueError(f"--repeat needs at least 1 run, got {args.repeat}")
     started = time.monotonic()
     try:
         with records.RecordWriter(records_path) as writer:
@@ -89,7 +87,7 @@ def cmd_workload(args: argparse.Namespace) -> int:
               f"timing: {exc}; {len(records.read_records(records_path))} records kept in {records_path}",
               file=sys.stderr)
         return 1
-    text = service_report.render_runs(records.read_records(records_path))
+    text = service_runs.render_runs(records.read_records(records_path))
     (run_dir / "report.md").write_text(f"# reusebench workload {load.name}, run {run_id}\n\n{text}\n")
     print(text)
     print(f"\nworkload took {time.monotonic() - started:.0f} s; report: {run_dir / 'report.md'}", file=sys.stderr)
@@ -193,6 +191,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of runs, 1 or more, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reusebench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -232,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--free-running", action="store_true", help="one thread per user on the wall clock instead "
                       "of the serial schedule: the server under the real scramble of threads, whose counts vary from "
                       "run to run")
-    load.add_argument("--repeat", type=int, default=1, metavar="N", help="run the workload N times, each on a fresh "
+    load.add_argument("--repeat", type=_runs, default=1, metavar="N", help="run the workload N times, each on a fresh "
                       "server, and report every figure's median, min and max (default 1)")
     load.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
     load.set_defaults(func=cmd_workload)
@@ -297,7 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _terminated(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM (kill, systemd): the same clean stop as Ctrl-C, records kept, servers stopped
+    """SIGTERM (kill, systemd): the same clean stop as Ctrl-C, records kept, servers stopped; a second one waits."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -55,12 +55,14 @@ def test_the_request_bound_cuts_the_schedule_and_a_gap_with_nothing_after_it(tmp
                     ) == ["a-1/1 @0", "a-2/1 @1", "a-1/2 @2", "b-1/1 @2", "probe 1 @2.5", "a-2/2 @3"]
 
 
-def test_the_same_file_gives_the_same_schedule(tmp_path: Path) -> None:
-    text = WORKLOAD.replace("think_time_s: [2, 2]", "think_time_s: [0.5, 3]").replace(
-        "pattern: staggered, gap_s: 1", "pattern: poisson, gap_s: 1")
-    first = steps_of(tmp_path, text)
-    assert steps_of(tmp_path, text) == first and len(first) > 7
-    assert steps_of(tmp_path, text.replace("seed: 1", "seed: 2")) != first
+def test_two_gaps_a_user_they_do_not_wait_for_and_a_probe_at_a_gap(tmp_path: Path) -> None:
+    # Gaps after turns 1 and 2 wait for a-1 and a-2 (3 turns each), not for b-1 (1 turn, at 2). Gap 1 comes at 1
+    # (a-2's first turn), their second turns think from there (3, 3); gap 2 comes at 3, their third turns at 5.
+    # b-1 at 2 falls after gap 1 by time; the probe at 3 is not later than gap 2, so it comes before it.
+    text = WORKLOAD.replace("period_s: 2.5", "period_s: 3") + "idle_gaps_after_turn: [1, 2]\n"
+    assert steps_of(tmp_path, text) == [
+        "a-1/1 @0", "a-2/1 @1", "gap", "b-1/1 @2", "a-1/2 @3", "a-2/2 @3", "probe 1 @3", "gap", "a-1/3 @5",
+        "a-2/3 @5"]
 
 
 # Two tasks on slots 0 and 1 as b11434 logs them: task 3 is launched while task 2 still runs; task 5 after both

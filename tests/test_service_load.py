@@ -18,9 +18,10 @@ import pytest
 
 from reusebench import cli, records
 from reusebench.config import profiles, users, workload
+from reusebench.llama import task_log
 from reusebench.records import Record, Role
-from reusebench.report import service_report
-from reusebench.run.service import DriverResult, ScheduleDeviation, ServiceRun, schedule, service_run
+from reusebench.report import service_report, service_runs
+from reusebench.run.service import RunResult, ScheduleDeviation, ServiceRun, schedule, service_run
 from reusebench.run.service.calls import Calls
 
 from conftest import children, heed_ctrl_c
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 SMALL = "service-small"
 
 
-Ran = tuple[list[Record], ServiceRun, DriverResult]
+Ran = tuple[list[Record], ServiceRun, RunResult]
 
 
 def driver(load: workload.Workload, run_dir: Path, free_running: bool = False) -> ServiceRun:
@@ -143,13 +144,19 @@ def test_a_long_prefill_slows_the_other_users_decode(tmp_path: Path) -> None:
 
 
 def test_the_serial_schedule_sends_one_request_at_a_time_in_its_order(serial_small) -> None:
+    """Read back from the kept (scrubbed) server log, apart from the driver's own check: the calls' tasks were
+    launched in the schedule's order, each after the one before had been released."""
     kept, driver, _ = serial_small
     planned = [("health check", s.number) if s.user is None else (s.user.name, s.number)
                for s in schedule.serial_schedule(driver.workload, driver.users) if not s.is_gap]
     sent = calls(kept)
     assert [(r.user, r.turn) for r in sent] == planned
-    assert all(r.extra["in_flight"] == [] for r in sent)
-    assert all(a.ended_at <= b.started_at for a, b in zip(sent, sent[1:]))
+    log = task_log.TaskLog(driver.recorder.log_dir / f"{driver.workload.name}.log")
+    tasks = [log.claim(r.slot, r.prompt_tokens, wait_s=0) for r in sent]
+    assert all(t is not None and t.task == r.extra["task"] for t, r in zip(tasks, sent))
+    launched = [t.launched_at for t in tasks]
+    assert launched == sorted(launched)
+    assert all(earlier.released_at < later.launched_at for earlier, later in zip(tasks, tasks[1:]))
     assert kept[-1].extra["schedule"] == "serial" and kept[-1].extra["stopped_by"] == "every user finished"
 
 
@@ -158,7 +165,7 @@ def test_the_serial_schedule_gives_the_same_counts_on_every_run(tmp_path: Path) 
     the same cause, so every count figure is the same."""
     assert cli.main(["workload", SMALL, "--repeat", "2", "--results", str(tmp_path)]) == 0
     (run_dir,) = (tmp_path / "runs").iterdir()
-    first, second = service_report.runs(records.read_records(run_dir / "records.jsonl"))
+    first, second = service_runs.runs(records.read_records(run_dir / "records.jsonl"))
 
     def seen(run: list[Record]) -> list[tuple]:
         return [(r.user, r.turn, r.step, r.slot, r.prompt_n, r.cache_n, r.cause["selection"], r.cause["ram_restored"],
@@ -178,7 +185,7 @@ def test_a_sleep_outside_an_idle_gap_fails_the_serial_run(tmp_path: Path, monkey
     until the server sleeps. The counts would now depend on the machine's speed, so the run fails, naming it."""
     load = workload.load_workload(SMALL)
     service = driver(load, tmp_path)
-    third = next(s for s in schedule.serial_schedule(load, service.users)[2:] if not s.is_gap)
+    third = [s for s in schedule.serial_schedule(load, service.users) if not s.is_gap][2]
     label = f"{third.user.name}/{third.number}"
     send = Calls.send
 
@@ -196,16 +203,18 @@ def test_a_sleep_outside_an_idle_gap_fails_the_serial_run(tmp_path: Path, monkey
     assert not service.handle.server.is_running()
 
 
-def test_free_running_says_its_counts_vary(free_small, serial_small) -> None:
+def test_a_free_running_report_says_why_its_counts_vary(free_small, serial_small) -> None:
     kept, _, _ = free_small
     assert kept[-1].extra["schedule"] == "free-running"
     assert service_report.FREE_RUNNING_NOTE in service_report.render(kept)
     assert service_report.FREE_RUNNING_NOTE not in service_report.render(serial_small[0])
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
-def test_ctrl_c_or_sigterm_keeps_every_record_and_stops_the_server(tmp_path: Path, stop: signal.Signals) -> None:
-    command = [sys.executable, "-m", "reusebench", "workload", SMALL, "--results", str(tmp_path)]
+@pytest.mark.parametrize(("stop", "mode"), [(signal.SIGINT, []), (signal.SIGTERM, []), (signal.SIGINT, ["--free-running"])],
+                         ids=["Ctrl-C", "SIGTERM", "Ctrl-C free-running"])
+def test_ctrl_c_or_sigterm_keeps_every_record_and_stops_the_server(tmp_path: Path, stop: signal.Signals,
+                                                                   mode: list[str]) -> None:
+    command = [sys.executable, "-m", "reusebench", "workload", SMALL, *mode, "--results", str(tmp_path)]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=heed_ctrl_c)
     try:
@@ -215,7 +224,7 @@ def test_ctrl_c_or_sigterm_keeps_every_record_and_stops_the_server(tmp_path: Pat
             assert time.monotonic() < deadline, "the workload wrote no third record within 300 s"
             time.sleep(0.2)
         servers = children(proc.pid, "llama-server")
-        proc.send_signal(stop)  # while a call is in flight
+        proc.send_signal(stop)  # a call may be in flight, or its log lines looked up, or a gap held
         output, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -55,6 +55,7 @@ def test_shipped_workloads_load() -> None:
     (MINIMAL.replace("head_insert: {every_turns: 4}", "head_insert: {every: 4}"), "head_insert.every",
      "unknown field"),
     (MINIMAL + "schedule: free-runing\n", "schedule", "did you mean 'free-running'"),
+    (MINIMAL + "idle_gaps_after_turn: [9]\n", "idle_gaps_after_turn[0]", "no user has more than 9 turns"),
     (MINIMAL + "arrival: {pattern: during_prefill}\n", "arrival.pattern", "set schedule: free-running"),
 ])
 def test_an_invalid_workload_names_file_and_field(tmp_path: Path, text: str, where: str, why: str) -> None:
@@ -105,11 +106,11 @@ def test_users_are_drawn_from_the_seed(tmp_path: Path) -> None:
 
 
 def test_the_turn_after_each_idle_gap_is_planned_after_sleep(tmp_path: Path) -> None:
-    w = workload.load_workload(write(tmp_path, MINIMAL.replace("turns: 9", "turns: 5") + "idle_gaps_after_turn: [2, 5]\n"))
+    w = workload.load_workload(write(tmp_path, MINIMAL.replace("turns: 9", "turns: 5") + "idle_gaps_after_turn: [2, 4]\n"))
     for u in users.draw_users(w):
         planned = users.planned_kinds(w, u)
-        assert planned[2] == users.AFTER_SLEEP  # turn 3, after the gap after turn 2
-        assert planned[:2] + planned[3:] == u.kinds[:2] + u.kinds[3:]  # the gap after the last turn has no turn after it
+        assert planned[2] == planned[4] == users.AFTER_SLEEP  # turns 3 and 5, after the gaps after turns 2 and 4
+        assert planned[:2] + planned[3:4] == u.kinds[:2] + u.kinds[3:4]
 
 
 # A launch under load, as b11434 logs it at -lv 4: task 7 decodes on slot 1 while a probe is launched on

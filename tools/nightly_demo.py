@@ -11,8 +11,9 @@ on every machine.
 Then it runs the nightly configuration unchanged except for `repo` and where results
 and the site go (results/llama-demo/), at one small size, with report A's launch line
 without the mmproj and the reuse steps that matter most (each can be changed with its
-REUSEBENCH_ASV_* variable), and the service workload (n/a on a tree that does not know
-its model's architecture), publishes the site, makes it self-contained, and prints the
+REUSEBENCH_ASV_* variable), and the service workloads (report-b-service's counts on the
+serial schedule, the interference workload's timings three times; n/a on a tree that does
+not know their model's architecture), publishes the site, makes it self-contained, and prints the
 re-processed tokens and the service figures per version and `asv compare` between the
 last two trees.
 """
@@ -176,7 +177,8 @@ SERVICE_FIGURES = (("service.WorkloadMisses.track_missed_turns", "should hit"),
 
 
 def service_table(results_dir: Path, commits: list[str], trees: tuple[DemoTree, ...] = TREES) -> str:
-    """A markdown table: the service workload's missed turns and the other users' decode, per llama.cpp version."""
+    """A markdown table: the service workload's missed turns and the interference workload's decode, per llama.cpp
+    version."""
     rows = [([name], (benchmark, (repr(name),))) for benchmark, name in SERVICE_FIGURES]
     return _per_version(["figure"], rows, [stored(results_dir, c) for c in commits], trees)
 
@@ -241,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "reprocessed-tokens.md").write_text(table + "\n")
     (out / "service.md").write_text(service + "\n")
     print(f"re-processed tokens per llama.cpp version ({env['REUSEBENCH_ASV_SIZES']}):\n{table}\n")
-    print(f"the service workload ({env.get('REUSEBENCH_ASV_WORKLOAD', 'report-b-service')}) per llama.cpp version:\n"
+    print(f"the service workloads ({env.get('REUSEBENCH_ASV_WORKLOAD', 'report-b-service')}, "
+          f"{env.get('REUSEBENCH_ASV_INTERFERENCE', 'interference')}) per llama.cpp version:\n"
           f"{service}\n")
     print(f"asv compare {TREES[-2].commit} {TREES[-1].commit}:\n{compared}")
     print(f"site: {out / 'html' / 'index.html'} (serve on loopback: {sys.executable} -m http.server --bind 127.0.0.1 "

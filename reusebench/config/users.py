@@ -12,7 +12,8 @@ gives the same users. A turn's kind says whether any cache could serve it:
 
 ``User.kinds`` is the workload's structure: what each turn sends. A turn after an idle gap is sent as
 drawn, and is ``after sleep`` when the server slept in the gap (``planned_kinds``: when every gap ends in
-a sleep); the driver labels it from the sleep it saw.
+a sleep); the driver labels it from the sleep it saw, as it does a later turn of a user the gap did not wait
+for. A user's first turn is ``first`` whenever it comes.
 """
 
 from __future__ import annotations

@@ -180,6 +180,12 @@ class _Reader:
         health = self.value(raw, "health_check", "", self.health_check)
         arrival = self.arrival(raw.get("arrival", {"pattern": "together"}))
         schedule = self.value(raw, "schedule", "", self.schedule, SERIAL)
+        gaps = self.value(raw, "idle_gaps_after_turn", "", self.gap_turns, ())
+        longest = max(group.turns for group in groups)
+        for index, after in enumerate(gaps):
+            if after >= longest:
+                raise self.fail(f"idle_gaps_after_turn[{index}]", f"no user has more than {after} turns, so nothing "
+                                "would come after this gap")
         if arrival["arrival"] == DURING_PREFILL and schedule != FREE_RUNNING:
             raise self.fail("arrival.pattern", f"{DURING_PREFILL} sends a request while another runs, which the "
                             f"serial schedule never does; set schedule: {FREE_RUNNING}")
@@ -198,7 +204,7 @@ class _Reader:
             summary_tokens=self.value(head, "summary_tokens", "head_insert.", self.tokens, 64),
             regenerate_share=self.value(raw, "regenerate_share", "", self.share, 0.0),
             health_check=health,
-            idle_gaps_after_turn=self.value(raw, "idle_gaps_after_turn", "", self.gap_turns, ()),
+            idle_gaps_after_turn=gaps,
             long_prefill_tokens=self.value(raw, "long_prefill_tokens", "", self.tokens, 4096),
             max_requests=self.value(raw, "max_requests", "", self.count, required=True),
             max_seconds=self.value(raw, "max_seconds", "", self.seconds, required=True),

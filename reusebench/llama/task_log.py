@@ -42,7 +42,7 @@ class Task:
     evicted_mib: list[float] = field(default_factory=list)  # RAM entries dropped during this launch
     n_tokens: int | None = None  # the prompt length (``new prompt``)
     claimed: bool = False
-    launched_at: int = -1  # the line numbers (among parsed lines) of ``processing task`` and ``stop processing``
+    launched_at: int = -1  # the positions (among parsed events) of ``processing task`` and ``stop processing``
     released_at: int | None = None
 
     def cause(self) -> causes.Cause:
@@ -60,7 +60,7 @@ class TaskLog:
         self._by_slot: dict[int, list[Task]] = {}
         self._launching: Task | None = None  # the block being read, until the next selection starts another
         self._asleep_events: list[Event] = []
-        self._lines = 0  # parsed lines so far: a task's launch and release by position in the log
+        self._events = 0  # events parsed so far: a task's launch and release by position in the log
 
     def claim(self, slot: int, n_tokens: int, wait_s: float = 2.0) -> Task | None:
         """The first unclaimed task on `slot` whose prompt had `n_tokens` tokens, waiting up to `wait_s`
@@ -81,7 +81,7 @@ class TaskLog:
         """The tasks that had been launched and not yet released when `task` was launched (read so far)."""
         with self._lock:
             self._read()
-            return sorted(other.task for other in self._tasks.values() if other is not task and other.task is not None
+            return sorted(other.task for other in self._tasks.values() if other is not task
                           and other.launched_at < task.launched_at
                           and (other.released_at is None or other.released_at > task.launched_at))
 
@@ -98,7 +98,7 @@ class TaskLog:
             self._add(event)
 
     def _add(self, e: Event) -> None:
-        self._lines += 1
+        self._events += 1
         block = self._launching
         if e.kind in SLEEP_KINDS:
             self._asleep_events.append(e)
@@ -107,7 +107,7 @@ class TaskLog:
             self._asleep_events = []
             self._selection(block, e)
         elif e.kind == "processing_task" and block is not None and block.task is None:
-            block.slot, block.task, block.launched_at = e.slot, e.task, self._lines
+            block.slot, block.task, block.launched_at = e.slot, e.task, self._events
             block.events.append(e)
             self._tasks[(e.slot, e.task)] = block
             self._by_slot.setdefault(e.slot, []).append(block)
@@ -118,7 +118,7 @@ class TaskLog:
                 if e.kind == "new_prompt":
                     task.n_tokens = int(e.fields["n_tokens"])
                 elif e.kind == "stop_processing":
-                    task.released_at = self._lines
+                    task.released_at = self._events
         elif block is not None:
             self._launch_line(block, e)
 

@@ -1,8 +1,8 @@
 """The recording core every driver shares: the run directory, the record header, Completion -> Record, the LoRA
 key, the context size, the prefill budget and the scrubbed log.
 
-A driver (the scenario session: one conversation at a time; the service driver: users in threads) differs only
-in how its requests arise. What it writes goes through one ``Recorder``, so a record means the same whichever
+A driver (the scenario session: one conversation at a time; a workload's run: many users, serial or
+free-running) differs only in how its requests arise. What it writes goes through one ``Recorder``, so a record means the same whichever
 driver wrote it.
 """
 

@@ -1,5 +1,6 @@
 """What both ways of running a workload share: the server, the recorder, the calls, the idle gap's sleep, the
-summary record. ``SerialRun`` and ``FreeRunningRun`` differ only in how they order the users' requests.
+summary record. ``SerialRun`` and ``FreeRunningRun`` differ in how they send the users' requests (``_drive``)
+and so in what they can check and bound.
 
 The server is a profile variant started by ``ServerHandle`` (127.0.0.1, its own process group). Before the
 first request every text is tokenized (``texts``). An idle gap lasts until ``/props`` says the server sleeps.
@@ -32,7 +33,7 @@ REQUEST_TIMEOUT_S = 300.0
 
 
 @dataclass
-class DriverResult:
+class RunResult:
     records: list[Record] = field(default_factory=list)
     sleeps: int = 0
     gaps: list[tuple[float, float]] = field(default_factory=list)  # (began, ended) of each idle gap, epoch seconds
@@ -66,7 +67,7 @@ class ServiceRun:
         self.users = users.draw_users(workload)
         self.handle = ServerHandle(LlamaServer(variant.binary.path, server_args(workload, variant, self.users)),
                                    call_timeout_s=REQUEST_TIMEOUT_S)
-        self.result = DriverResult()
+        self.result = RunResult()
         self.session = f"{workload.name}/{variant.profile}/{variant.name}"
         self.recorder = Recorder(writer, variant, run_id=run_id, session=self.session, log_dir=log_dir,
                                  size=max(u.opening_tokens for u in self.users),
@@ -76,7 +77,7 @@ class ServiceRun:
         self.requests = 0  # calls sent
         self._started = 0.0
 
-    def run(self) -> DriverResult:
+    def run(self) -> RunResult:
         started_at = time.time()
         self._started = time.monotonic()
         try:
@@ -85,27 +86,26 @@ class ServiceRun:
             texts = make_texts(self.handle.client, self.workload, self.users)
             self._started = time.monotonic()  # the workload's clock starts here
             self._drive(texts)
-        except KeyboardInterrupt:
-            self.result.stopped_by = INTERRUPTED
-            self._interrupt()
-            raise
-        except Exception as exc:
-            self.result.stopped_by = f"failed: {exc}"
+        except BaseException as exc:
+            self.result.stopped_by = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
+            self._stop_sending()
             raise
         finally:
             self.result.wall_s = time.monotonic() - self._started
-            self.result.records = list(self.calls.records)
-            self.recorder.keep_log(self.handle.server.raw_log_path, self.workload.name)
-            self.handle.close()
-            self._summary(started_at)
+            try:
+                self.recorder.keep_log(self.handle.server.raw_log_path, self.workload.name)
+            finally:
+                self.handle.close()
+                self.result.records = list(self.calls.records)
+                self._summary(started_at)
         return self.result
 
     def _drive(self, texts: Texts) -> None:
         """Send the users' requests; return when they are done or the run stops."""
         raise NotImplementedError
 
-    def _interrupt(self) -> None:
-        """Ctrl-C: end what is in flight (the server is stopped by ``run`` in any case)."""
+    def _stop_sending(self) -> None:
+        """Ctrl-C or an error: end what is in flight before the summary (``run`` stops the server in any case)."""
 
     def client(self) -> LlamaClient:
         return LlamaClient(self.handle.server.base_url, self.handle.server.api_key, timeout_s=REQUEST_TIMEOUT_S)

@@ -57,9 +57,10 @@ class Calls:
         self._lock = threading.Lock()
 
     def send(self, client: LlamaClient, request: Request, *, interrupted: Callable[[], bool] = lambda: False,
-             on_prefill: Callable[[], None] | None = None) -> Call:
+             on_prefill: Callable[[], None] | None = None, on_answered: Callable[[], None] | None = None) -> Call:
         """Send `request` and record it. `on_prefill` runs once the server starts its prompt (its first progress
-        event) or the call ends; `interrupted` says whether a failure is the run being stopped."""
+        event) or the call ends; `on_answered` as the call ends, before its log lines are looked up;
+        `interrupted` says whether a failure is the run being stopped."""
         started = time.time()
         record = self.recorder.record(self.scenario, request.kind, request.role, "/completion", started,
                                       ended_at=started, user=request.user, turn=request.turn,
@@ -83,14 +84,19 @@ class Calls:
             record.error = INTERRUPTED if interrupted() else str(exc)
             self._write(record)
             return Call(record, None, None)
-        except KeyboardInterrupt:
-            record.ended_at, record.error = time.time(), INTERRUPTED
+        except BaseException as exc:  # Ctrl-C, or a fault of ours: the call is kept, then the error goes on
+            record.ended_at = time.time()
+            record.error = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
             self._write(record)
             raise
         finally:
             progress(0, 0, 0)  # whatever happened, whoever waits for this prefill is not held back by it
-        task = self._fill(record, completion)
-        self._write(record)
+            if on_answered is not None:
+                on_answered()
+        try:
+            task = self._fill(record, completion)
+        finally:
+            self._write(record)  # also when Ctrl-C comes while its log lines are looked up: what was measured stays
         return Call(record, completion, task)
 
     def _fill(self, record: Record, c: Completion) -> Task | None:

@@ -49,6 +49,7 @@ class FreeRunningRun(ServiceRun):
         self._gap_after = {turn: index for index, turn in enumerate(self.workload.idle_gaps_after_turn)}
         self._prefilling = {u.name: threading.Event() for u in self.users}  # set as the server starts its first prompt
         self._threads: list[threading.Thread] = []
+        self._failure: Exception | None = None  # what ended a thread other than the run's end: raised by _drive
 
     def _drive(self, texts: Texts) -> None:
         w = self.workload
@@ -65,8 +66,10 @@ class FreeRunningRun(ServiceRun):
         self._pace(self._threads[: len(self.users)])
         self._stop.set()
         self._join()
+        if self._failure is not None:
+            raise self._failure
 
-    def _interrupt(self) -> None:
+    def _stop_sending(self) -> None:
         self._stop.set()
         self.handle.stop()  # ends every stream at once; each thread records its call as interrupted
         self._join()
@@ -97,8 +100,8 @@ class FreeRunningRun(ServiceRun):
         with self._idle:
             self._open.clear()
             self._idle.wait_for(lambda: not self._in_flight)
-        self.sleep_gap()
-        with self._idle:  # a gap is over once it is in the result
+        self.sleep_gap()  # the gap is over once it is in the result, which the users at it poll for
+        with self._idle:
             self._idle.notify_all()
         self._open.set()
 
@@ -149,30 +152,35 @@ class FreeRunningRun(ServiceRun):
     def _user(self, user: User, texts: Texts) -> None:
         client = self.client()
         try:
-            if not self._arrive(user):
-                return
-            conversation = Conversation(user, texts)
-            for turn in range(1, user.turns + 1):
-                gap = self._gap_after.get(turn - 1)
-                if gap is not None and not self._wait_at_gap(gap):
-                    return
-                if turn > 1 and not self._wait(user.think_s[turn - 2]):
-                    return
-                prompt = conversation.next_prompt(turn)
-                running = self._admit(f"{user.name}/{turn}")
-                if running is None:
-                    return
-                kind = conversation.kind(turn, self.result.sleeps)
-                request = Request(user.name, turn, kind, Role.MEASURE, prompt, user.request_lora,
-                                  expected_hit=kind in users.SHOULD_HIT, ideal=conversation.ideal(prompt),
-                                  in_flight=running)
-                call = self._send(client, request, self._prefilling[user.name].set)
-                if call.completion is None:
-                    return
-                conversation.answered(prompt, call.completion.tokens)
+            self._talk(user, texts, client)
+        except Exception as exc:
+            self._fail(exc)
         finally:
             self._prefilling[user.name].set()  # the users after this one are not held back by it
             client.close()
+
+    def _talk(self, user: User, texts: Texts, client: LlamaClient) -> None:
+        if not self._arrive(user):
+            return
+        conversation = Conversation(user, texts)
+        for turn in range(1, user.turns + 1):
+            gap = self._gap_after.get(turn - 1)
+            if gap is not None and not self._wait_at_gap(gap):
+                return
+            if turn > 1 and not self._wait(user.think_s[turn - 2]):
+                return
+            prompt = conversation.next_prompt(turn)
+            running = self._admit(f"{user.name}/{turn}")
+            if running is None:
+                return
+            kind = conversation.kind(turn, self.result.sleeps)
+            request = Request(user.name, turn, kind, Role.MEASURE, prompt, user.request_lora,
+                              expected_hit=kind in users.SHOULD_HIT, ideal=conversation.ideal(prompt),
+                              in_flight=running)
+            call = self._send(client, request, self._prefilling[user.name].set)
+            if call.completion is None:
+                return
+            conversation.answered(prompt, call.completion.tokens)
 
     def _arrive(self, user: User) -> bool:
         """Wait for the user's arrival: its time, or the start of the previous user's first prefill; False when the
@@ -201,14 +209,20 @@ class FreeRunningRun(ServiceRun):
                                   expected_hit=False, ideal=ideal, in_flight=running)
                 if self._send(client, request).completion is None:
                     return
+        except Exception as exc:
+            self._fail(exc)
         finally:
             client.close()
 
     def _send(self, client: LlamaClient, request: Request, on_prefill: Callable[[], None] | None = None) -> Call:
-        try:
-            call = self.calls.send(client, request, interrupted=self._stop.is_set, on_prefill=on_prefill)
-        finally:
-            self._done(request.label)
+        call = self.calls.send(client, request, interrupted=self._stop.is_set, on_prefill=on_prefill,
+                               on_answered=lambda: self._done(request.label))
         if call.completion is None:
             self._end(f"a call failed ({request.label}): {call.record.error}")
         return call
+
+    def _fail(self, exc: Exception) -> None:
+        with self._lock:
+            if self._failure is None:
+                self._failure = exc
+        self._end(f"failed: {exc}")

@@ -22,72 +22,78 @@ from reusebench.config.users import User
 from reusebench.config.workload import Workload
 
 
-class StepKind(IntEnum):  # the order among steps at one moment
+class StepKind(IntEnum):  # the order among steps at one moment: turns, then probes; a gap opens its phase
+    GAP = -1
     TURN = 0
     PROBE = 1
 
 
 @dataclass(frozen=True)
 class Step:
-    kind: StepKind | None  # None: an idle gap
+    kind: StepKind
     at_s: float  # when it comes in the workload's time (requests taking none)
     user: User | None = None  # TURN
-    number: int = 0  # TURN: the user's turn (1-based); PROBE: the probe's number; gap: its index
+    number: int = 0  # TURN: the user's turn (1-based); PROBE: the probe's number; GAP: its index
 
     @property
     def is_gap(self) -> bool:
-        return self.kind is None
+        return self.kind == StepKind.GAP
 
 
-def turn_times(workload: Workload, drawn: list[User]) -> tuple[dict[str, list[float]], list[float]]:
+@dataclass(frozen=True)
+class Times:
+    turns: dict[str, list[float]]  # each user's turn times
+    gaps: list[tuple[int, float]]  # each idle gap that holds a user back: the turn it comes after, its time
+
+
+def times(workload: Workload, drawn: list[User]) -> Times:
     """Each user's turn times and each idle gap's time: a gap holds back the turns after it of the users it
     waits for, which then go on from the gap's time."""
-    times = {}
+    turns = {}
     for user in drawn:
         at = [user.arrival_s]
         for think in user.think_s:
             at.append(at[-1] + think)
-        times[user.name] = at
+        turns[user.name] = at
     gaps = []
     for after in workload.idle_gaps_after_turn:
         waiting = [u for u in drawn if u.turns > after]
         if not waiting:
             continue
-        gap = max(times[u.name][after - 1] for u in waiting)
+        gap = max(turns[u.name][after - 1] for u in waiting)
         for user in waiting:
-            at = times[user.name]
+            at = turns[user.name]
             at[after] = gap + user.think_s[after - 1]
             for turn in range(after + 1, user.turns):
                 at[turn] = at[turn - 1] + user.think_s[turn - 1]
-        gaps.append(gap)
-    return times, gaps
+        gaps.append((after, gap))
+    return Times(turns, gaps)
 
 
 def serial_schedule(workload: Workload, drawn: list[User]) -> list[Step]:
     """Every step of the workload in the order they are sent (``cut`` applies the request bound)."""
-    times, gaps = turn_times(workload, drawn)
-    waited_for = [after for after in workload.idle_gaps_after_turn if any(u.turns > after for u in drawn)]
+    found = times(workload, drawn)
 
     def phase(at_s: float, user: User | None = None, turn: int = 0) -> int:
-        """How many idle gaps come before this step."""
+        """How many idle gaps come before this step: by turn for the users a gap waits for, else by time."""
         return sum((turn > after) if user is not None and user.turns > after else (at_s > gap)
-                   for after, gap in zip(waited_for, gaps))
+                   for after, gap in found.gaps)
 
     keyed = []
     for user in drawn:
-        for turn, at in enumerate(times[user.name], start=1):
+        for turn, at in enumerate(found.turns[user.name], start=1):
             key = (phase(at, user, turn), at, StepKind.TURN, user.number, turn)
             keyed.append((key, Step(StepKind.TURN, at, user, turn)))
     check = workload.health_check
     if check is not None:
-        last = max(at for at_user in times.values() for at in at_user)
+        last = max(at for at_user in found.turns.values() for at in at_user)
         number = 1
         while number * check.period_s <= last:
             at = number * check.period_s
             keyed.append(((phase(at), at, StepKind.PROBE, 0, number), Step(StepKind.PROBE, at, None, number)))
             number += 1
-    for index, gap in enumerate(gaps):
-        keyed.append(((index + 1, float("-inf"), StepKind.TURN, -1, 0), Step(None, gap, None, index)))
+    for index, (_, gap) in enumerate(found.gaps):
+        keyed.append(((index + 1, float("-inf"), StepKind.GAP, 0, 0), Step(StepKind.GAP, gap, None, index)))
     return [step for _, step in sorted(keyed, key=lambda pair: pair[0])]
 
 

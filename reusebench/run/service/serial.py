@@ -8,7 +8,8 @@ the server logged, and the run fails on a deviation, since the counts would then
 - the server slept (``sleep-idle-seconds`` passed between two requests) anywhere but in an idle gap;
 - the request's task never showed in the log, so nothing explains its count.
 
-Think times, the health check's period and the time bound do not apply: they are an order here (``schedule``).
+Think times and the health check's period are an order here, not waits (``schedule``); the time bound does not
+apply, since the schedule's length is fixed by the file.
 """
 
 from __future__ import annotations
@@ -88,8 +89,10 @@ class SerialRun(ServiceRun):
                                     "its count")
         running = self.calls.tasks.running_at_launch(task)
         if running:
-            raise ScheduleDeviation(f"{request.label}: the server launched task {task.task} while task(s) "
-                                    f"{', '.join(map(str, running))} still ran; the schedule sends one at a time")
+            raise ScheduleDeviation(
+                f"{request.label}: the server launched task {task.task} while task(s) {', '.join(map(str, running))} "
+                "had not logged their release ('stop processing'): another client used the server, or this build "
+                "logs a release otherwise; the schedule sends one request at a time")
         woke = bool(call.record.cause and call.record.cause.get("woke"))
         if woke and not woke_planned:
             raise ScheduleDeviation(
