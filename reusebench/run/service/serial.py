@@ -26,7 +26,7 @@ from reusebench.run.service.calls import Call, Request
 from reusebench.run.service.schedule import Step, StepKind
 from reusebench.run.service.texts import Conversation, Texts
 
-PROGRESS_EVERY = 10  # steps between progress lines
+PROGRESS_EVERY = 10  # requests between progress lines
 
 
 class ScheduleDeviation(RuntimeError):
