@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 # The embedded default: report A's six steps on the tiny Qwen3.5-class hybrid with its
 # mmproj and --cache-reuse 256 (report A's launch line) at 32K and 128K, the
 # pure-attention control at 32K, the option verdicts of all four mmproj x cache-reuse
-# variants, then the asv site from the hybrid run's records.
+# variants, then the asv site from the hybrid run's records and the two service workloads
+# asv measures (report-b-service's counts, interference's timings), and the report of all four runs.
 REPORT_A := first_load resend interleave reask edit_middle restore_disk
 HYBRID_VARIANT := mmproj=on,cache-reuse=256
 HYBRID_SIZES ?= --size 32K --size 128K
@@ -60,7 +61,7 @@ bench: setup site-assets
 	  $(BIN)/asv run --python=same --set-commit-hash=$$(git rev-parse HEAD)
 	$(BIN)/asv publish
 	$(BIN)/python -m reusebench.report.site vendor results/html > /dev/null
-	$(BIN)/reusebench report --last 2
+	$(BIN)/reusebench report --last 4
 	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/python -m http.server --bind 127.0.0.1 8080 --directory results/html)"
 
 # The nightly over real llama.cpp history: released trees from PyPI as a local git repository, asv.llama.conf.json

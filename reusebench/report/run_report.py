@@ -13,7 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from reusebench.report import service_report
+from reusebench.report import service_runs
 from reusebench.machine import spread
 from reusebench.records import Record, Role, deviation
 from reusebench.config.sizes import size_label
@@ -145,7 +145,7 @@ def render_text(records: Iterable[Record]) -> str:
     workload_runs = {r.run_id for r in records if r.user is not None}
     scenario_records = [r for r in records if r.run_id not in workload_runs]
     tables = variant_tables(scenario_records) + repeat_tables(scenario_records)
-    tables += [(f"workload run {run_id}", service_report.render([r for r in records if r.run_id == run_id]))
+    tables += [(f"workload run {run_id}", service_runs.render_runs([r for r in records if r.run_id == run_id]))
                for run_id in dict.fromkeys(r.run_id for r in records if r.run_id in workload_runs)]
     return "\n\n".join(f"## {title}\n\n{table}" for title, table in tables)
 
