@@ -25,8 +25,7 @@ from reusebench.config.profiles import Variant
 from reusebench.config.users import User
 from reusebench.config.workload import DURING_PREFILL, FREE_RUNNING, Workload
 from reusebench.llama.client import LlamaClient
-from reusebench.llama.facts import NO_LORA
-from reusebench.records import RecordWriter, Role
+from reusebench.records import RecordWriter
 from reusebench.run.service.base import ServiceRun
 from reusebench.run.service.calls import Call, Request
 from reusebench.run.service.texts import Conversation, Texts
@@ -169,18 +168,14 @@ class FreeRunningRun(ServiceRun):
                 return
             if turn > 1 and not self._wait(user.think_s[turn - 2]):
                 return
-            prompt = conversation.next_prompt(turn)
             running = self._admit(f"{user.name}/{turn}")
             if running is None:
                 return
-            kind = conversation.kind(turn, self.result.sleeps)
-            request = Request(user.name, turn, kind, Role.MEASURE, prompt, user.request_lora,
-                              expected_hit=kind in users.SHOULD_HIT, ideal=conversation.ideal(prompt),
-                              in_flight=running)
+            request = conversation.request(turn, self.result.sleeps, running)
             call = self._send(client, request, self._prefilling[user.name].set)
             if call.completion is None:
                 return
-            conversation.answered(prompt, call.completion.tokens)
+            conversation.answered(request.prompt, call.completion.tokens)
 
     def _arrive(self, user: User) -> bool:
         """Wait for the user's arrival: its time, or the start of the previous user's first prefill; False when the
@@ -197,7 +192,6 @@ class FreeRunningRun(ServiceRun):
         check = self.workload.health_check
         assert check is not None
         client = self.client()
-        probe, ideal = texts.probe(check.tokens)
         try:
             number = 0
             while self._wait(check.period_s):
@@ -205,9 +199,7 @@ class FreeRunningRun(ServiceRun):
                 if running is None:
                     return
                 number += 1
-                request = Request(users.HEALTH_CHECK, number, users.HEALTH_CHECK, Role.PROBE, probe, NO_LORA,
-                                  expected_hit=False, ideal=ideal, in_flight=running)
-                if self._send(client, request).completion is None:
+                if self._send(client, texts.probe(check.tokens, number, running)).completion is None:
                     return
         except Exception as exc:
             self._fail(exc)

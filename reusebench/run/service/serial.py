@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import time
 
-from reusebench.config import users
 from reusebench.config.workload import SERIAL
-from reusebench.llama.facts import NO_LORA
-from reusebench.records import Role
 from reusebench.run.service import schedule
 from reusebench.run.service.base import ServiceRun
 from reusebench.run.service.calls import Call, Request
@@ -71,16 +68,10 @@ class SerialRun(ServiceRun):
         if step.kind == StepKind.PROBE:
             check = self.workload.health_check
             assert check is not None
-            probe, ideal = texts.probe(check.tokens)
-            return Request(users.HEALTH_CHECK, step.number, users.HEALTH_CHECK, Role.PROBE, probe, NO_LORA,
-                           expected_hit=False, ideal=ideal), None
-        user = step.user
-        assert user is not None
-        conversation = conversations[user.name]
-        prompt = conversation.next_prompt(step.number)
-        kind = conversation.kind(step.number, self.result.sleeps)
-        return Request(user.name, step.number, kind, Role.MEASURE, prompt, user.request_lora,
-                       expected_hit=kind in users.SHOULD_HIT, ideal=conversation.ideal(prompt)), conversation
+            return texts.probe(check.tokens, step.number), None
+        assert step.user is not None
+        conversation = conversations[step.user.name]
+        return conversation.request(step.number, self.result.sleeps), conversation
 
     def _check(self, call: Call, request: Request, woke_planned: bool) -> None:
         task = call.task

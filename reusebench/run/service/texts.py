@@ -12,7 +12,10 @@ from reusebench.config import corpus, users
 from reusebench.config.users import User
 from reusebench.config.workload import Workload
 from reusebench.llama.client import LlamaClient
+from reusebench.llama.facts import NO_LORA
+from reusebench.records import Role
 from reusebench.reuse.verification import common_prefix
+from reusebench.run.service.calls import Request
 
 CHARS_PER_TOKEN = 12  # generous for the corpus' words (one token per word): texts are cut to tokens after
 
@@ -27,10 +30,13 @@ class Texts:
     summary: list[int]
     probe_tail: list[int]
 
-    def probe(self, tokens: int) -> tuple[list[int], int]:
-        """The health check's prompt of `tokens` tokens, which opens as the system prompt does, and its ideal."""
+    def probe(self, tokens: int, number: int, in_flight: tuple[str, ...] = ()) -> Request:
+        """The health check's `number`-th probe: `tokens` tokens that open as the system prompt does; a perfect
+        cache re-processes all but that opening."""
         shared = min(len(self.system), tokens - 1)
-        return self.system[:shared] + self.probe_tail[: tokens - shared], tokens - shared
+        return Request(users.HEALTH_CHECK, number, users.HEALTH_CHECK, Role.PROBE,
+                       self.system[:shared] + self.probe_tail[: tokens - shared], NO_LORA, expected_hit=False,
+                       ideal=tokens - shared, in_flight=in_flight)
 
 
 def make_texts(client: LlamaClient, workload: Workload, drawn: list[User]) -> Texts:
@@ -69,6 +75,13 @@ class Conversation:
         self.prompt = texts.system + texts.openings[user.name]
         self.previous: Answer | None = None
         self._seen_sleeps: int | None = None
+
+    def request(self, turn: int, sleeps: int, in_flight: tuple[str, ...] = ()) -> Request:
+        """Turn `turn` as a request, sent after `sleeps` sleeps of the server, with `in_flight` calls running."""
+        prompt = self.next_prompt(turn)
+        kind = self.kind(turn, sleeps)
+        return Request(self.user.name, turn, kind, Role.MEASURE, prompt, self.user.request_lora,
+                       expected_hit=kind in users.SHOULD_HIT, ideal=self.ideal(prompt), in_flight=in_flight)
 
     def next_prompt(self, turn: int) -> list[int]:
         """Turn `turn`'s prompt, by the turn's structural kind: a regeneration sends the same prompt again."""
