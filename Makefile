@@ -15,7 +15,8 @@ HYBRID_VARIANT := mmproj=on,cache-reuse=256
 HYBRID_SIZES ?= --size 32K --size 128K
 CONTROL_SIZES ?= --size 32K
 
-.PHONY: setup llama-server qemu chromium site-assets bench nightly-demo test models clean-results
+.PHONY: setup llama-server qemu chromium site-assets bench nightly-demo test models clean-results \
+	cuda-build-check gpu-check-bundle gpu-check
 
 setup: $(STAMP) llama-server
 
@@ -69,6 +70,22 @@ bench: setup site-assets
 # does not need the pinned default build.
 nightly-demo: $(STAMP) site-assets
 	$(BIN)/python tools/nightly_demo.py
+
+# The CUDA build without a GPU or a CUDA install: the pinned llama.cpp for CUDA 13 and sm_90 (H100/H200) with
+# NVIDIA's toolkit wheels from PyPI (reusebench/llama/cuda.py). Over an hour on 2 cores; not part of `make test`.
+CUDA_ARCH ?= 90
+cuda-build-check: setup
+	binary=$$($(BIN)/reusebench build --flavor cuda --cuda 13 --cuda-arch $(CUDA_ARCH) --cuda-toolkit pypi) && \
+	  ldd "$$binary" && ls -l "$$binary" && cat "$$(dirname "$$binary")/build.json"
+
+# The device check's bundle (the CUDA build above and the run-time wheels for the GPU machine's Python 3.12),
+# and the check itself, which runs on the GPU machine (no network there; see README, "On a GPU box").
+gpu-check-bundle: setup
+	$(BIN)/python tools/gpu_box_bundle.py --binary \
+	  "$$($(BIN)/reusebench build --flavor cuda --cuda 13 --cuda-arch $(CUDA_ARCH) --cuda-toolkit pypi)"
+
+gpu-check:
+	sh tools/gpu_box_check.sh .gpu-check
 
 test: setup qemu chromium site-assets
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=10

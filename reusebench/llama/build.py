@@ -31,7 +31,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,11 +82,14 @@ BASE_CMAKE_ARGS = (
     "-DLLAMA_BUILD_WEBUI=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
-# What each flavor adds. CUDA builds for the GPUs of the machine that builds.
+# What each flavor adds; the CUDA toolkit, architectures and driver library come from `cuda.cuda_build`.
 FLAVORS: dict[str, tuple[str, ...]] = {
     "cpu": (),
-    "cuda": ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native"),
+    "cuda": ("-DGGML_CUDA=ON",),
 }
+# The pinned release's build of a flavor whose CMake line depends on the machine (cuda): the last one
+# `reusebench build --flavor FLAVOR` made, which `binary: default:FLAVOR` runs.
+DEFAULT_POINTER = "default-{flavor}.json"
 
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 PROGRESS_EVERY_S = 30.0  # without a terminal, one progress line this often
@@ -137,9 +140,22 @@ def build_dir(identity: str, args: Sequence[str]) -> Path:
 
 def pinned_binary(flavor: str = "cpu") -> Path:
     """Where `reusebench build --flavor FLAVOR` puts the pinned release's llama-server (it may not exist yet)."""
-    source = Source(tree=Path(), build_number=PINNED.build_number, commit=_pinned_commit(),
-                    identity=PINNED.sha256, label=PINNED.requirement)
-    return build_dir(source.identity, cmake_args(source, flavor)) / TARGET
+    if flavor == "cpu":
+        source = Source(tree=Path(), build_number=PINNED.build_number, commit=_pinned_commit(),
+                        identity=PINNED.sha256, label=PINNED.requirement)
+        return build_dir(source.identity, cmake_args(source, flavor)) / TARGET
+    pointer = cache_root() / DEFAULT_POINTER.format(flavor=flavor)
+    try:
+        return Path(json.loads(pointer.read_text())["binary"])
+    except (OSError, ValueError, KeyError):
+        return pointer.with_suffix("")  # never built: a path that does not exist
+
+
+def remember_pinned(flavor: str, binary: Path) -> None:
+    """Make `binary` the pinned release's `default:FLAVOR` build."""
+    if flavor != "cpu":
+        pointer = cache_root() / DEFAULT_POINTER.format(flavor=flavor)
+        pointer.write_text(json.dumps({"binary": str(binary)}) + "\n")
 
 
 def read_build_info(binary: Path) -> dict[str, object] | None:
@@ -153,8 +169,10 @@ def read_build_info(binary: Path) -> dict[str, object] | None:
 
 def describe(info: dict[str, object]) -> str:
     """One line for records and reports: version, commit, flavor and the flags that matter."""
-    flags = [a for a in info.get("cmake_args", []) if a.startswith("-DGGML_") or a.startswith("-DCMAKE_CUDA")]
-    return f"b{info['build_number']} ({info['commit']}; {info['flavor']}, {' '.join(flags)})"
+    flags = [a for a in info.get("cmake_args", []) if a.startswith(("-DGGML_", "-DCMAKE_CUDA_ARCHITECTURES"))]
+    cuda = info.get("cuda")
+    toolkit = f"CUDA {cuda['cuda']} ({cuda['toolkit']}), " if isinstance(cuda, dict) else ""
+    return f"b{info['build_number']} ({info['commit']}; {info['flavor']}, {toolkit}{' '.join(flags)})"
 
 
 def _pinned_commit() -> str:
@@ -247,8 +265,10 @@ def commit_trailers(message: str) -> dict[str, str]:
 
 
 def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int | None = None,
-          progress: Callable[[str], None] = print) -> Path:
+          details: Mapping[str, object] | None = None, progress: Callable[[str], None] = print) -> Path:
     """The cached llama-server of `source` built with `args`; built now if missing.
+
+    `details` (the CUDA toolkit and architectures) go into build.json under the flavor's name.
 
     The build tree is kept per source tree and arguments, so the next commit of the same
     checkout rebuilds only what changed.
@@ -291,6 +311,7 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
         "source": source.label, "build_number": source.build_number, "commit": source.commit,
         "identity": source.identity, "flavor": flavor, "cmake_args": list(args), "build_seconds": round(seconds, 1),
         "jobs": jobs, "machine": platform.machine(), "version": (version.stdout + version.stderr).strip(),
+        **({flavor: dict(details)} if details else {}),
     }, indent=2) + "\n")
     partial.replace(binary)
     progress(f"{TARGET} {source.label} ({flavor}): built in {seconds:.0f} s -> {binary}")
@@ -358,17 +379,17 @@ INSTALLED_FILE = "reusebench-llama-server.json"  # in asv's {env_dir}; benchmark
 CMAKE_ARGS_ENV = "REUSEBENCH_CMAKE_ARGS"
 
 
-def asv_install(tree: Path, commit: str, env_dir: Path, progress: Callable[[str], None] = print) -> Path:
+def asv_install(tree: Path, commit: str, env_dir: Path, flavor: str = "cpu", flavor_args: Sequence[str] = (),
+                details: Mapping[str, object] | None = None, progress: Callable[[str], None] = print) -> Path:
     """Build the llama-server of one llama.cpp commit for asv and record it in `env_dir`.
 
-    Flags: the portable CPU build, or `$REUSEBENCH_BUILD_FLAVOR`, plus `$REUSEBENCH_CMAKE_ARGS`.
+    Flags: the flavor's (`$REUSEBENCH_BUILD_FLAVOR`, read by the CLI), then `$REUSEBENCH_CMAKE_ARGS`.
     """
     record_path = env_dir / INSTALLED_FILE
     record_path.unlink(missing_ok=True)  # a failed build must not leave the previous commit's binary recorded
     source = git_source(tree, commit)
-    flavor = os.environ.get("REUSEBENCH_BUILD_FLAVOR", "cpu")
-    args = cmake_args(source, flavor, shlex.split(os.environ.get(CMAKE_ARGS_ENV, "")))
-    binary = build(source, args, flavor=flavor, progress=progress)
+    args = cmake_args(source, flavor, [*flavor_args, *shlex.split(os.environ.get(CMAKE_ARGS_ENV, ""))])
+    binary = build(source, args, flavor=flavor, details=details, progress=progress)
     record = {"commit": source.identity, "binary": str(binary), "cmake_args": args}
     record_path.write_text(json.dumps(record, indent=2) + "\n")
     return binary
