@@ -14,6 +14,9 @@ Environment variables (asv has no other way to pass settings to benchmarks):
 - ``REUSEBENCH_ASV_SCENARIOS``: scenario ids, e.g. "reask,edit_middle" (default: all;
   first_load always runs)
 - ``REUSEBENCH_ASV_REPEAT``: sessions per commit; seconds are the median (default: 1)
+- ``REUSEBENCH_ASV_FULL_PREFILLS``: 1 times every step to its end (``reusebench run --full-prefills``);
+  by default a step whose output nothing needs stops once its count is known, and its seconds read n/a
+  (the token counts are the same either way)
 - ``REUSEBENCH_RESULTS``: where raw records go, under ``runs/`` (default: results/)
 - ``REUSEBENCH_ASV_RECORDS``: a ``records.jsonl`` of a ``reusebench run`` to publish instead of
   measuring again (``make bench``: one measurement, shown live, then tracked); the profile,
@@ -161,6 +164,7 @@ SIZES = [sizes.size_label(tokens) for tokens in SIZE_TOKENS]  # asv parameter va
 # Steps after the cold first load, of the selected scenarios only: a narrowed run has no failures to show.
 REUSE_STEPS = [step for step in STEPS[1:] if step.split("/")[0] in SCENARIOS]
 REPEAT = int(os.environ.get("REUSEBENCH_ASV_REPEAT", "1"))
+FULL_PREFILLS = os.environ.get("REUSEBENCH_ASV_FULL_PREFILLS", "0") == "1"
 
 
 def whole_profile() -> profiles.Profile:
@@ -182,7 +186,7 @@ def _measure() -> dict[str, Any]:
     profile = profiles.load_profile(whole.path, check_binary=not skipped)
     runnable = [name for name in VARIANTS if name not in skipped]
     runs = [runner.run_profile(profile, results_dir=results_dir, variants=runnable, sizes=SIZE_TOKENS,
-                               scenario_ids=SCENARIOS, verify=True, out=sys.stderr)
+                               scenario_ids=SCENARIOS, verify=True, early_stop=not FULL_PREFILLS, out=sys.stderr)
             for _ in range(REPEAT if runnable else 0)]
     cache = summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs],
                       failed_sessions=sum(run.failed_sessions for run in runs))
@@ -239,13 +243,14 @@ def summarise(measured: list[records.Record], records_paths: list[str],
               f"{unknown}", file=sys.stderr)
     figures: dict[tuple[str, str, str], dict[str, float]] = {}
     for key, rs in by_step.items():
-        seconds = [(r.prompt_ms or 0.0) / 1000 for r in rs]
+        # a step stopped once its count was known has no seconds: n/a, not 0
+        seconds = [r.prompt_ms / 1000 for r in rs if r.prompt_ms is not None]
         figures[key] = {
-            "prefill_seconds": statistics.median(seconds),
-            "prefill_seconds_min": min(seconds),  # the spread over repeats (benchmarks/gpu_state.py)
-            "prefill_seconds_max": max(seconds),
+            "prefill_seconds": _median_known(seconds),
+            "prefill_seconds_min": min(seconds, default=math.nan),  # the spread over repeats (benchmarks/gpu_state.py)
+            "prefill_seconds_max": max(seconds, default=math.nan),
             "repeats": len(rs),
-            "ttft_seconds": statistics.median((r.ttft_ms or 0.0) / 1000 for r in rs),
+            "ttft_seconds": _median_known(None if r.ttft_ms is None else r.ttft_ms / 1000 for r in rs),
             "reprocessed_tokens": statistics.median(r.prompt_n or 0 for r in rs),
             "excess_over_ideal": statistics.median(r.excess or 0 for r in rs),
             # measured minus what the reuse model predicts: 0 while the build behaves as its rules say

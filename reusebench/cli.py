@@ -20,7 +20,7 @@ from reusebench.llama import build, cuda, server
 from reusebench import check, records, tiny
 from reusebench.config import corpus, profiles, scenarios, sizes, workload
 from reusebench.report import run_report as report, service_runs
-from reusebench.run import runner, session
+from reusebench.run import plan, runner, session
 from reusebench.run.service import ScheduleDeviation, service_run
 from reusebench.run.recording import RunDir
 
@@ -40,12 +40,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.repeat_first_load, idle_gap_s=args.idle_gap or 0.0, warm_up=args.warm_up)
     if repeats is None and (args.idle_gap is not None or args.warm_up):
         raise ValueError("--idle-gap and --warm-up go with --repeat-first-load N")
+    if args.dry_run:
+        print(plan.render_plan(runner.plan_profile(
+            profile, variants=args.variant or (), sizes=args.size or (), scenario_ids=args.scenarios or (),
+            corpus_name=args.corpus, verify=not args.no_verify, early_stop=not args.full_prefills, repeats=repeats)))
+        return 0
     started = time.monotonic()
     try:
         result = runner.run_profile(
             profile, results_dir=Path(args.results), variants=args.variant or (), sizes=args.size or (),
-            scenario_ids=args.scenarios or (), corpus_name=args.corpus, verify=not args.no_verify, repeats=repeats,
-            on_failure=args.on_failure,
+            scenario_ids=args.scenarios or (), corpus_name=args.corpus, verify=not args.no_verify,
+            early_stop=not args.full_prefills, repeats=repeats, on_failure=args.on_failure,
         )
     except KeyboardInterrupt as exc:
         server.stop_all()
@@ -229,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--corpus", default="tiny-words", help="corpus spec name in corpora/ or a path")
     run.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
     run.add_argument("--no-verify", action="store_true", help="skip the no-reuse reference comparison")
+    run.add_argument("--dry-run", action="store_true", help="print the plan (sessions, requests, tokens, the "
+                     "prefills the reuse model expects) and exit without starting a server")
+    run.add_argument("--full-prefills", action="store_true", help="time every step to its end; by default a step "
+                     "that would re-process more than 8K tokens and whose output nothing needs (the edit, the resend "
+                     "after a restore on a hybrid) stops once its count is known, its seconds n/a")
     run.add_argument("--on-failure", choices=session.ON_FAILURE, default="stop",
                      help="after a failed step: stop that session (default) or restart its server and go on; "
                           "the run goes on with the next session either way")

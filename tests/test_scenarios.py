@@ -147,9 +147,11 @@ class Recorder:
         return Completion(prompt_n=1, cache_n=0, prompt_ms=1.0, predicted_n=1, predicted_ms=1.0, tokens_evaluated=1,
                           id_slot=0, ttft_ms=1.0, wall_ms=1.0, tokens=[7])
 
-    def measure(self, scenario: str, step: str, prompt: object, **kwargs: object) -> Completion:
+    def saved_tokens(self, filename: str) -> list[int]:
+        return [1, 2, 3]
+
+    def measure(self, scenario: str, step: str, prompt: object, **kwargs: object) -> None:
         self.calls.append(("measure", scenario, step))
-        return self._completion()
 
     def setup(self, scenario: str, step: str, prompt: object, **kwargs: object) -> Completion:
         self.calls.append(("setup", scenario, step))

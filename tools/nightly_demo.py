@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     env.setdefault("REUSEBENCH_ASV_SIZES", SIZE)
     env.setdefault("REUSEBENCH_ASV_SCENARIOS", SCENARIOS)
     env.setdefault("REUSEBENCH_ASV_VARIANTS", VARIANT)
+    env.setdefault("REUSEBENCH_ASV_FULL_PREFILLS", "1")  # cheap tiny trees: every step timed, as in its history
     env.setdefault("REUSEBENCH_RESULTS", str(out / "records"))
     env.setdefault(build.JOBS_ENV, "2")
     machine = platform.node()

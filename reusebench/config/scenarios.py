@@ -66,7 +66,7 @@ class Steps(Protocol):
     def prompt(self, document: str, question: str) -> str: ...
 
     def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True,
-                lora: Lora | None = None) -> Completion: ...
+                lora: Lora | None = None, may_stop: bool = False) -> None: ...
 
     def setup(self, scenario: str, step: str, prompt: Prompt, *, lora: Lora | None = None) -> Completion: ...
 
@@ -81,6 +81,7 @@ class Steps(Protocol):
     def wait_until_asleep(self, scenario: str) -> None: ...
 
     def tokens(self, text: str, *, bos: bool = True) -> list[int]: ...
+    def saved_tokens(self, filename: str) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -189,14 +190,17 @@ def probe_eviction(s: Steps) -> None:
 
 
 def edit_middle(s: Steps) -> None:
-    """One line inserted at 50% of the document (report A's mid-document edit)."""
-    s.measure("edit_middle", "line at 50%", s.prompt(s.edited, s.questions[0]))
+    """One line inserted at 50% of the document (report A's mid-document edit). No later scenario starts from
+    the state it leaves (head_insert and growth share nothing with it, restore_disk restarts), so it may stop
+    once its count is known."""
+    s.measure("edit_middle", "line at 50%", s.prompt(s.edited, s.questions[0]), may_stop=True)
 
 
 def head_insert(s: Steps) -> None:
-    """A summary inserted at the head (report B's structural miss): every token after it changes."""
+    """A summary inserted at the head (report B's structural miss): every token after it changes. What follows
+    shares nothing with it (a new chat, a restart, a LoRA setup), so it may stop once its count is known."""
     s.measure("head_insert", "summary at the head", s.prompt(f"{s.summary}\n{s.document}", s.questions[0]),
-              expect_hit=False)
+              expect_hit=False, may_stop=True)
 
 
 def growth(s: Steps) -> None:
@@ -216,17 +220,17 @@ def save_first_prompt(s: Steps) -> None:
 
 
 def restore_disk(s: Steps) -> None:
-    """Restart the server, restore the slot saved with D + Q1, then resend, re-ask and strictly extend."""
-    first = s.prompt(s.document, s.questions[0])
+    """Restart the server, restore the slot saved with D + Q1, then resend, re-ask and strictly extend. Each
+    step restores the file first, so the resend may stop once its count is known."""
     s.restart("restore_disk")
     s.restore_slot("restore_disk", SAVED_SLOT)
-    resent = s.measure("restore_disk", "resend", first)
+    s.measure("restore_disk", "resend", s.prompt(s.document, s.questions[0]), may_stop=True)
     s.restore_slot("restore_disk", SAVED_SLOT)
     s.measure("restore_disk", "reask", s.prompt(s.document, s.questions[1]))
     # A restored slot carries no checkpoints, so a hybrid can use it only for a prompt that extends the saved
     # tokens, generated ones included (docs/llama-server-reuse.md).
     s.restore_slot("restore_disk", SAVED_SLOT)
-    s.measure("restore_disk", "extension", next_turn(s, first, resent, s.questions[1]))
+    s.measure("restore_disk", "extension", [*s.saved_tokens(SAVED_SLOT), *s.tokens(s.questions[1], bos=False)])
 
 
 def lora_swap(s: Steps) -> None:

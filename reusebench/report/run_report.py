@@ -46,7 +46,7 @@ def _cell(r: Record) -> list[Any]:
     return [
         f"{r.prompt_n:,} / {r.ideal:,}",
         _expected(r),
-        f"{(r.prompt_ms or 0) / 1000:.2f}",
+        "n/a (stopped)" if r.prompt_ms is None else f"{r.prompt_ms / 1000:.2f}",  # stopped at its count
         r.verdict or "",
         _correctness(r),
     ]

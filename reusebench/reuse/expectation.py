@@ -201,6 +201,10 @@ class ServerModel:
     def restore(self, slot: int, held: Held) -> None:
         self.slots[slot].held = replace(held, checkpoints=())
 
+    def erase(self, slot: int) -> None:
+        """`POST /slots/N?action=erase`: the slot holds nothing, its checkpoints gone; its LoRA stays."""
+        self.slots[slot].held = Held(computed_with=self.slots[slot].lora)
+
     # -- a completion --------------------------------------------------------------------------------
 
     def scales(self, lora: Sequence[Mapping[str, float]] | None) -> tuple[float, ...]:

@@ -145,6 +145,10 @@ class References(Generic[RequestT]):
         record.extra["verifies"] = checks
         return [measured for measured, _ in pending.steps]
 
+    def awaits(self, record: Record) -> bool:
+        """Whether a measured step waits for the no-reuse reference of `record`'s prompt and LoRA."""
+        return reference_key(record) in self._pending
+
     def waiting(self) -> list[Pending[RequestT]]:
         """The prompts no call has computed without reuse yet, each with the steps that wait for it."""
         return list(self._pending.values())

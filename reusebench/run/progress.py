@@ -7,6 +7,7 @@ from typing import TextIO
 
 from reusebench.llama.client import ProgressCallback
 from reusebench.records import Record, Role
+from reusebench.run.plan import Estimate
 
 # Fault injection and progress watching: (scenario, step, role, processed, cached, total) on every prompt-progress
 # event. Tests pass one that kills or stops the real server when a prefill passes some fraction.
@@ -16,8 +17,9 @@ ProgressHook = Callable[[str, str, str, int, int, int], None]
 class Progress:
     """One session's terminal output, prefixed with its name."""
 
-    def __init__(self, name: str, out: TextIO, hook: ProgressHook | None = None) -> None:
-        self.name, self.out, self.hook = name, out, hook
+    def __init__(self, name: str, out: TextIO, hook: ProgressHook | None = None,
+                 estimate: Estimate | None = None) -> None:
+        self.name, self.out, self.hook, self.estimate = name, out, hook, estimate
 
     def say(self, text: str) -> None:
         print(f"[{self.name}] {text}", file=self.out, flush=True)
@@ -45,8 +47,15 @@ class Progress:
 
     def step(self, r: Record) -> None:
         label = "setup prefill" if r.role == Role.SETUP else (r.verdict or "")
+        seconds = "stopped at its count" if r.prompt_ms is None else f"in {r.prompt_ms / 1000:.2f} s"
         self.say(
             f"  {r.scenario}/{r.step}: re-processed {r.prompt_n:,} of {r.prompt_tokens:,} "
-            f"(ideal {r.ideal:,}, expected {r.expected:,}) in {(r.prompt_ms or 0) / 1000:.2f} s  [{label}]  "
+            f"(ideal {r.ideal:,}, expected {r.expected:,}) {seconds}  [{label}]  "
             f"{r.cause['summary'] if r.cause else ''}"
         )
+        self.done(r)
+
+    def done(self, r: Record) -> None:
+        """A call of the session ended: the run's estimate of time left moves on."""
+        if self.estimate is not None:
+            self.estimate.done(self.name, r)

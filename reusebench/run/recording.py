@@ -95,6 +95,7 @@ class Recorder:
         record.ended_at = time.time()
         record.slot = c.id_slot
         record.prompt_n, record.cache_n, record.prompt_ms = c.prompt_n, c.cache_n, c.prompt_ms
+        record.prefilled_n = c.prompt_n
         record.predicted_n, record.predicted_ms = c.predicted_n, c.predicted_ms
         record.ttft_ms, record.wall_ms = c.ttft_ms, c.wall_ms
         record.output_hash = tokens_hash(c.tokens)
@@ -108,7 +109,7 @@ class Recorder:
     def budget(self) -> PrefillBudget:
         """Prompt tokens prefilled by role over every record written so far (``records.prefill_budgets``)."""
         found = prefill_budgets(self.written)
-        return found[0] if found else PrefillBudget(self.session, 0, 0, 0)
+        return found[0] if found else PrefillBudget(self.session, 0, 0, 0, 0, self.size)
 
     def summary(self, scenario: str, started_at: float, wall_s: float, extra: dict[str, Any],
                 **fields: Any) -> Record:

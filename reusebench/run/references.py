@@ -29,5 +29,9 @@ class ReferenceKeeper:
             self.progress.say(f"  {measured.scenario}/{measured.step}: verified by {reference_name(record)}: "
                               f"{measured.verdict}")
 
+    def awaited(self, record: Record) -> bool:
+        """Whether `record`'s call, computed without reuse, is the reference a waiting step needs."""
+        return self.verify and self._references.awaits(record)
+
     def waiting(self) -> list[Pending[Request]]:
         return self._references.waiting()

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TextIO
 
 from reusebench.config import corpus, profiles, scenarios
-from reusebench.run import provenance
+from reusebench.run import plan, provenance
 from reusebench import records
 from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler
 from reusebench.run.recording import RunDir
-from reusebench.run.session import Session, SessionResult
+from reusebench.run.session import Session, SessionResult, session_name
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,7 @@ def run_profile(
     scenario_ids: Sequence[str] = (),
     corpus_name: str = "tiny-words",
     verify: bool = True,
+    early_stop: bool = True,
     repeats: Repeats | None = None,
     sampler_factory: SamplerFactory = GpuSampler,
     on_failure: str = "stop",
@@ -101,24 +102,23 @@ def run_profile(
     """Run the selected variants and sizes (default: all the profile names) and return what was recorded.
 
     With `repeats`, only repeated first loads run (`scenario_ids` must be empty). `sampler_factory`
-    makes the run's GPU sampler (tests pass one over a fake NVML). `on_failure`: a session whose step failed
-    stops ("stop") or restarts its server and goes on ("continue"); the run goes on with the next session.
-    Ends with one prefill-budget line per session.
+    makes the run's GPU sampler (tests pass one over a fake NVML). `early_stop`: a step the scenario lets stop
+    ends once its count is known (``plan.stops_at``); False times every step to its end. `on_failure`: a
+    session whose step failed stops ("stop") or restarts its server and goes on ("continue"); the run goes on
+    with the next session. Prints the plan first (``plan.render_plan``), an estimate of the time left after
+    each first load, and ends with one prefill-budget line per session.
     """
-    if repeats is not None and scenario_ids:
-        raise ValueError("repeated first loads run first_load only: leave out the scenario selection")
     out = out or sys.stderr  # looked up now: a redirected stderr (tests, redirect_stderr) is honoured
-    chosen = [profile.variant(v) for v in variants] if variants else list(profile.variants)
-    if not sizes and not all(variant.sizes for variant in chosen):
-        raise ValueError(f"{profile.path}: sizes: the profile (and every profile it extends) names none: "
-                         "give the sizes to run, e.g. --size 32K")
-    # selected now, so that a selection that cannot run is refused before anything starts
-    plans = {variant.name: scenarios.select(scenario_ids or variant.scenarios) for variant in chosen}
+    sessions = _sessions(profile, variants, sizes, scenario_ids, repeats)  # refused now, before anything starts
     spec = corpus.load_spec(corpus_name)
+    planned = plan_sessions(sessions, spec, verify=verify, early_stop=early_stop, repeats=repeats)
     run = RunDir.create(results_dir)
     run_id, run_dir, records_path = run.run_id, run.path, run.records_path
-    provenance.write(run_dir, provenance.stamp(profile, [variant.name for variant in chosen]))
+    chosen = list(dict.fromkeys(variant.name for variant, _, _ in sessions))
+    provenance.write(run_dir, provenance.stamp(profile, chosen))
     print(f"run {run_id}: profile {profile.name}, {len(chosen)} variant(s), records -> {records_path}", file=out)
+    print(plan.render_plan(planned), file=out, flush=True)
+    estimate = plan.Estimate(planned, out)
     failed = 0
     try:
         with records.RecordWriter(records_path) as writer, sampler_factory() as sampler:
@@ -127,20 +127,56 @@ def run_profile(
 
             def session(variant: profiles.Variant, size: int, repeat: int | None = None) -> Session:
                 return Session(variant, size, spec, writer, run_id=run_id, log_dir=run.log_dir, sampler=sampler,
-                               verify=variant.verify and verify, repeat=repeat, on_failure=on_failure, out=out)
+                               verify=variant.verify and verify, early_stop=early_stop, repeat=repeat,
+                               on_failure=on_failure, estimate=estimate, out=out)
 
-            for variant in chosen:
-                for size in sizes or variant.sizes:
-                    if repeats is None:
-                        failed += session(variant, size).run(plans[variant.name]).error is not None
-                    else:
-                        failed += _repeat_first_load(functools.partial(session, variant, size), repeats, out)
+            for variant, size, selected in sessions:
+                if repeats is None:
+                    failed += session(variant, size).run(selected).error is not None
+                else:
+                    failed += _repeat_first_load(functools.partial(session, variant, size), repeats, out)
     except KeyboardInterrupt:  # each session stopped its server on the way out; the writer flushed every record
         raise Interrupted(records_path, len(records.read_records(records_path))) from None
     kept = records.read_records(records_path)
     for budget in records.prefill_budgets(kept):
         print(budget.line(), file=out)
     return RunResult(run_id, run_dir, kept, failed)
+
+
+Planned = tuple[profiles.Variant, int, list[scenarios.Scenario]]  # one session: variant, size, its scenarios
+
+
+def _sessions(profile: profiles.Profile, variants: Sequence[str], sizes: Sequence[int], scenario_ids: Sequence[str],
+              repeats: Repeats | None) -> list[Planned]:
+    """The run's sessions in order, each with the scenarios it runs (one per repeat: first_load)."""
+    if repeats is not None and scenario_ids:
+        raise ValueError("repeated first loads run first_load only: leave out the scenario selection")
+    chosen = [profile.variant(v) for v in variants] if variants else list(profile.variants)
+    if not sizes and not all(variant.sizes for variant in chosen):
+        raise ValueError(f"{profile.path}: sizes: the profile (and every profile it extends) names none: "
+                         "give the sizes to run, e.g. --size 32K")
+    selected = {variant.name: scenarios.select(scenario_ids or variant.scenarios) for variant in chosen}
+    return [(variant, size, selected[variant.name]) for variant in chosen for size in sizes or variant.sizes]
+
+
+def plan_sessions(sessions: Sequence[Planned], spec: corpus.CorpusSpec, *, verify: bool, early_stop: bool,
+                  repeats: Repeats | None = None) -> list[plan.SessionPlan]:
+    """Each session's planned calls (``plan.plan_session``), repeated sessions one plan each."""
+    first_load = scenarios.select(["first_load"])
+    numbers = [None] if repeats is None else range(1, repeats.count + 1)
+    return [plan.plan_session(variant, size, selected if repeats is None else first_load, spec,
+                              name=session_name(variant, size, number), verify=variant.verify and verify,
+                              early_stop=early_stop)
+            for variant, size, selected in sessions for number in numbers]
+
+
+def plan_profile(profile: profiles.Profile, *, variants: Sequence[str] = (), sizes: Sequence[int] = (),
+                 scenario_ids: Sequence[str] = (), corpus_name: str = "tiny-words", verify: bool = True,
+                 early_stop: bool = True, repeats: Repeats | None = None) -> list[plan.SessionPlan]:
+    """What `run_profile` with these arguments would send, without starting a server (``--dry-run``)."""
+    sessions = _sessions(profile, variants, sizes, scenario_ids, repeats)
+    return plan_sessions(sessions, corpus.load_spec(corpus_name), verify=verify, early_stop=early_stop,
+                         repeats=repeats)
 
 
 def _repeat_first_load(session: Callable[[int], Session], repeats: Repeats, out: TextIO) -> int:

@@ -37,12 +37,18 @@ from reusebench.llama.client import ClientError
 from reusebench.llama.server import LlamaServer, ServerError
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import PrefillBudget, Record, RecordWriter, Role
+from reusebench.run.plan import Estimate
 from reusebench.run.progress import Progress, ProgressHook
 from reusebench.run.recording import Recorder
 from reusebench.run.server_life import ServerLife
 from reusebench.run.steps import SessionSteps
 
 ON_FAILURE = ("stop", "continue")
+
+
+def session_name(variant: Variant, size: int, repeat: int | None = None) -> str:
+    """"profile/variant@size", with "#rN" for the Nth of repeated sessions (--repeat-first-load)."""
+    return f"{variant.profile}/{variant.name}@{size}" + ("" if repeat is None else f"#r{repeat}")
 
 
 @dataclass
@@ -83,21 +89,24 @@ class Session:
         log_dir: Path,
         sampler: GpuSampler,
         verify: bool = True,
+        early_stop: bool = True,
         repeat: int | None = None,
         on_failure: str = "stop",
         progress_hook: ProgressHook | None = None,
+        estimate: Estimate | None = None,
         out: TextIO = sys.stderr,
     ) -> None:
         if on_failure not in ON_FAILURE:
             raise ValueError(f"on_failure: must be one of {', '.join(ON_FAILURE)}, got {on_failure!r}")
         self.variant, self.size, self.on_failure = variant, size, on_failure
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
-        self.name = f"{variant.profile}/{variant.name}@{size}" + ("" if repeat is None else f"#r{repeat}")
+        self.name = session_name(variant, size, repeat)
         self.life = ServerLife(variant, size, sampler)
         self.recorder = Recorder(writer, variant, run_id=run_id, session=self.name, size=size, log_dir=log_dir,
                                  extra={} if repeat is None else {"repeat": repeat})
-        self.progress = Progress(self.name, out, progress_hook)
-        self.steps = SessionSteps(variant, spec, self.life, self.recorder, self.progress, verify=verify)
+        self.progress = Progress(self.name, out, progress_hook, estimate)
+        self.steps = SessionSteps(variant, spec, self.life, self.recorder, self.progress, verify=verify,
+                                  early_stop=early_stop)
         self.result = SessionResult(self.name, records=self.steps.measured)
 
     @property
@@ -131,6 +140,8 @@ class Session:
         finally:
             self.close()
             self._account(started_at, time.monotonic() - started)
+            if self.progress.estimate is not None:
+                self.progress.estimate.session_ended(self.name)
         return self.result
 
     def _failed(self, error: str) -> None:
@@ -154,7 +165,6 @@ class Session:
         self.progress.say(self.result.summary_line().removeprefix(f"{self.name}: "))
         if self.server.starts == 0:
             return  # failed before launch: no call was made, nothing to sum up
-        prefill = {"setup": budget.setup, "measure": budget.measured, "reference": budget.reference}
         self.recorder.summary(Role.SESSION, started_at, wall_s, {
-            "timing": self.result.timing, "prefill": prefill, "failures": self.result.failures,
+            "timing": self.result.timing, "prefill": budget.to_dict(), "failures": self.result.failures,
             "not_applicable": self.result.not_applicable}, slot=self.steps.last_slot)

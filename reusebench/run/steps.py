@@ -3,6 +3,15 @@
 For every completion it works out what a perfect cache would have re-processed (``ideal``: the prompt tokens
 after the longest prefix the server has already seen under the same LoRA setting), what the reuse model
 expects (``expectation``), why the server did what it did (from its log), and the step's verdict.
+
+Early stop: a measured step that the scenario lets stop (``may_stop``) is ended at the server's first
+prompt-progress event, where ``total - cache`` is its count, when it would prefill more than
+``STOP_ABOVE_TOKENS`` and nothing needs its output: not a step whose reuse is checked against a no-reuse
+reference, nor the reference a waiting step needs. Closing the stream cancels the task only when the server
+next writes to it, a batch or two later, and the cancelled slot keeps a partial prompt of a length the client
+does not know; so the slot is erased at once (the erase waits until the cancel is done, and tells how many
+tokens the slot held), and no partial state reaches a later step or the RAM cache. Its prefill seconds are not
+measured (``--full-prefills`` times every step to the end).
 """
 
 from __future__ import annotations
@@ -14,17 +23,20 @@ from typing import Any
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
-from reusebench.llama.client import ClientError, Completion
+from reusebench.llama.client import ClientError, Completion, ProgressCallback, StreamEnded
 from reusebench.llama.server import ServerError
 from reusebench.records import DEFAULT_LORA, Lora, Record, Role, lora_key, verdict
 from reusebench.reuse import expectation
 from reusebench.reuse.verification import common_prefix
 from reusebench.run.diagnosis import Diagnosis, deadline_s
+from reusebench.run.plan import STOP_ABOVE_TOKENS, stops_at
 from reusebench.run.progress import Progress
 from reusebench.run.recording import Recorder
 from reusebench.run.references import ReferenceKeeper
 from reusebench.run.requests import Prompt, Request, Requests
 from reusebench.run.server_life import ServerLife
+
+STOPPED = "not measured: stopped at the first progress event once its count was known (--full-prefills times it)"
 
 
 class SessionSteps:
@@ -32,8 +44,9 @@ class SessionSteps:
     restores, idling until asleep, restarts."""
 
     def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, life: ServerLife, recorder: Recorder,
-                 progress: Progress, *, verify: bool) -> None:
+                 progress: Progress, *, verify: bool, early_stop: bool = True) -> None:
         self.variant, self.spec, self.life, self.recorder, self.progress = variant, spec, life, recorder, progress
+        self.early_stop = early_stop
         self.requests = Requests(life, variant.n_predict)
         self.diagnosis = Diagnosis(life, recorder)
         self.references = ReferenceKeeper(verify, progress)
@@ -95,18 +108,27 @@ class SessionSteps:
     def tokens(self, text: str, *, bos: bool = True) -> list[int]:
         return self.requests.tokens(text, bos=bos)
 
+    def saved_tokens(self, filename: str) -> list[int]:
+        """What the slot file holds: the prompt and the answer of the step before its save."""
+        return list(self._saved[filename][1])
+
     # -- the protocol: what scenarios do --------------------------------------------------------
 
     def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True,
-                lora: Lora = None) -> Completion:
-        return self._complete(scenario, step, Role.MEASURE, self.requests.completion(prompt, lora), expect_hit)[0]
+                lora: Lora = None, may_stop: bool = False) -> None:
+        self._complete(scenario, step, Role.MEASURE, self.requests.completion(prompt, lora), expect_hit,
+                       may_stop=may_stop and self.early_stop)
 
     def setup(self, scenario: str, step: str, prompt: Prompt, *, lora: Lora = None) -> Completion:
-        return self._complete(scenario, step, Role.SETUP, self.requests.completion(prompt, lora), False)[0]
+        completed = self._complete(scenario, step, Role.SETUP, self.requests.completion(prompt, lora), False)
+        assert completed is not None  # only a measured step may stop
+        return completed[0]
 
     def chat(self, scenario: str, step: str, messages: scenarios.Messages, *, expect_hit: bool = True) -> str:
         """A measured ``/v1/chat/completions`` turn; returns the reply text for the next turn (never recorded)."""
-        return self._complete(scenario, step, Role.MEASURE, self.requests.chat(messages), expect_hit)[1]
+        completed = self._complete(scenario, step, Role.MEASURE, self.requests.chat(messages), expect_hit)
+        assert completed is not None  # a chat turn's reply is the next turn's input: it never stops
+        return completed[1]
 
     def save_slot(self, scenario: str, filename: str) -> None:
         self._saved[filename] = self._slot_sequence
@@ -176,7 +198,7 @@ class SessionSteps:
         return self.recorder.record(scenario, step, role, endpoint, started, slot=self.last_slot)
 
     def _call(self, scenario: str, step: str, endpoint: str, action: Callable[[], dict[str, Any]],
-              explain: Callable[[], str] | None = None) -> None:
+              explain: Callable[[], str] | None = None) -> dict[str, Any]:
         started = time.time()
         record = self._record(scenario, step, Role.SETUP, endpoint, started)
         try:
@@ -195,13 +217,16 @@ class SessionSteps:
         timings = response.get("timings") or {}
         self.server_s += sum(float(v) for k, v in timings.items() if k.endswith("_ms")) / 1000.0
         self.recorder.write(record)
+        return response
 
     def _fill(self, record: Record, c: Completion) -> None:
         Recorder.fill(record, c)
         self.server_s += (c.prompt_ms + c.predicted_ms) / 1000.0
 
     def _complete(self, scenario: str, step: str, role: Role, request: Request,
-                  expect_hit: bool) -> tuple[Completion, str]:
+                  expect_hit: bool, may_stop: bool = False) -> tuple[Completion, str] | None:
+        """One completion, recorded; None for a step stopped once its count was known (only measured steps
+        that may stop)."""
         key = lora_key(request.lora)
         record = self._record(scenario, step, role, request.endpoint, time.time())
         Recorder.request(record, request.tokens, request.lora, self._ideal(request.tokens, key))
@@ -215,8 +240,14 @@ class SessionSteps:
         sampler = self.life.sampler
         gpu_mark = sampler.mark()
         timeout = self._deadline(len(request.tokens))
+        shown = self.progress.callback(scenario, step, role)
         try:
-            completion, reply = request.send(True, self.progress.callback(scenario, step, role), timeout)
+            completion, reply = request.send(True, self._stopper(record, shown) if may_stop else shown, timeout)
+        except StreamEnded as ended:
+            record.gpu = sampler.summary_dict(gpu_mark, sampler.mark())
+            self.progress.clear()
+            self._stopped(record, request, ended, log_mark)
+            return None
         except (ClientError, KeyboardInterrupt) as exc:
             self.progress.clear()
             record.cause = self.diagnosis.cause(log_mark)
@@ -248,6 +279,53 @@ class SessionSteps:
         self.progress.step(record)
         return completion, reply
 
+    def _stopper(self, record: Record, shown: ProgressCallback | None) -> ProgressCallback:
+        """The progress callback that ends the stream at the first event when nothing needs the step's output."""
+        first = [True]
+
+        def on_progress(processed: int, cached: int, total: int) -> bool:
+            if shown:
+                shown(processed, cached, total)
+            decide, first[0] = first[0], False
+            return decide and stops_at(total - cached, cached, verify=self.references.verify,
+                                       awaited=self.references.awaited(record))
+
+        return on_progress
+
+    def _stopped(self, record: Record, request: Request, ended: StreamEnded, log_mark: int) -> None:
+        """A step ended at its count: erase what the cancelled task left in the slot, record the count."""
+        record.prompt_n, record.cache_n = ended.total - ended.cached, ended.cached
+        record.excess = None if record.ideal is None else record.prompt_n - record.ideal
+        record.extra["prefill_seconds"] = STOPPED
+        record.cause = self.diagnosis.cause(log_mark)
+        slot = record.cause.get("slot", self.last_slot) if record.slot is None else record.slot
+        record.slot = self.last_slot = slot
+        record.ended_at = time.time()
+        record.wall_ms = (record.ended_at - record.started_at) * 1000.0
+        try:
+            erased = self._call(record.scenario, "erase slot", f"/slots/{slot}?action=erase",
+                                lambda: self.life.handle.client.slot_erase(slot))
+            # the slot held the reused prefix and what was prefilled before the cancel took effect
+            record.prefilled_n = max(0, int(erased.get("n_erased", ended.cached)) - ended.cached)
+        finally:
+            self.server_s += time.time() - record.started_at  # the server worked until the erase: not harness time
+            key = lora_key(request.lora)
+            self.expectation.erase(slot)
+            self._slot_sequence = (key, [])
+            self._seen.setdefault(key, []).append(list(request.tokens))  # the prompt was seen; its answer is not
+            self._outcome(record)
+            self.recorder.write(record)
+            self.measured.append(record)
+        self.progress.step(record)
+
+    def _outcome(self, record: Record) -> None:
+        # More reused than the longest prefix ever computed under this LoRA: state computed for something else
+        # (another LoRA, or a chunk shifted out of its context), whatever the output says.
+        foreign = (record.cache_n or 0) - ((record.prompt_tokens or 0) - (record.ideal or 0))
+        if foreign > 0:
+            record.extra["foreign_reused"] = foreign
+        record.verdict = verdict(record)
+
     def _judge(self, record: Record, c: Completion, request: Request) -> None:
         """Speedup, correctness against a no-reuse reference (now or deferred), and the step's outcome (hit, partial,
         miss or WRONG OUTPUT; the record keeps it in its ``verdict`` field)."""
@@ -257,12 +335,7 @@ class SessionSteps:
                 self._rate = c.prompt_n / (c.prompt_ms / 1000.0)
         if self._first_load_ms and c.prompt_ms > 0:
             record.speedup = self._first_load_ms / c.prompt_ms
-        # More reused than the longest prefix ever computed under this LoRA: state computed for something else
-        # (another LoRA, or a chunk shifted out of its context), whatever the output says.
-        foreign = c.cache_n - ((record.prompt_tokens or 0) - (record.ideal or 0))
-        if foreign > 0:
-            record.extra["foreign_reused"] = foreign
-        record.verdict = verdict(record)
+        self._outcome(record)
         self.references.judge(record, c, request)
 
     def deferred_references(self) -> None:
@@ -291,3 +364,4 @@ class SessionSteps:
             self.expectation.answered(reference.tokens)
             self.references.use(record, reference)
             self.recorder.write(record)
+            self.progress.done(record)

@@ -1,0 +1,85 @@
+"""The plan of a run, before any server starts: requests, tokens, the prefills the reuse model expects, which
+steps stop once their count is known, and the estimate of time left from the first load's rate."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from reusebench import cli
+from reusebench.llama.server import LlamaServer
+from reusebench.config import corpus, profiles, scenarios
+from reusebench.records import Record, Role
+from reusebench.run import plan
+
+REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
+K32 = 32768
+
+
+def report_a(profile: str, variant: str, *, early_stop: bool) -> plan.SessionPlan:
+    loaded = profiles.load_profile(profile)
+    return plan.plan_session(loaded.variant(variant), K32, scenarios.select(REPORT_A), corpus.load_spec("tiny-words"),
+                             name="s", verify=True, early_stop=early_stop)
+
+
+def full(session: plan.SessionPlan) -> list[str]:
+    """The calls that prefill more than half a document."""
+    return [f"{c.scenario}/{c.step}" for c in session.calls if c.prefill > K32 // 2]
+
+
+def test_report_a_on_the_hybrid_prefills_four_documents_with_early_stop_and_six_without():
+    early = report_a("tiny-qwen35", "mmproj=on,cache-reuse=256", early_stop=True)
+    timed = report_a("tiny-qwen35", "mmproj=on,cache-reuse=256", early_stop=False)
+    # The first load, the other document, the re-ask after the restore (the reference of the first re-ask),
+    # and the extension's reference at the end ("/reference"): four. The edit and the resend after the
+    # restore re-process everything on a hybrid, and nothing needs their output: they stop at their count.
+    assert full(early) == ["first_load/cold", "interleave/other document", "restore_disk/reask", "/reference"]
+    assert [f"{c.scenario}/{c.step}" for c in early.calls if c.stops] == ["edit_middle/line at 50%",
+                                                                         "restore_disk/resend"]
+    assert full(timed) == ["first_load/cold", "interleave/other document", "edit_middle/line at 50%",
+                           "restore_disk/resend", "restore_disk/reask", "/reference"]
+    assert len(early.calls) == len(timed.calls) == 10  # the same requests go out either way
+    assert round(early.prefill / K32) == 4 and round(timed.prefill / K32) == 6
+
+
+def test_the_control_reuses_half_the_edited_document_so_nothing_stops():
+    # Pure attention keeps the KV of the document's first half: the edit reuses it, so its output is checked
+    # against a no-reuse reference, and a checked step never stops.
+    control = report_a("tiny-llama", "default", early_stop=True)
+    assert not any(c.stops for c in control.calls)
+    assert control.calls == report_a("tiny-llama", "default", early_stop=False).calls
+
+
+def test_dry_run_prints_the_plan_and_starts_no_server(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(LlamaServer, "start", lambda self: pytest.fail("a dry run started a server"))
+    assert cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=on,cache-reuse=256", "--size", "32K",
+                     "--scenarios", *REPORT_A, "--dry-run", "--results", str(tmp_path)]) == 0
+    assert not any(tmp_path.iterdir())  # no run directory either
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("plan: 1 session(s), 10 requests; the reuse model expects ")
+    assert "(4.0 documents of 32K), 2 step(s) stopped at their count, 1 reference(s) at the end" in lines[1]
+
+
+def record(scenario: str, step: str, role: Role = Role.MEASURE, prompt_n: int = 0, prompt_ms: float | None = None
+           ) -> Record:
+    return Record(run_id="r", session="s", profile="p", variant="v", build="b", model="m", size=K32,
+                  scenario=scenario, step=step, role=role, endpoint="/completion", started_at=0.0, ended_at=0.0,
+                  prompt_n=prompt_n, prompt_ms=prompt_ms)
+
+
+def test_the_estimate_follows_the_first_load_rate_and_the_planned_calls_left():
+    session = plan.SessionPlan("s", K32, [plan.PlannedCall("first_load", "cold", Role.MEASURE, K32, K32),
+                                          plan.PlannedCall("resend", "same prompt", Role.MEASURE, K32, 4),
+                                          plan.PlannedCall("", "reference", Role.REFERENCE, K32, K32)])
+    out = io.StringIO()
+    estimate = plan.Estimate([session], out)
+    # 32,768 tokens in 8 s: 4,096 tokens/s; left: the resend's 4 and the reference's 32,768 = 32,772 tokens,
+    # 32,772 / 4,096 = 8.0 s.
+    estimate.done("s", record("first_load", "cold", prompt_n=K32, prompt_ms=8000.0))
+    assert out.getvalue() == ("estimate: 8 s of prefill left in this run (32,772 tokens at the last first load's "
+                              "4,096 tokens/s)\n")
+    estimate.done("s", record("resend", "same prompt", prompt_n=4, prompt_ms=1.0))
+    assert out.getvalue().count("\n") == 1  # said again only after ESTIMATE_EVERY_S
+    estimate.session_ended("s")
+    assert estimate.left == {"s": []}
