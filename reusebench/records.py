@@ -292,7 +292,8 @@ class PrefillBudget:
     def line(self) -> str:
         ratio = "n/a" if self.ratio is None else f"{self.ratio:.2f}"
         documents = "" if self.documents is None else f" ({self.documents:.2f} documents)"
-        stopped = "" if self.measured == self.needed else f", {self.measured:,} of them before early stops"
+        stopped = "" if self.measured == self.needed else (f", {self.needed - self.measured:,} of them not prefilled: "
+                                                           "stopped at their count")
         return (f"{self.session}: prefill budget {ratio} ({self.total:,} tokens prefilled{documents} for "
                 f"{self.needed:,} measured{stopped}; setup {self.setup:,}, reference {self.reference:,})")
 
