@@ -94,6 +94,7 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         *(f"gpu_state.FirstLoadSpread.track_{name}_seconds" for name in ("min", "median", "max")),
         "harness.PrefillBudget.track_prefill_budget_ratio",
         "harness.PrefillBudget.track_extra_prefill_tokens",
+        "harness.PrefillBudget.track_documents_prefilled",
         *(f"harness.HarnessOverhead.track_{name}" for name in ("overhead_seconds", "overhead_percent",
                                                                 "ttft_minus_prompt_seconds")),
         "harness.CorpusBuilding.track_corpus_seconds",
@@ -113,8 +114,9 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
     size, variant, steps = found["reuse.ReprocessedTokens.track_reprocessed_tokens"]["params"]
     assert (size, variant) == (["'2K'"], [repr(VARIANT)])
     assert repr(REASK) in steps and "'first_load/cold'" not in steps
-    # version 2: renamed for the web UI; the service figures, measured anew (the serial schedule, repeated timings)
-    renamed = ("reuse.FirstLoad.", "reuse.StepSeconds.", "gpu_state.", "service.")
+    # version 2: renamed for the web UI; the service figures, measured anew (the serial schedule, repeated timings);
+    # the prefill budget, which counts what was really prefilled (early stop)
+    renamed = ("reuse.FirstLoad.", "reuse.StepSeconds.", "gpu_state.", "service.", "harness.PrefillBudget.")
     assert all(b["version"] == ("2" if name.startswith(renamed) else "1") for name, b in found.items())
 
 
@@ -181,6 +183,22 @@ def test_replay_refuses_another_profile_or_binary_and_any_nightly(tmp_path: Path
     monkeypatch.setenv("ASV_ENV_DIR", str(tmp_path))
     with pytest.raises(common.ReplayRefused, match="refused: asv built this environment"):
         common.replay(replay_records(tmp_path / "nightly", now))
+
+
+def test_a_step_stopped_at_its_count_has_its_tokens_tracked_and_its_seconds_na() -> None:
+    from benchmarks import common
+
+    def record(step: str, **fields: Any) -> records.Record:
+        return records.Record(run_id="r", session="s@2048", profile="tiny-qwen35", variant=VARIANT, build="b",
+                              model="tiny:qwen35", size=2048, scenario="edit_middle", step=step, role="measure",
+                              endpoint="/completion", started_at=0.0, ended_at=0.0, **fields)
+
+    cache = common.summarise([record("line at 50%", prompt_n=2066, cache_n=0, prefilled_n=512, ttft_ms=None)],
+                             ["records.jsonl"])
+    figures = cache["figures"][(VARIANT, "2K", "edit_middle/line at 50%")]
+    assert figures["reprocessed_tokens"] == 2066  # the count, as if it had run to its end
+    assert all(math.isnan(figures[name]) for name in ("prefill_seconds", "prefill_seconds_min", "prefill_seconds_max",
+                                                      "ttft_seconds"))  # n/a in asv, not 0
 
 
 def test_a_session_whose_server_died_at_start_up_fails_in_replay_as_live(tmp_path: Path) -> None:
