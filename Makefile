@@ -14,6 +14,8 @@ REPORT_A := first_load resend interleave reask edit_middle restore_disk
 HYBRID_VARIANT := mmproj=on,cache-reuse=256
 HYBRID_SIZES ?= --size 32K --size 128K
 CONTROL_SIZES ?= --size 32K
+# --full-prefills times every step to its end (the default stops a step whose output nothing needs at its count)
+RUN_FLAGS ?=
 
 .PHONY: setup llama-server qemu chromium site-assets bench nightly-demo test models clean-results \
 	cuda-build-check gpu-check-bundle gpu-check
@@ -55,8 +57,8 @@ models: setup
 
 bench: setup site-assets
 	$(BIN)/reusebench check tiny-qwen35
-	$(BIN)/reusebench run --profile tiny-llama $(CONTROL_SIZES) --scenarios $(REPORT_A)
-	$(BIN)/reusebench run --profile tiny-qwen35 --variant $(HYBRID_VARIANT) $(HYBRID_SIZES) --scenarios $(REPORT_A)
+	$(BIN)/reusebench run --profile tiny-llama $(CONTROL_SIZES) --scenarios $(REPORT_A) $(RUN_FLAGS)
+	$(BIN)/reusebench run --profile tiny-qwen35 --variant $(HYBRID_VARIANT) $(HYBRID_SIZES) --scenarios $(REPORT_A) $(RUN_FLAGS)
 	$(BIN)/asv machine --yes > /dev/null
 	REUSEBENCH_ASV_RECORDS=$(CURDIR)/$$(ls -d results/runs/*/ | tail -1)records.jsonl \
 	  $(BIN)/asv run --python=same --set-commit-hash=$$(git rev-parse HEAD)
