@@ -65,6 +65,7 @@ bench: setup site-assets
 	$(BIN)/asv publish
 	$(BIN)/python -m reusebench.report.site vendor results/html > /dev/null
 	$(BIN)/reusebench report --last 4
+	@echo "run pages: results/index.html (each run's steps as bars on a log axis; opens from file://)"
 	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/python -m http.server --bind 127.0.0.1 8080 --directory results/html)"
 
 # The nightly over real llama.cpp history: released trees from PyPI as a local git repository, asv.llama.conf.json

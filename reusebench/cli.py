@@ -19,7 +19,7 @@ from reusebench.advise import advice, agreement
 from reusebench.llama import build, cuda, server
 from reusebench import check, records, tiny
 from reusebench.config import corpus, profiles, scenarios, sizes, workload
-from reusebench.report import run_report as report, service_runs
+from reusebench.report import run_report as report, service_runs, view
 from reusebench.run import plan, runner, session
 from reusebench.run.service import ScheduleDeviation, service_run
 from reusebench.run.recording import RunDir
@@ -61,9 +61,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     text = report.render_text(result.records)
     (result.run_dir / "report.md").write_text(f"# reusebench run {result.run_id}\n\n{text}\n")
     (result.run_dir / "summary.json").write_text(report.summary_json(result.records))
+    page = view.write_run_page(result.run_dir)
+    view.write_index(Path(args.results))
     print(text)
     print(f"\n{len(result.records)} records in {time.monotonic() - started:.0f} s; "
-          f"report: {result.run_dir / 'report.md'}", file=sys.stderr)
+          f"report: {result.run_dir / 'report.md'}; page: {page}", file=sys.stderr)
     return 1 if result.failed_sessions else 0
 
 
@@ -113,6 +115,26 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     measured = records.read_many(paths)
     print(report.summary_json(measured) if args.json else report.render_text(measured))
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    results = Path(args.results)
+    run_dirs = [Path(p) if Path(p).is_dir() else results / "runs" / p for p in args.runs] or sorted(
+        (results / "runs").glob("*/"))[-1:]
+    if not run_dirs:
+        print(f"reusebench view: no runs under {results / 'runs'}", file=sys.stderr)
+        return 2
+    for run_dir in run_dirs:
+        if not (run_dir / "records.jsonl").is_file():
+            print(f"reusebench view: {run_dir}: no records.jsonl", file=sys.stderr)
+            return 2
+        if any(r.user is not None for r in records.read_records(run_dir / "records.jsonl")):
+            print(f"reusebench view: {run_dir} is a workload run, which has no page yet "
+                  f"(`reusebench report {run_dir}` gives its tables)", file=sys.stderr)
+            return 2
+        print(view.write_run_page(run_dir))
+    print(view.write_index(run_dirs[0].parent.parent), file=sys.stderr)
     return 0
 
 
@@ -280,6 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
     check_cmd.add_argument("--json", action="store_true", help="JSON instead of tables")
     check_cmd.set_defaults(func=cmd_check)
+
+    page = sub.add_parser("view", help="write a run's HTML page (results/runs/RUN_ID/index.html: each step's "
+                          "re-processed, ideal and expected tokens on a log axis, verdicts, causes) and the list of "
+                          "all pages (results/index.html); `run` writes both at its end")
+    page.add_argument("runs", nargs="*", metavar="RUN", help="run directories or run ids (default: the newest run)")
+    page.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
+    page.set_defaults(func=cmd_view)
 
     agree = sub.add_parser("agreement", help="does the reuse model predict the real server? every scenario on each "
                            "profile under each option set and size: agreements per profile, option set and size, "

@@ -50,10 +50,10 @@ def test_the_marker_was_sent(run_dir: Path):
     assert {r.endpoint for r in kept} >= {"/completion", "/v1/chat/completions"}
 
 
-def test_the_marker_is_in_no_record_report_summary_log_or_asv_figure(run_dir: Path):
-    files = [run_dir / "records.jsonl", run_dir / "report.md", run_dir / "summary.json",
-             *sorted((run_dir / "logs").glob("*.log"))]
-    assert len(files) == 4 and all(f.stat().st_size for f in files)
+def test_the_marker_is_in_no_record_report_summary_page_log_or_asv_figure(run_dir: Path):
+    files = [run_dir / "records.jsonl", run_dir / "report.md", run_dir / "summary.json", run_dir / "index.html",
+             run_dir.parent.parent / "index.html", *sorted((run_dir / "logs").glob("*.log"))]
+    assert len(files) == 6 and all(f.stat().st_size for f in files)
     half = " ".join(MARKER.split()[3:9])  # a fragment is a leak too
     for path in files:
         text = path.read_text()

@@ -35,6 +35,15 @@ class HostState:
         return dataclasses.asdict(self)
 
 
+def under_load(host: dict[str, object] | None) -> str | None:
+    """Why a step's timing is suspect, from the host state recorded before it: more runnable work than cores
+    over the last minute (the server's own earlier prefill counts, but never above one task per core)."""
+    if not host or not host.get("load_avg_1m") or not host.get("cpu_count"):
+        return None
+    load, cores = float(host["load_avg_1m"]), int(host["cpu_count"])
+    return f"load average {load:.2f} on {cores} cores before the step" if load > cores else None
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text()

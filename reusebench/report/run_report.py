@@ -19,7 +19,7 @@ from reusebench.records import Record, Role, deviation
 from reusebench.config.sizes import size_label
 
 
-def _correctness(r: Record) -> str:
+def correctness(r: Record) -> str:
     foreign = r.extra.get("foreign_reused")
     note = f"; {foreign:,} tokens reused from another prefix or LoRA" if foreign else ""
     if r.matches_reference is None:
@@ -48,7 +48,7 @@ def _cell(r: Record) -> list[Any]:
         _expected(r),
         "n/a (stopped)" if r.prompt_ms is None else f"{r.prompt_ms / 1000:.2f}",  # stopped at its count
         r.verdict or "",
-        _correctness(r),
+        correctness(r),
     ]
 
 
@@ -64,7 +64,7 @@ def variant_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
         rows: dict[tuple[str, str], dict[int, Record]] = {}
         for r in rs:
             if r.role == Role.MEASURE:
-                rows.setdefault((r.scenario, _step_label(r)), {})[r.size] = r
+                rows.setdefault((r.scenario, step_label(r)), {})[r.size] = r
         header = ["scenario", "step"]
         for size in sizes:
             label = size_label(size)
@@ -84,7 +84,7 @@ def variant_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
     return out
 
 
-def _step_label(r: Record) -> str:
+def step_label(r: Record) -> str:
     repeat = r.extra.get("repeat")
     return r.step if repeat is None else f"{r.step} (repeat {repeat})"
 

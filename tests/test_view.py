@@ -1,0 +1,58 @@
+"""A run's page in a real browser (Debian's chromium through selenium, as tests/test_site.py): written by
+`reusebench run` from the records of a real tiny run, opened from file:// with no host resolvable, its bars
+on a log axis read back from the drawn elements. The planted-marker check of every written page is in
+tests/test_privacy.py."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+
+from reusebench import cli, records
+from reusebench.records import Role
+from reusebench.report import view
+
+from test_site import browser, screenshot  # noqa: F401 (the fixture)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = tmp_path_factory.mktemp("view")
+    assert cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=0", "--size", "2K",
+                     "--scenarios", "resend", "edit_middle", "--results", str(results)]) == 0
+    (found,) = (results / "runs").iterdir()
+    return found
+
+
+def test_run_writes_the_page_and_the_list_of_pages(run_dir: Path):
+    index = (run_dir.parent.parent / view.PAGE).read_text()
+    assert f'href="runs/{run_dir.name}/{view.PAGE}"' in index
+    page = (run_dir / view.PAGE).read_text()
+    assert "http:" not in page and "https:" not in page and "<script" not in page  # nothing to fetch, nothing to run
+
+
+def test_the_page_shows_each_step_as_bars_on_a_log_axis(run_dir: Path, browser):  # noqa: F811
+    measured = [r for r in records.read_records(run_dir / "records.jsonl") if r.role == Role.MEASURE]
+    browser.get((run_dir / view.PAGE).as_uri())
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.steps tr[data-step]")
+    assert [row.get_attribute("data-step") for row in rows] == [f"{r.scenario}/{r.step}" for r in measured]
+    drawn = {}
+    for row, r in zip(rows, measured):
+        bars = {bar.get_attribute("data-kind"): bar for bar in row.find_elements(By.CSS_SELECTOR, "rect.bar")}
+        assert {kind: int(bar.get_attribute("data-tokens")) for kind, bar in bars.items()} == {
+            "re-processed": r.prompt_n, "ideal": r.ideal, "expected": r.expected}
+        drawn[r.step] = (r.prompt_n, bars["re-processed"].size["width"])
+    # The resend re-processes 4 tokens, the edit all 2,066 of its prompt (a hybrid: no checkpoint before 50%):
+    # on the log axis from 1 to the longest prompt, widths go as log10(10 * tokens).
+    (resend_tokens, resend_width), (edit_tokens, edit_width) = drawn["same prompt"], drawn["line at 50%"]
+    assert (resend_tokens, edit_tokens) == (4, measured[-1].prompt_tokens)
+    assert resend_width / edit_width == pytest.approx(math.log10(40) / math.log10(10 * edit_tokens), abs=0.02)
+    assert resend_width > 0.25 * edit_width  # both read: 4 tokens is no invisible sliver beside 2,066
+    # Nothing but the file itself was loaded.
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    screenshot(browser, "run-page")
