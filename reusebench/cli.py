@@ -97,8 +97,11 @@ def cmd_workload(args: argparse.Namespace) -> int:
         return 1
     text = service_runs.render_runs(records.read_records(records_path))
     (run_dir / "report.md").write_text(f"# reusebench workload {load.name}, run {run_id}\n\n{text}\n")
+    page = view.write_run_page(run_dir)
+    view.write_index(Path(args.results))
     print(text)
-    print(f"\nworkload took {time.monotonic() - started:.0f} s; report: {run_dir / 'report.md'}", file=sys.stderr)
+    print(f"\nworkload took {time.monotonic() - started:.0f} s; report: {run_dir / 'report.md'}; page: {page}",
+          file=sys.stderr)
     return 0
 
 
@@ -128,10 +131,6 @@ def cmd_view(args: argparse.Namespace) -> int:
     for run_dir in run_dirs:
         if not (run_dir / "records.jsonl").is_file():
             print(f"reusebench view: {run_dir}: no records.jsonl", file=sys.stderr)
-            return 2
-        if any(r.user is not None for r in records.read_records(run_dir / "records.jsonl")):
-            print(f"reusebench view: {run_dir} is a workload run, which has no page yet "
-                  f"(`reusebench report {run_dir}` gives its tables)", file=sys.stderr)
             return 2
         print(view.write_run_page(run_dir))
     print(view.write_index(run_dirs[0].parent.parent), file=sys.stderr)
@@ -303,9 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.add_argument("--json", action="store_true", help="JSON instead of tables")
     check_cmd.set_defaults(func=cmd_check)
 
-    page = sub.add_parser("view", help="write a run's HTML page (results/runs/RUN_ID/index.html: each step's "
-                          "re-processed, ideal and expected tokens on a log axis, verdicts, causes) and the list of "
-                          "all pages (results/index.html); `run` writes both at its end")
+    page = sub.add_parser("view", help="write a run's HTML page (results/runs/RUN_ID/index.html: a scenario run's "
+                          "steps as re-processed, ideal and expected tokens on a log axis with verdicts and causes; a "
+                          "workload's timeline with a lane per slot and its requests by user) and the list of all "
+                          "pages (results/index.html); `run` and `workload` write both at their end")
     page.add_argument("runs", nargs="*", metavar="RUN", help="run directories or run ids (default: the newest run)")
     page.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
     page.set_defaults(func=cmd_view)

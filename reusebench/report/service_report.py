@@ -228,7 +228,7 @@ def _overlap(start: float, end: float, spans: Iterable[tuple[float, float]]) -> 
                default=0.0)
 
 
-def _spans(r: Record) -> tuple[tuple[float, float], tuple[float, float]]:
+def spans(r: Record) -> tuple[tuple[float, float], tuple[float, float]]:
     """(prefill, decode) of one call in wall-clock seconds, from the server's own times anchored at the end of
     the stream: a client thread on a busy CPU may read the first tokens late, the end it reads when it comes."""
     decode_start = r.ended_at - (r.predicted_ms or 0) / 1000
@@ -240,13 +240,13 @@ def interference(records: Sequence[Record], long_prefill_tokens: int) -> Interfe
     user's long prefill overlap by at least half of the shorter of the two, 'alone' when they do not overlap at
     all; in between it counts in neither."""
     calls = [r for r in records if r.role in (Role.MEASURE, Role.PROBE) and not r.error and r.prompt_ms is not None]
-    long_spans = [(r.user, _spans(r)[0]) for r in calls if (r.prompt_n or 0) >= long_prefill_tokens]
+    long_spans = [(r.user, spans(r)[0]) for r in calls if (r.prompt_n or 0) >= long_prefill_tokens]
     result = Interference([], [], [], [])
     for r in calls:
         if r.role != Role.MEASURE or (r.prompt_n or 0) >= long_prefill_tokens:
             continue
         others = [span for user, span in long_spans if user != r.user]
-        (_, first), decode = _spans(r)
+        (_, first), decode = spans(r)
         for share, value, during, alone in (
                 (_overlap(*decode, others), r.predicted_ms / r.predicted_n if r.predicted_n else None,
                  result.decode_during, result.decode_alone),

@@ -24,7 +24,7 @@ from reusebench import records
 from reusebench.config.sizes import size_label
 from reusebench.machine.host import under_load
 from reusebench.records import Record, Role
-from reusebench.report import run_report
+from reusebench.report import run_report, service_report
 
 PAGE = "index.html"
 BAR_WIDTH, BAR_HEIGHT, BAR_GAP = 360, 9, 3
@@ -40,6 +40,8 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 .loaded { background: #fdebd0; }
 .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
 .muted { color: #777; }
+.cards { display: flex; gap: 12px; margin: 0.5em 0; } .card { border: 1px solid #ddd; padding: 8px 14px; }
+.card b { font-size: 20px; } text.lane { font-size: 12px; fill: #555; } pre { background: #f8f8f8; padding: 8px; }
 """
 
 
@@ -70,12 +72,15 @@ def write_index(results_dir: Path) -> Path:
 
 
 def render_run(run_id: str, run_records: Sequence[Record]) -> str:
+    """A scenario run (per session, its steps as bars) or a workload run (per run of it, the service view)."""
     sessions: dict[str, list[Record]] = defaultdict(list)
     for r in run_records:
         sessions[r.session].append(r)
-    parts = [f"<h1>reusebench run {_e(run_id)}</h1>", _legend()]
+    workload = any(r.user is not None for r in run_records)
+    parts = [f"<h1>reusebench {'workload ' if workload else ''}run {_e(run_id)}</h1>",
+             _timeline_legend() if workload else _legend()]
     for name, rs in sessions.items():
-        parts.append(_session(name, rs))
+        parts.append(_service(name, rs) if workload else _session(name, rs))
     return _page(f"reusebench run {run_id}", "\n".join(parts))
 
 
@@ -126,6 +131,101 @@ def _bars(r: Record, scale: int) -> str:
                      f"height='{BAR_HEIGHT}' fill='{colour}'><title>{label}: {value:,} tokens</title></rect>")
     height = len(BARS) * (BAR_HEIGHT + BAR_GAP)
     return f"<svg width='{BAR_WIDTH}' height='{height}' role='img'>{''.join(rects)}</svg>"
+
+
+# -- a workload run: cards, the timeline with a lane per slot, the requests by user ------------------------
+
+OUTCOME_COLOURS = {"hit": "#27ae60", "partial": "#e67e22", "miss": "#c0392b", "cannot hit": "#7f8c8d",
+                   "probe": "#8e44ad", "setup": "#bdc3c7"}
+TIMELINE_WIDTH, LANE_HEIGHT, LABEL_WIDTH = 1100, 26, 60
+
+
+def _service(name: str, rs: list[Record]) -> str:
+    summary = next((r for r in rs if r.role == Role.SESSION), None)
+    calls = sorted((r for r in rs if r.user is not None and r.endpoint and not r.error), key=lambda r: r.started_at)
+    outcomes = {id(t.record): t for t in service_report.turns(rs)}
+    should = [t for t in outcomes.values() if t.should_hit]
+    missed = sum(t.outcome != "hit" for t in should)
+    cards = (("requests", f"{len(calls)}"), ("users", f"{len({r.user for r in calls})}"),
+             ("time prefilling", f"{sum(r.prompt_ms or 0 for r in calls) / 1000:.1f} s"),
+             ("tokens computed fresh", f"{sum(r.prompt_n or 0 for r in calls):,}"),
+             ("should-hit turns missed", f"{missed} of {len(should)}"))
+    head = f"<h2>{_e(summary.scenario if summary else name)} on {_e(calls[0].profile if calls else '')}</h2>"
+    return (head + "<div class=cards>" + "".join(f"<div class=card><b>{_e(v)}</b><br>{_e(k)}</div>" for k, v in cards)
+            + "</div>" + _timeline(calls, outcomes) + _by_user(calls, outcomes)
+            + f"<h3>Miss classes and causes</h3><pre>{_e(service_report.render(rs))}</pre>")
+
+
+def _kind(r: Record, outcomes: dict[int, service_report.Turn]) -> str:
+    if r.role == Role.PROBE:
+        return "probe"
+    turn = outcomes.get(id(r))
+    if turn is None:
+        return "setup"
+    return turn.outcome if turn.should_hit else "cannot hit"
+
+
+def _timeline(calls: list[Record], outcomes: dict[int, service_report.Turn]) -> str:
+    """One lane per slot: each request a bar from its start to its end, its prefill part the full-height
+    part (the server's prompt time, before its decoding), coloured by outcome."""
+    if not calls:
+        return ""
+    start, end = calls[0].started_at, max(r.ended_at for r in calls)
+    span = max(end - start, 1e-3)
+    slots = sorted({r.slot for r in calls if r.slot is not None})
+    lane = {slot: i for i, slot in enumerate(slots)}
+
+    def x(t: float) -> float:
+        return LABEL_WIDTH + (TIMELINE_WIDTH - LABEL_WIDTH) * (t - start) / span
+
+    shapes = [f"<text x='0' y='{i * LANE_HEIGHT + 17}' class=lane>slot {slot}</text>" for slot, i in lane.items()]
+    for r in calls:
+        if r.slot is None:
+            continue
+        y = lane[r.slot] * LANE_HEIGHT + 3
+        kind = _kind(r, outcomes)
+        (prefill_start, decode_start), _ = service_report.spans(r)
+        prefill_start = max(prefill_start, r.started_at)
+        label = (f"{r.user} {r.step}: {r.prompt_n or 0:,} re-processed of {r.prompt_tokens or 0:,}, "
+                 f"{(r.wall_ms or 0) / 1000:.2f} s ({kind})")
+        shapes.append(
+            f"<g class=request data-user='{_e(r.user)}' data-slot='{r.slot}' data-role='{_e(r.role)}' "
+            f"data-outcome='{_e(kind)}' data-prefill-ms='{r.prompt_ms or 0:.1f}'><title>{_e(label)}</title>"
+            f"<rect x='{x(r.started_at):.2f}' y='{y + 6}' width='{max(x(r.ended_at) - x(r.started_at), 1):.2f}' "
+            f"height='{LANE_HEIGHT - 18}' fill='{OUTCOME_COLOURS[kind]}' opacity='0.45'/>"
+            f"<rect class=prefill x='{x(prefill_start):.2f}' y='{y}' "
+            f"width='{max(x(decode_start) - x(prefill_start), 1):.2f}' height='{LANE_HEIGHT - 6}' "
+            f"fill='{OUTCOME_COLOURS[kind]}'/></g>")
+    height = len(slots) * LANE_HEIGHT + 20
+    axis = f"<text x='{LABEL_WIDTH}' y='{height - 4}' class=lane>0 s</text>" \
+           f"<text x='{TIMELINE_WIDTH - 60}' y='{height - 4}' class=lane>{span:.1f} s</text>"
+    return (f"<h3>Timeline, one lane per slot</h3><svg class=timeline width='{TIMELINE_WIDTH}' height='{height}'>"
+            + "".join(shapes) + axis + "</svg>")
+
+
+def _by_user(calls: list[Record], outcomes: dict[int, service_report.Turn]) -> str:
+    users: dict[str, list[Record]] = defaultdict(list)
+    for r in calls:
+        users[r.user or ""].append(r)
+    parts = ["<h3>Requests by user</h3>"]
+    for user, rs in users.items():
+        rows = "".join(
+            f"<tr data-user='{_e(user)}'><td>{_e(r.step)}</td><td class=n>{'' if r.slot is None else r.slot}</td>"
+            f"<td>{_e(_kind(r, outcomes))}</td>"
+            f"<td>{_e(outcomes[id(r)].route if id(r) in outcomes else '')}</td>"
+            f"<td class=n>{r.prompt_n or 0:,} / {r.ideal if r.ideal is not None else '-'}</td>"
+            f"<td>{_e(outcomes[id(r)].cause or '' if id(r) in outcomes else '')}</td>"
+            f"<td>{_e((r.cause or {}).get('summary', ''))}</td></tr>" for r in rs)
+        parts.append(f"<details><summary>{_e(user)}: {len(rs)} requests</summary><table><tr><th>step</th>"
+                     "<th>slot</th><th>outcome</th><th>path</th><th>re-processed / ideal</th><th>miss cause</th>"
+                     f"<th>the log says</th></tr>{rows}</table></details>")
+    return "".join(parts)
+
+
+def _timeline_legend() -> str:
+    keys = "".join(f"<span style='background:{colour}'></span>{kind}" for kind, colour in OUTCOME_COLOURS.items())
+    return (f"<p class=legend>{keys} &nbsp; a bar spans a request from its start to its end; its full-height part is "
+            "the server's prefill</p>")
 
 
 def _legend() -> str:
