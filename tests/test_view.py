@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 
 from reusebench import cli, records
 from reusebench.records import Role
-from reusebench.report import view
+from reusebench.report import service_report, view
 
 from test_site import browser, screenshot  # noqa: F401 (the fixture)
 
@@ -56,3 +56,35 @@ def test_the_page_shows_each_step_as_bars_on_a_log_axis(run_dir: Path, browser):
     # Nothing but the file itself was loaded.
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
     screenshot(browser, "run-page")
+
+
+@pytest.fixture(scope="module")
+def workload_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = tmp_path_factory.mktemp("workload-view")
+    assert cli.main(["workload", "service-small", "--results", str(results)]) == 0
+    (found,) = (results / "runs").iterdir()
+    return found
+
+
+def test_a_workload_page_draws_every_request_in_its_slots_lane(workload_dir: Path, browser):  # noqa: F811
+    kept = records.read_records(workload_dir / "records.jsonl")
+    calls = [r for r in kept if r.user is not None and r.endpoint and not r.error]
+    browser.get((workload_dir / view.PAGE).as_uri())
+    drawn = browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.request")
+    assert len(drawn) == len(calls)
+    lanes = [lane.text for lane in browser.find_elements(By.CSS_SELECTOR, "svg.timeline text.slot")]
+    assert lanes == [f"slot {slot}" for slot in sorted({r.slot for r in calls})]
+    # The health check takes a conversation's slot (report B): a probe drawn in a lane a chat user's turn uses.
+    health = service_report.health_effect(kept, 1024)
+    probe_slots = {g.get_attribute("data-slot") for g in drawn if g.get_attribute("data-role") == Role.PROBE}
+    chat_slots = {g.get_attribute("data-slot") for g in drawn if g.get_attribute("data-user").startswith("chat")}
+    assert health.took_slot > 0 and probe_slots & chat_slots
+    # A prefill's full-height part is its prompt time on the run's time axis.
+    longest = max(calls, key=lambda r: r.prompt_ms or 0)
+    (bar,) = [g for g in drawn if g.get_attribute("data-prefill-ms") == f"{longest.prompt_ms:.1f}"][:1]
+    seconds = float(browser.find_element(By.CSS_SELECTOR, "svg.timeline").get_attribute("data-seconds"))
+    plot = view.TIMELINE_WIDTH - view.LABEL_WIDTH
+    width = bar.find_element(By.CSS_SELECTOR, "rect.prefill").size["width"]
+    assert width == pytest.approx(plot * longest.prompt_ms / 1000 / seconds, abs=1.5)
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    screenshot(browser, "workload-page")

@@ -146,7 +146,9 @@ def _service(name: str, rs: list[Record]) -> str:
     outcomes = {id(t.record): t for t in service_report.turns(rs)}
     should = [t for t in outcomes.values() if t.should_hit]
     missed = sum(t.outcome != "hit" for t in should)
-    cards = (("requests", f"{len(calls)}"), ("users", f"{len({r.user for r in calls})}"),
+    probes = [r for r in calls if r.role == Role.PROBE]
+    cards = (("requests", f"{len(calls)}"), ("users", f"{len({r.user for r in calls if r.role != Role.PROBE})}"),
+             ("health checks", f"{len(probes)}"),
              ("time prefilling", f"{sum(r.prompt_ms or 0 for r in calls) / 1000:.1f} s"),
              ("tokens computed fresh", f"{sum(r.prompt_n or 0 for r in calls):,}"),
              ("should-hit turns missed", f"{missed} of {len(should)}"))
@@ -178,7 +180,7 @@ def _timeline(calls: list[Record], outcomes: dict[int, service_report.Turn]) -> 
     def x(t: float) -> float:
         return LABEL_WIDTH + (TIMELINE_WIDTH - LABEL_WIDTH) * (t - start) / span
 
-    shapes = [f"<text x='0' y='{i * LANE_HEIGHT + 17}' class=lane>slot {slot}</text>" for slot, i in lane.items()]
+    shapes = [f"<text x='0' y='{i * LANE_HEIGHT + 17}' class='lane slot'>slot {slot}</text>" for slot, i in lane.items()]
     for r in calls:
         if r.slot is None:
             continue
@@ -199,7 +201,8 @@ def _timeline(calls: list[Record], outcomes: dict[int, service_report.Turn]) -> 
     height = len(slots) * LANE_HEIGHT + 20
     axis = f"<text x='{LABEL_WIDTH}' y='{height - 4}' class=lane>0 s</text>" \
            f"<text x='{TIMELINE_WIDTH - 60}' y='{height - 4}' class=lane>{span:.1f} s</text>"
-    return (f"<h3>Timeline, one lane per slot</h3><svg class=timeline width='{TIMELINE_WIDTH}' height='{height}'>"
+    return (f"<h3>Timeline, one lane per slot</h3><svg class=timeline data-seconds='{span:.3f}' "
+            f"width='{TIMELINE_WIDTH}' height='{height}'>"
             + "".join(shapes) + axis + "</svg>")
 
 
