@@ -111,7 +111,8 @@ def _records_paths(given: Sequence[str]) -> list[Path]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    paths = _records_paths(args.paths or [str(p) for p in sorted((Path(args.results) / "runs").glob("*"))[-args.last:]])
+    recorded = [str(p) for p in sorted((Path(args.results) / "runs").glob("*")) if (p / "records.jsonl").is_file()]
+    paths = _records_paths(args.paths or recorded[-args.last:])  # an option check's run directory has no records
     missing = [p for p in paths if not p.is_file()]
     if not paths or missing:
         print(f"reusebench report: no records at {', '.join(map(str, missing)) or args.results}", file=sys.stderr)
@@ -129,8 +130,11 @@ def cmd_view(args: argparse.Namespace) -> int:
         print(f"reusebench view: no runs under {results / 'runs'}", file=sys.stderr)
         return 2
     for run_dir in run_dirs:
+        if (run_dir / view.CHECK_FILE).is_file():
+            print(view.write_check_page(run_dir, json.loads((run_dir / view.CHECK_FILE).read_text())))
+            continue
         if not (run_dir / "records.jsonl").is_file():
-            print(f"reusebench view: {run_dir}: no records.jsonl", file=sys.stderr)
+            print(f"reusebench view: {run_dir}: no records.jsonl or {view.CHECK_FILE}", file=sys.stderr)
             return 2
         print(view.write_run_page(run_dir))
     print(view.write_index(run_dirs[0].parent.parent), file=sys.stderr)
@@ -165,14 +169,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     # --help is compared per option inside the check, so every unknown option gets its own UNSUPPORTED row
     profile = profiles.load_profile(args.profile, check_binary=False)
     variants = [profile.variant(name) for name in args.variant] if args.variant else list(profile.variants)
-    reports, failing = [], False
+    found, texts, failing = [], [], False
     for variant in variants:
         print(f"checking {variant.profile} / {variant.name} ...", file=sys.stderr)
         verdicts = check.check_variant(variant, progress=lambda message: print(f"  {message}", file=sys.stderr))
         failing |= any(v.verdict in check.FAILING_VERDICTS for v in verdicts)
-        reports.append({**check.describe_launch(variant), "verdicts": [v.to_dict() for v in verdicts]}
-                       if args.json else check.render_report(variant, verdicts))
-    print(json.dumps(reports, indent=2) if args.json else "\n\n".join(reports))
+        found.append({**check.describe_launch(variant), "verdicts": [v.to_dict() for v in verdicts]})
+        texts.append(check.render_report(variant, verdicts))
+    print(json.dumps(found, indent=2) if args.json else "\n\n".join(texts))
+    page = view.write_check_page(RunDir.create(Path(args.results)).path, found)
+    view.write_index(Path(args.results))
+    print(f"page: {page}", file=sys.stderr)
     return 1 if failing else 0
 
 
@@ -300,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.add_argument("profile", help="profile name in server_profiles/ or a path")
     check_cmd.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
     check_cmd.add_argument("--json", action="store_true", help="JSON instead of tables")
+    check_cmd.add_argument("--results", default=str(RESULTS_DIR), help="where its run directory with the verdicts "
+                           "(check.json) and their page goes (default: results)")
     check_cmd.set_defaults(func=cmd_check)
 
     page = sub.add_parser("view", help="write a run's HTML page (results/runs/RUN_ID/index.html: a scenario run's "

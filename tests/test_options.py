@@ -125,11 +125,17 @@ def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path
     assert "not launched" in evidence(verdicts["cache-ram"])
 
 
-def test_cli_check_json_exits_1_on_unsupported(unknown_profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check", str(unknown_profile), "--json"]) == 1
+def test_cli_check_json_exits_1_on_unsupported_and_keeps_its_verdicts_with_a_page(
+        unknown_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", str(unknown_profile), "--json", "--results", str(tmp_path)]) == 1
     (report,) = json.loads(capsys.readouterr().out)
     assert report["variant"] == "default" and report["build"]
     assert {row["option"]: row["code"] for row in report["verdicts"]}["mlock"] == 5
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "check.json").read_text()) == [report]  # what the page and `view` are made from
+    page = (run_dir / "index.html").read_text()
+    assert "<tr class='' data-option='mlock'><td>mlock</td><td class='verdict-UNSUPPORTED'>" in page
+    assert f'href="runs/{run_dir.name}/index.html"' in (tmp_path / "index.html").read_text()
 
 
 def test_table_shows_option_value_verdict_and_every_evidence_line() -> None:

@@ -1,4 +1,4 @@
-"""One self-contained HTML page per scenario run, and the list of every run's page.
+"""One self-contained HTML page per run (scenarios, a workload, an option check), and the list of every page.
 
 ``reusebench view RUN`` (and ``reusebench run`` at its end) writes ``results/runs/RUN_ID/index.html`` from the
 run's records, and ``results/index.html``, the list of all runs with a page. Per session (profile, variant,
@@ -15,10 +15,12 @@ lengths, counts, hashes and the server's numbers only.
 from __future__ import annotations
 
 import html
+import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from reusebench import records
 from reusebench.config.sizes import size_label
@@ -27,6 +29,7 @@ from reusebench.records import Record, Role
 from reusebench.report import run_report, service_report
 
 PAGE = "index.html"
+CHECK_FILE = "check.json"  # a check's run directory: its verdicts, as `check --json` prints them
 BAR_WIDTH, BAR_HEIGHT, BAR_GAP = 360, 9, 3
 BARS = (("re-processed", "prompt_n", "#c0392b"), ("ideal", "ideal", "#27ae60"), ("expected", "expected", "#2c3e50"))
 STYLE = """
@@ -37,7 +40,8 @@ th { background: #f4f4f4; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 .verdict-hit { color: #1e8449; } .verdict-miss, .verdict-UNEXPECTED, .verdict-WRONG { color: #b03a2e; font-weight: 600; }
 .verdict-partial { color: #b9770e; }
-.loaded { background: #fdebd0; }
+.loaded { background: #fdebd0; } tr.differs td:first-child { font-weight: 600; color: #b03a2e; }
+.verdict-ACTIVE { color: #1e8449; } .verdict-DISABLED, .verdict-UNSUPPORTED, .verdict-UNSAFE, .verdict-INEFFECTIVE { color: #b03a2e; }
 .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
 .muted { color: #777; }
 .cards { display: flex; gap: 12px; margin: 0.5em 0; } .card { border: 1px solid #ddd; padding: 8px 14px; }
@@ -53,19 +57,64 @@ def write_run_page(run_dir: Path) -> Path:
     return page
 
 
+def write_check_page(run_dir: Path, reports: Sequence[dict[str, Any]]) -> Path:
+    """A check's page: one row per option, one column per variant, the rows whose verdicts differ marked, each
+    verdict's evidence on demand. `reports` are ``check --json``'s (``CHECK_FILE`` in the run directory)."""
+    (run_dir / CHECK_FILE).write_text(json.dumps(list(reports), indent=2) + "\n")
+    page = run_dir / PAGE
+    page.write_text(render_check(run_dir.name, reports))
+    return page
+
+
+def render_check(run_id: str, reports: Sequence[dict[str, Any]]) -> str:
+    by_key: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # option key -> variant -> verdict
+    for report in reports:
+        for v in report["verdicts"]:
+            key = f"{v['option']}[{v['aspect']}]" if v.get("aspect") else v["option"]
+            by_key[key][report["variant"]] = v
+    variants = [report["variant"] for report in reports]
+    rows = []
+    for key, found in by_key.items():
+        differs = len({found[name]["verdict"] if name in found else None for name in variants}) > 1
+        cells = "".join(_verdict_cell(found.get(name)) for name in variants)
+        rows.append(f"<tr class='{'differs' if differs else ''}' data-option='{_e(key)}'><td>{_e(key)}"
+                    f"{' (differs)' if differs else ''}</td>{cells}</tr>")
+    launches = "".join(f"<li>{_e(r['variant'])}: {_e(r['binary'])}, build {_e(r['build'])}; the check adds "
+                       f"{_e(' '.join(r['added_args']) or 'nothing')}</li>" for r in reports)
+    profile = ", ".join(dict.fromkeys(r["profile"] for r in reports))
+    body = (f"<h1>reusebench check {_e(run_id)}: {_e(profile)}</h1><ul class=muted>{launches}</ul>"
+            "<table class=check><tr><th>option</th>" + "".join(f"<th>{_e(name)}</th>" for name in variants)
+            + "</tr>" + "".join(rows) + "</table>")
+    return _page(f"reusebench check {run_id}", body)
+
+
+def _verdict_cell(v: dict[str, Any] | None) -> str:
+    if v is None:
+        return "<td>-</td>"
+    evidence = "".join(f"<li>{_e(line)}</li>" for line in v["evidence"])
+    return (f"<td class='verdict-{_e(v['verdict'])}'><details><summary>{_e(v['verdict'])} ({_e(v['value'])})"
+            f"</summary><ul>{evidence}</ul></details></td>")
+
+
 def write_index(results_dir: Path) -> Path:
     """``results/index.html``: every run under ``results/runs`` that has a page, newest first."""
     rows = []
     for run_dir in sorted((results_dir / "runs").glob("*/"), reverse=True):
         if not (run_dir / PAGE).is_file():
             continue
-        rs = records.read_records(run_dir / "records.jsonl")
-        profiles = ", ".join(dict.fromkeys(r.profile for r in rs))
-        sessions = len({r.session for r in rs})
-        rows.append(f'<tr><td><a href="runs/{_e(run_dir.name)}/{PAGE}">{_e(run_dir.name)}</a></td>'
-                    f"<td>{_e(profiles)}</td><td class=n>{sessions}</td><td class=n>{len(rs)}</td></tr>")
-    body = ("<h1>reusebench runs</h1><table><tr><th>run</th><th>profiles</th><th>sessions</th><th>records</th></tr>"
-            + "".join(rows) + "</table>")
+        if (run_dir / CHECK_FILE).is_file():
+            reports = json.loads((run_dir / CHECK_FILE).read_text())
+            what, profiles = "option check", ", ".join(dict.fromkeys(r["profile"] for r in reports))
+            sessions, count = len(reports), sum(len(r["verdicts"]) for r in reports)
+        else:
+            rs = records.read_records(run_dir / "records.jsonl")
+            what = "workload" if any(r.user is not None for r in rs) else "scenarios"
+            profiles = ", ".join(dict.fromkeys(r.profile for r in rs))
+            sessions, count = len({r.session for r in rs}), len(rs)
+        rows.append(f'<tr><td><a href="runs/{_e(run_dir.name)}/{PAGE}">{_e(run_dir.name)}</a></td><td>{what}</td>'
+                    f"<td>{_e(profiles)}</td><td class=n>{sessions}</td><td class=n>{count}</td></tr>")
+    body = ("<h1>reusebench runs</h1><table><tr><th>run</th><th>kind</th><th>profiles</th>"
+            "<th>sessions (variants)</th><th>records (verdicts)</th></tr>" + "".join(rows) + "</table>")
     index = results_dir / PAGE
     index.write_text(_page("reusebench runs", body))
     return index
