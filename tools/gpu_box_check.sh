@@ -4,7 +4,7 @@
 #   sh tools/gpu_box_check.sh [BUNDLE]
 #
 # BUNDLE (default .gpu-check) is made on the build machine by `make gpu-check-bundle`: the CUDA
-# llama-server and the Python wheels reusebench needs, for Python 3.12 on x86_64. This script
+# llama-server (xz-compressed) and the Python wheels reusebench needs, for Python 3.12 on x86_64. This script
 #  1. installs the wheels offline into a scratch directory (nothing goes into the system Python);
 #  2. generates the tiny models;
 #  3. tools/gpu_check.py: NVML at 10 Hz, idle and during one prefill on the GPU;
@@ -34,12 +34,15 @@ step() {  # step NAME COMMAND...: its output in $out/NAME.log and on screen, its
     [ "$status" = 0 ] || failed="$failed $name"
 }
 
-[ -x "$bundle/llama-server" ] || { echo "gpu_box_check: no $bundle/llama-server: run \`make gpu-check-bundle\` first" >&2; exit 1; }
+[ -f "$bundle/llama-server.xz" ] || { echo "gpu_box_check: no $bundle/llama-server.xz: run \`make gpu-check-bundle\` first" >&2; exit 1; }
 bundle=$(cd "$bundle" && pwd)
+"$python" -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+    "$bundle/llama-server.xz" "$deps/llama-server"  # beside the wheels' scratch copy: not a result
+chmod +x "$deps/llama-server"
 step install "$python" -m pip install --quiet --no-index --find-links "$bundle/wheels" --target "$deps" \
     -r "$bundle/requirements.txt"
 [ -z "$failed" ] || { echo "gpu_box_check: the offline install failed; results: $out" >&2; exit 1; }
-export PYTHONPATH="$PWD:$deps" REUSEBENCH_LLAMA_SERVER="$bundle/llama-server" REUSEBENCH_MODEL_CACHE="$out/models"
+export PYTHONPATH="$PWD:$deps" REUSEBENCH_LLAMA_SERVER="$deps/llama-server" REUSEBENCH_MODEL_CACHE="$out/models"
 
 # The binary's RUNPATH names the build machine's toolkit; where that is absent, the CUDA libraries come
 # from this machine's loader paths, else from its toolkit directories.
