@@ -5,7 +5,8 @@ run's records, and ``results/index.html``, the list of all runs with a page. Per
 size), one row per measured step: the tokens it re-processed beside a perfect cache's ideal and the reuse
 model's expected, as bars on a log axis (so that 4 and 131,111 tokens both read), the verdict, the output
 check, the cause in the server's words and the model's, and the prefill seconds (n/a for a step stopped
-once its count was known), flagged when the machine was loaded before the step.
+once its count was known), flagged when the machine was loaded before the step; and where its prompt first
+differed from what the slot held, beside the position the server resumed from.
 
 The bars are inline SVG written here: a few rectangles per row need no chart library, and the page then
 opens from ``file://`` with no request outside it. Records hold no prompt text, so neither can the page:
@@ -145,25 +146,33 @@ def _session(name: str, rs: list[Record]) -> str:
     scale = max(r.prompt_tokens or 1 for r in measured)
     rows = "".join(_row(r, scale) for r in measured)
     return (head + "<table class=steps><tr><th>step</th><th>tokens (log axis)</th><th>re-processed / ideal / "
-            "expected</th><th>verdict</th><th>output</th><th>why</th><th>model's why</th><th>prefill s</th></tr>"
+            "expected</th><th>diverged at / resumed at</th><th>verdict</th><th>output</th><th>why</th>"
+            "<th>model's why</th><th>prefill s</th></tr>"
             + rows + "</table>")
 
 
 def _row(r: Record, scale: int) -> str:
     if r.error:
         return (f"<tr data-step='{_e(r.scenario)}/{_e(r.step)}'><td>{_e(r.scenario)}/{_e(r.step)}</td>"
-                f"<td colspan=7>failed: {_e(r.error)}</td></tr>")
+                f"<td colspan=8>failed: {_e(r.error)}</td></tr>")
     load = under_load(r.host)
     seconds = "n/a (stopped at its count)" if r.prompt_ms is None else f"{r.prompt_ms / 1000:.2f}"
     numbers = " / ".join("-" if getattr(r, field) is None else f"{getattr(r, field):,}" for _, field, _ in BARS)
     verdict = r.verdict or ""
     return (f"<tr data-step='{_e(r.scenario)}/{_e(r.step)}'><td>{_e(r.scenario)}/{_e(run_report.step_label(r))}</td>"
-            f"<td>{_bars(r, scale)}</td><td class=n>{numbers}</td>"
+            f"<td>{_bars(r, scale)}</td><td class=n>{numbers}</td><td class=n>{_positions(r)}</td>"
             f"<td class='verdict-{_e(verdict.split()[0] if verdict else '')}'>{_e(verdict)}</td>"
             f"<td>{_e(run_report.correctness(r))}</td><td>{_e((r.cause or {}).get('summary', ''))}</td>"
             f"<td>{_e(r.cause_expected or '')}</td>"
             f"<td class='n{' loaded' if load else ''}' title='{_e(load or '')}'>{seconds}"
             f"{' (under load)' if load else ''}</td></tr>")
+
+
+def _positions(r: Record) -> str:
+    """Where the prompt first differed from what the slot held, and the position the server resumed from (its
+    cache_n: a checkpoint, or the common prefix); "-" for records from before the divergence was kept."""
+    diverged = r.extra.get("diverges_at")
+    return "-" if diverged is None else f"{diverged:,} / {r.cache_n or 0:,}"
 
 
 def _bars(r: Record, scale: int) -> str:

@@ -227,7 +227,9 @@ class Estimate:
 
 
 def _duration(seconds: float) -> str:
-    if seconds < 90:
+    """"42 s", "1 min 35 s", "17 min", "2.5 h"."""
+    if seconds < 60:
         return f"{seconds:.0f} s"
-    minutes = seconds / 60
-    return f"{minutes:.0f} min" if minutes < 90 else f"{minutes / 60:.1f} h"
+    if seconds < 600:
+        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"

@@ -230,6 +230,8 @@ class SessionSteps:
         key = lora_key(request.lora)
         record = self._record(scenario, step, role, request.endpoint, time.time())
         Recorder.request(record, request.tokens, request.lora, self._ideal(request.tokens, key))
+        # where the prompt first differs from what the slot last used holds (a position, never tokens)
+        record.extra["diverges_at"] = common_prefix(request.tokens, self._slot_sequence[1])
         record.expected_hit = expect_hit
         expected = self.expectation.complete(request.tokens, lora=request.lora, user_starts=request.user_starts)
         record.expected, record.cause_expected = expected.prompt_n, expected.cause
