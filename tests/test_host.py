@@ -67,3 +67,11 @@ def test_page_cache_fraction_counts_partial_files(tmp_path):
 def test_page_cache_fraction_of_nothing_is_none(tmp_path):
     assert page_cache_fraction(tmp_path / "missing") is None
     assert page_cache_fraction(write_file(tmp_path / "empty", 0)) is None
+
+
+def test_a_step_is_flagged_under_load_above_one_task_per_core_plus_the_margin():
+    # 2 cores: the suite's own server keeps the load near 2; 2 + 0.5 is the line.
+    assert host.under_load({"load_avg_1m": 2.07, "cpu_count": 2}) is None
+    assert host.under_load({"load_avg_1m": 2.6, "cpu_count": 2}) == "load average 2.60 on 2 cores before the step"
+    assert host.under_load({"load_avg_1m": 16.4, "cpu_count": 16}) is None
+    assert host.under_load({"load_avg_1m": None, "cpu_count": 2}) is None and host.under_load(None) is None

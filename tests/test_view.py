@@ -53,6 +53,13 @@ def test_the_page_shows_each_step_as_bars_on_a_log_axis(run_dir: Path, browser):
     assert (resend_tokens, edit_tokens) == (4, measured[-1].prompt_tokens)
     assert resend_width / edit_width == pytest.approx(math.log10(40) / math.log10(10 * edit_tokens), abs=0.02)
     assert resend_width > 0.25 * edit_width  # both read: 4 tokens is no invisible sliver beside 2,066
+    # Where each prompt left what the slot held: the resend nowhere (the slot holds it and its answer), the
+    # edit at the inserted line, near the middle; the server resumed at its checkpoint 4 before the end, at 0.
+    resend, edit = measured[1], measured[2]
+    cells = {row.get_attribute("data-step"): row.find_elements(By.TAG_NAME, "td")[3].text for row in rows}
+    assert cells["resend/same prompt"] == f"{resend.prompt_tokens:,} / {resend.prompt_tokens - 4:,}"
+    assert 0.4 < edit.extra["diverges_at"] / edit.prompt_tokens < 0.6
+    assert cells["edit_middle/line at 50%"] == f"{edit.extra['diverges_at']:,} / 0"
     # Nothing but the file itself was loaded.
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
     screenshot(browser, "run-page")

@@ -149,6 +149,7 @@ class SessionSteps:
         self._call(scenario, "restore slot", f"/slots/{slot}?action=restore",
                    lambda: self.life.handle.client.slot_restore(slot, filename, timeout_s=timeout))
         key, sequence = self._saved[filename]
+        self._slot_sequence = (key, sequence)
         self._seen.setdefault(key, []).append(sequence)
         self.expectation.restore(slot, self._expected_saved[filename])
 
@@ -182,6 +183,7 @@ class SessionSteps:
     def _restart(self, message: str) -> None:
         self.progress.say(f"  {message}")
         self.life.restart()
+        self._slot_sequence = (DEFAULT_LORA, [])
         self._seen.clear()  # a perfect cache keeps only what was saved to disk across a restart
 
     # -- one call -------------------------------------------------------------------------------
