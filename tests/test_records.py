@@ -96,3 +96,27 @@ def test_version_1_records_read_with_the_lora_key_of_version_2(tmp_path: Path) -
             writer.write(record("lora_swap", lora, lora=lora, schema=1))
         writer.write(record("lora_swap", "new", lora="[[0, 1.0]]"))  # schema 2: kept as written
     assert [r.lora for r in read_records(path)] == ["0:1", "", "0:0", "default", "[[0, 1.0]]"]
+
+
+def test_causes_read_in_the_build_s_rules_in_the_report_the_page_and_json():
+    # A hybrid's restore from disk: the file carries no checkpoints.
+    restored = record("restore_disk", "resend", cache_n=0, prompt_n=32789)
+    restored.cause, restored.extra = {"forced_full": True, "summary": "forced full"}, {"slot_from": "disk"}
+    assert report.cause_words(restored) == ("a slot restored from disk carries no checkpoints: a hybrid must "
+                                            "re-process the whole prompt")
+    # The edit at 50%: the divergence, and no checkpoint before it.
+    edit = record("edit_middle", "line at 50%", cache_n=0)
+    edit.cause, edit.extra = {"forced_full": True}, {"diverges_at": 16428}
+    assert report.cause_words(edit) == ("no checkpoint at or before the divergence (the prompt diverges at token "
+                                        "16,428): a hybrid must re-process the whole prompt")
+    # The re-ask: 32,788 tokens, back to the checkpoint at 32,273 = 515 before its end; it diverges at the question.
+    reask = record("reask", "new question", cache_n=32273)
+    reask.prompt_tokens, reask.cause = 32788, {"checkpoint_n_tokens": 32273, "ram_restored": True}
+    reask.extra = {"diverges_at": 32771}
+    assert report.cause_words(reask) == ("found in the RAM cache, then returned to the checkpoint 515 tokens before "
+                                         "the end (n_tokens=32,273) (the prompt diverges at token 32,771)")
+    # Records from before the structured cause: the log's summary as it was.
+    old = record("reask", "new question", cache_n=0)
+    old.cause = {"summary": "forced full re-processing (no checkpoint before divergence)"}
+    assert report.cause_words(old) == old.cause["summary"]
+    assert '"cause": "found in the RAM cache, then returned' in report.summary_json([reask])

@@ -31,6 +31,27 @@ def correctness(r: Record) -> str:
     return f"same{closeness}{note}"
 
 
+def cause_words(r: Record) -> str:
+    """What the server did with one request and why, in the build's rules: the one sentence the text report, the
+    page and ``--json`` give. From the log's structured cause, the prompt's length and where it diverged from
+    what the slot held; the log's own summary where these add nothing."""
+    c = r.cause or {}
+    diverged = r.extra.get("diverges_at")
+    at = "" if diverged is None else f" (the prompt diverges at token {diverged:,})"
+    ram = "found in the RAM cache, then " if c.get("ram_restored") else ""
+    if c.get("woke") or c.get("lora_clear") or c.get("cache_reuse_chunks"):
+        return c.get("summary", "")
+    if c.get("forced_full") and r.extra.get("slot_from") == "disk":
+        return "a slot restored from disk carries no checkpoints: a hybrid must re-process the whole prompt"
+    if c.get("forced_full"):
+        return f"{ram}no checkpoint at or before the divergence{at}: a hybrid must re-process the whole prompt"
+    checkpoint = c.get("checkpoint_n_tokens")
+    if checkpoint is not None and r.prompt_tokens:
+        return (f"{ram}returned to the checkpoint {r.prompt_tokens - checkpoint:,} tokens before the end "
+                f"(n_tokens={checkpoint:,}){at}")
+    return c.get("summary", "")
+
+
 def _expected(r: Record) -> str:
     """The reuse model's prompt_n, with the deviation when the server did otherwise."""
     if r.expected is None:
@@ -77,7 +98,7 @@ def variant_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
             for size in sizes:
                 line += _cell(by_size[size]) if size in by_size else ["", "", "", "", ""]
             largest = by_size[max(by_size)]
-            line += [(largest.cause or {}).get("summary", ""), largest.cause_expected or ""]
+            line += [cause_words(largest), largest.cause_expected or ""]
             table.append(line)
         out.append((f"{profile} [{variant}] ({', '.join(r.model for r in rs[:1])})",
                     tabulate(table, header, tablefmt="github", disable_numparse=True) + "\n\n" + _footer(rs)))
@@ -155,6 +176,6 @@ def summary_json(records: Iterable[Record]) -> str:
     keep = ("session", "profile", "variant", "build", "size", "scenario", "step", "prompt_tokens", "prompt_n",
             "cache_n", "ideal", "excess", "expected", "cause_expected", "prompt_ms", "ttft_ms", "wall_ms", "verdict", "matches_reference",
             "mismatch", "expected_hit", "error")
-    rows = [{k: getattr(r, k) for k in keep} | {"cause": (r.cause or {}).get("summary"), "repeat": r.extra.get("repeat")}
+    rows = [{k: getattr(r, k) for k in keep} | {"cause": cause_words(r) or None, "repeat": r.extra.get("repeat")}
             for r in records if r.role == Role.MEASURE]
     return json.dumps(rows, indent=2)

@@ -162,7 +162,7 @@ def _row(r: Record, scale: int) -> str:
     return (f"<tr data-step='{_e(r.scenario)}/{_e(r.step)}'><td>{_e(r.scenario)}/{_e(run_report.step_label(r))}</td>"
             f"<td>{_bars(r, scale)}</td><td class=n>{numbers}</td><td class=n>{_positions(r)}</td>"
             f"<td class='verdict-{_e(verdict.split()[0] if verdict else '')}'>{_e(verdict)}</td>"
-            f"<td>{_e(run_report.correctness(r))}</td><td>{_e((r.cause or {}).get('summary', ''))}</td>"
+            f"<td>{_e(run_report.correctness(r))}</td><td>{_e(run_report.cause_words(r))}</td>"
             f"<td>{_e(r.cause_expected or '')}</td>"
             f"<td class='n{' loaded' if load else ''}' title='{_e(load or '')}'>{seconds}"
             f"{' (under load)' if load else ''}</td></tr>")

@@ -26,8 +26,9 @@ class ReferenceKeeper:
     def use(self, record: Record, c: Completion) -> None:
         """A call that reused nothing is the reference of its prompt; it verifies the steps waiting for one."""
         for measured in self._references.add(record, c):
-            self.progress.say(f"  {measured.scenario}/{measured.step}: verified by {reference_name(record)}: "
-                              f"{measured.verdict}")
+            same = "is the same as" if measured.matches_reference else "DIFFERS from"
+            self.progress.say(f"  {measured.scenario}/{measured.step} ({measured.verdict}): its output {same} the "
+                              f"no-reuse output of {reference_name(record)}, computed later")
 
     def awaited(self, record: Record) -> bool:
         """Whether `record`'s call, computed without reuse, is the reference a waiting step needs."""

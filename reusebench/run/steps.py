@@ -58,6 +58,7 @@ class SessionSteps:
         self.last_slot = 0
         self._seen: dict[str, list[list[int]]] = {}  # lora key -> sequences the server has processed
         self._slot_sequence: tuple[str, list[int]] = (DEFAULT_LORA, [])  # what the last slot used holds
+        self._restored = False  # whether a slot file was restored since the last completion
         self._saved: dict[str, tuple[str, list[int]]] = {}
         self._expected_saved: dict[str, expectation.Held] = {}
         self._first_load_ms: float | None = None
@@ -150,6 +151,7 @@ class SessionSteps:
                    lambda: self.life.handle.client.slot_restore(slot, filename, timeout_s=timeout))
         key, sequence = self._saved[filename]
         self._slot_sequence = (key, sequence)
+        self._restored = True  # the next completion finds the slot as the file left it
         self._seen.setdefault(key, []).append(sequence)
         self.expectation.restore(slot, self._expected_saved[filename])
 
@@ -234,6 +236,8 @@ class SessionSteps:
         Recorder.request(record, request.tokens, request.lora, self._ideal(request.tokens, key))
         # where the prompt first differs from what the slot last used holds (a position, never tokens)
         record.extra["diverges_at"] = common_prefix(request.tokens, self._slot_sequence[1])
+        if self._restored:
+            record.extra["slot_from"], self._restored = "disk", False
         record.expected_hit = expect_hit
         expected = self.expectation.complete(request.tokens, lora=request.lora, user_starts=request.user_starts)
         record.expected, record.cause_expected = expected.prompt_n, expected.cause
