@@ -95,3 +95,14 @@ def test_a_workload_page_draws_every_request_in_its_slots_lane(workload_dir: Pat
     assert width == pytest.approx(plot * longest.prompt_ms / 1000 / seconds, abs=1.5)
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
     screenshot(browser, "workload-page")
+
+
+def test_the_machine_state_beside_a_timing_names_the_load_and_the_gpu():
+    measured = records.Record(run_id="r", session="s", profile="p", variant="v", build="b", model="m", size=32768,
+                              scenario="first_load", step="cold", role=Role.MEASURE, endpoint="/completion",
+                              started_at=0.0, ended_at=1.0, host={"load_avg_1m": 1.9, "cpu_count": 16},
+                              gpu={"start_temperature_c": 41, "sm_clock_mean_mhz": 1980.4, "throttled_fraction": 0.25})
+    assert view.machine_state(measured) == ("load 1.90 on 16 cores, GPU from 41 °C, SM 1,980 MHz, throttled 25% of "
+                                            "readings")
+    measured.host, measured.gpu = None, {"start_temperature_c": None}  # no GPU, no host state: nothing to say
+    assert view.machine_state(measured) == "-"

@@ -147,14 +147,14 @@ def _session(name: str, rs: list[Record]) -> str:
     rows = "".join(_row(r, scale) for r in measured)
     return (head + "<table class=steps><tr><th>step</th><th>tokens (log axis)</th><th>re-processed / ideal / "
             "expected</th><th>diverged at / resumed at</th><th>verdict</th><th>output</th><th>why</th>"
-            "<th>model's why</th><th>prefill s</th></tr>"
+            "<th>model's why</th><th>prefill s</th><th>machine before and during</th></tr>"
             + rows + "</table>")
 
 
 def _row(r: Record, scale: int) -> str:
     if r.error:
         return (f"<tr data-step='{_e(r.scenario)}/{_e(r.step)}'><td>{_e(r.scenario)}/{_e(r.step)}</td>"
-                f"<td colspan=8>failed: {_e(r.error)}</td></tr>")
+                f"<td colspan=9>failed: {_e(r.error)}</td></tr>")
     load = under_load(r.host)
     seconds = "n/a (stopped at its count)" if r.prompt_ms is None else f"{r.prompt_ms / 1000:.2f}"
     numbers = " / ".join("-" if getattr(r, field) is None else f"{getattr(r, field):,}" for _, field, _ in BARS)
@@ -165,7 +165,20 @@ def _row(r: Record, scale: int) -> str:
             f"<td>{_e(run_report.correctness(r))}</td><td>{_e(run_report.cause_words(r))}</td>"
             f"<td>{_e(r.cause_expected or '')}</td>"
             f"<td class='n{' loaded' if load else ''}' title='{_e(load or '')}'>{seconds}"
-            f"{' (under load)' if load else ''}</td></tr>")
+            f"{' (under load)' if load else ''}</td><td class=machine>{_e(machine_state(r))}</td></tr>")
+
+
+def machine_state(r: Record) -> str:
+    """The host's load before the step, and the GPU's state over it where there is a GPU: what explains a spread."""
+    host, gpu = r.host or {}, r.gpu or {}
+    parts = [] if host.get("load_avg_1m") is None else [f"load {host['load_avg_1m']:.2f} on {host.get('cpu_count')} cores"]
+    if gpu.get("start_temperature_c") is not None:
+        parts.append(f"GPU from {gpu['start_temperature_c']} °C")
+    if gpu.get("sm_clock_mean_mhz") is not None:
+        parts.append(f"SM {gpu['sm_clock_mean_mhz']:,.0f} MHz")
+    if gpu.get("throttled_fraction") is not None:
+        parts.append(f"throttled {100 * gpu['throttled_fraction']:.0f}% of readings")
+    return ", ".join(parts) or "-"
 
 
 def _positions(r: Record) -> str:
@@ -275,12 +288,24 @@ def _by_user(calls: list[Record], outcomes: dict[int, service_report.Turn]) -> s
             f"<td>{_e(_kind(r, outcomes))}</td>"
             f"<td>{_e(outcomes[id(r)].route if id(r) in outcomes else '')}</td>"
             f"<td class=n>{r.prompt_n or 0:,} / {r.ideal if r.ideal is not None else '-'}</td>"
+            f"<td class=n>{_logged_divergence(r)}</td>"
             f"<td>{_e(outcomes[id(r)].cause or '' if id(r) in outcomes else '')}</td>"
             f"<td>{_e((r.cause or {}).get('summary', ''))}</td></tr>" for r in rs)
         parts.append(f"<details><summary>{_e(user)}: {len(rs)} requests</summary><table><tr><th>step</th>"
-                     "<th>slot</th><th>outcome</th><th>path</th><th>re-processed / ideal</th><th>miss cause</th>"
+                     "<th>slot</th><th>outcome</th><th>path</th><th>re-processed / ideal</th>"
+                     "<th>diverged at / resumed at</th><th>miss cause</th>"
                      f"<th>the log says</th></tr>{rows}</table></details>")
     return "".join(parts)
+
+
+def _logged_divergence(r: Record) -> str:
+    """A workload holds no model of the slots: where the prompt left what the server held is the common prefix
+    its log reports when it chose the slot or RAM entry (f_sim, a fraction of the prompt), beside cache_n."""
+    cause = r.cause or {}
+    f_sim = cause.get("ram_f_sim") if cause.get("ram_restored") else cause.get("f_sim")
+    if f_sim is None or not r.prompt_tokens:
+        return f"- / {r.cache_n or 0:,}"
+    return f"~{round(f_sim * r.prompt_tokens):,} / {r.cache_n or 0:,}"
 
 
 def _timeline_legend() -> str:
