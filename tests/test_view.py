@@ -93,6 +93,12 @@ def test_a_workload_page_draws_every_request_in_its_slots_lane(workload_dir: Pat
     plot = view.TIMELINE_WIDTH - view.LABEL_WIDTH
     width = bar.find_element(By.CSS_SELECTOR, "rect.prefill").size["width"]
     assert width == pytest.approx(plot * longest.prompt_ms / 1000 / seconds, abs=1.5)
+    # Each user's requests open on demand, one row per request, in the order sent.
+    (long_user,) = [d for d in browser.find_elements(By.TAG_NAME, "details") if d.text.startswith("long-1:")]
+    long_user.find_element(By.TAG_NAME, "summary").click()
+    rows = long_user.find_elements(By.CSS_SELECTOR, "tr[data-user='long-1']")
+    assert [row.find_element(By.TAG_NAME, "td").text for row in rows] == [
+        r.step for r in calls if r.user == "long-1"]
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
     screenshot(browser, "workload-page")
 
