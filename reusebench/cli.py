@@ -207,8 +207,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     try:
         if args.asv_env:
-            if args.tree is None:
-                raise ValueError("--asv-env goes with --tree")
+            if args.tree is None or args.patch:
+                raise ValueError("--asv-env goes with --tree, and without --patch")
             flavor = os.environ.get("REUSEBENCH_BUILD_FLAVOR", "cpu")
             flavor_args, details = _flavor_build(flavor, cuda.cuda_build_from_env, progress)
             binary = build.asv_install(args.tree, args.commit or "HEAD", args.asv_env, flavor, flavor_args,
@@ -218,11 +218,11 @@ def cmd_build(args: argparse.Namespace) -> int:
                 raise ValueError("--commit goes with --tree")
             flavor_args, details = _flavor_build(args.flavor, lambda progress: cuda.cuda_build(
                 major=args.cuda, arch=args.cuda_arch, toolkit=args.cuda_toolkit, progress=progress), progress)
-            source = build.fetch_pinned(progress) if args.tree is None else build.git_source(
-                args.tree, args.commit or "HEAD")
+            source = build.patched(build.fetch_pinned(progress) if args.tree is None else build.git_source(
+                args.tree, args.commit or "HEAD"), args.patch or (), progress)
             binary = build.build(source, build.cmake_args(source, args.flavor, [*flavor_args, *(args.cmake_arg or ())]),
                                  flavor=args.flavor, jobs=args.jobs, details=details, progress=progress)
-            if args.tree is None and not args.cmake_arg:
+            if args.tree is None and not args.cmake_arg and not args.patch:
                 build.remember_pinned(args.flavor, binary)
     except build.BuildError as exc:
         print(f"reusebench build: {exc}", file=sys.stderr)
@@ -359,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "a pinned build with extra arguments is not `default`: use the printed path")
     make.add_argument("--jobs", type=int, help="parallel compile jobs (default: $REUSEBENCH_BUILD_JOBS or all CPUs)")
     make.add_argument("--tree", type=Path, help="a llama.cpp git checkout instead of the pinned release")
+    make.add_argument("--patch", type=Path, action="append", metavar="FILE.diff", help="apply this patch (git apply, "
+                      "repeatable, in order) to a copy of the tree first: a fix not merged yet, built beside its base; "
+                      "the build's cache key, build.json and every record's build name the patches")
     make.add_argument("--commit", help="with --tree: the commit checked out there (default HEAD)")
     make.add_argument("--asv-env", type=Path, metavar="DIR", help="with --tree: record the binary in asv's "
                       "{env_dir} (asv.llama.conf.json's install command); flavor, CUDA choices and extra CMake arguments "

