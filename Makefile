@@ -84,8 +84,8 @@ cuda-build-check: setup
 # The device check's bundle (the CUDA build above and the run-time wheels for the GPU machine's Python 3.12),
 # and the check itself, which runs on the GPU machine (no network there; see README, "On a GPU box").
 gpu-check-bundle: setup
-	$(BIN)/python tools/gpu_box_bundle.py --binary \
-	  "$$($(BIN)/reusebench build --flavor cuda --cuda 13 --cuda-arch $(CUDA_ARCH) --cuda-toolkit pypi)"
+	binary=$$($(BIN)/reusebench build --flavor cuda --cuda 13 --cuda-arch $(CUDA_ARCH) --cuda-toolkit pypi) && \
+	  $(BIN)/python tools/gpu_box_bundle.py --binary "$$binary"
 
 gpu-check:
 	sh tools/gpu_box_check.sh .gpu-check

@@ -35,7 +35,7 @@ def _size(text: str) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    profile = profiles.load_profile(args.profile)
+    profile = profiles.load_profile(args.profile, check_binary=not args.dry_run)  # a plan needs no binary
     repeats = None if args.repeat_first_load is None else runner.Repeats(
         args.repeat_first_load, idle_gap_s=args.idle_gap or 0.0, warm_up=args.warm_up)
     if repeats is None and (args.idle_gap is not None or args.warm_up):
@@ -137,7 +137,9 @@ def cmd_view(args: argparse.Namespace) -> int:
             print(f"reusebench view: {run_dir}: no records.jsonl or {view.CHECK_FILE}", file=sys.stderr)
             return 2
         print(view.write_run_page(run_dir))
-    print(view.write_index(run_dirs[0].parent.parent), file=sys.stderr)
+    # the list goes beside `runs/`: the results directory the run is in, else --results
+    print(view.write_index(run_dirs[0].parent.parent if run_dirs[0].parent.name == "runs" else results),
+          file=sys.stderr)
     return 0
 
 

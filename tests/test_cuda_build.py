@@ -39,21 +39,22 @@ def make_toolkit(root: Path, version: str = "13.0.88", cublas: bool = True, stub
     return root
 
 
-def nvml(driver_version: int | None) -> SimpleNamespace:
+def nvml(driver_version: int | None, gpus: int = 1) -> SimpleNamespace:
     """NVML as pynvml exposes it: nvmlInit fails without a driver."""
     def init() -> None:
         if driver_version is None:
             raise RuntimeError("NVML Shared Library Not Found")
 
     return SimpleNamespace(nvmlInit=init, nvmlShutdown=lambda: None,
-                           nvmlSystemGetCudaDriverVersion_v2=lambda: driver_version)
+                           nvmlSystemGetCudaDriverVersion_v2=lambda: driver_version, nvmlDeviceGetCount=lambda: gpus)
 
 
 def test_the_driver_decides_the_major_and_a_request_it_cannot_run_is_refused() -> None:
     # NVML reports the driver's CUDA as 1000 * major + 10 * minor: 13000 is CUDA 13.0.
-    assert cuda.driver_cuda_major(nvml(13000)) == 13
-    assert cuda.driver_cuda_major(nvml(12080)) == 12
-    assert cuda.driver_cuda_major(nvml(None)) is None
+    assert cuda.driver_state(nvml(13000)) == (13, 1)
+    assert cuda.driver_state(nvml(12080, gpus=2)) == (12, 2)
+    assert cuda.driver_state(nvml(None)) == (None, 0)
+    assert cuda.driver_state(nvml(13000, gpus=0)) == (13, 0)  # a driver-only container: no GPU to build natively for
     assert cuda.choose_major(None, 13) == 13
     assert cuda.choose_major(None, 14) == 13  # the newest we pin wheels for
     assert cuda.choose_major(12, 13) == 12  # an older runtime runs on a newer driver
@@ -140,11 +141,14 @@ def test_the_cuda_cmake_line_names_toolkit_architectures_rpath_and_driver_librar
     chosen = cuda.cuda_build(major=13, arch="120", progress=said.append, nvml=nvml(None))
     assert chosen.cmake_args[-1] == "-DGGML_CUDA_NO_VMM=ON" and chosen.details["vmm"] is False
     assert said[-1] == "CUDA: no libcuda here (no driver, and the toolkit has no stub): building with GGML_CUDA_NO_VMM"
+    # A driver that sees no GPU: native has nothing to build for.
+    with pytest.raises(build.BuildError, match="cannot be native"):
+        cuda.cuda_build(major=None, arch=None, progress=said.append, nvml=nvml(13000, gpus=0))
 
 
 def test_build_cuda_without_a_driver_asks_for_the_major_and_the_architecture(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cuda, "driver_cuda_major", lambda nvml=None: None)
+    monkeypatch.setattr(cuda, "driver_state", lambda nvml=None: (None, 0))
     monkeypatch.setattr(build, "fetch_pinned", lambda progress: pytest.fail("nothing is fetched before the checks"))
     assert cli.main(["build", "--flavor", "cuda"]) == 1
     assert capsys.readouterr().err.strip().endswith("pass --cuda 12 or --cuda 13, the CUDA major the GPU box's "

@@ -22,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 LEFT_BEHIND = ("asv", "cmake", "ninja")
 CARRY_LIMIT_MIB = 64
+MARKER = "BUNDLE"  # what lets the next run replace the directory
 
 
 def requirements() -> list[str]:
@@ -40,8 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.binary.is_file() or not build_info.is_file():
         print(f"gpu_box_bundle: {args.binary} is not a llama-server that reusebench built", file=sys.stderr)
         return 1
+    if args.out.exists() and any(args.out.iterdir()) and not (args.out / MARKER).is_file():
+        print(f"gpu_box_bundle: {args.out} is not empty and not a bundle: give another --out", file=sys.stderr)
+        return 1
     shutil.rmtree(args.out, ignore_errors=True)
     (args.out / "wheels").mkdir(parents=True)
+    (args.out / MARKER).write_text("made by tools/gpu_box_bundle.py; replaced by its next run\n")
     stripped = args.out / "llama-server"
     shutil.copy2(args.binary, stripped)
     subprocess.run(["strip", str(stripped)], check=True)
@@ -57,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     files = [p for p in args.out.rglob("*") if p.is_file()]
     mib = sum(p.stat().st_size for p in files) / 2**20
     binary_mib = (args.out / "llama-server.xz").stat().st_size / 2**20
-    print(f"{args.out}: {mib:.1f} MiB ({binary_mib:.1f} MiB llama-server.xz, {len(files) - 3} wheels), "
+    print(f"{args.out}: {mib:.1f} MiB ({binary_mib:.1f} MiB llama-server.xz, {len(files) - 4} wheels), "
           f"{'within' if mib <= CARRY_LIMIT_MIB else 'OVER'} the device's {CARRY_LIMIT_MIB} MiB")
     return 0 if mib <= CARRY_LIMIT_MIB else 1
 

@@ -13,13 +13,15 @@
 # Everything goes under one results directory ($RESULTS, default results/), named in the last line.
 set -eu
 
-bundle=${1:-.gpu-check}
+root=$(cd "$(dirname "$0")/.." && pwd)  # the checkout, wherever the script is run from
+bundle=${1:-$root/.gpu-check}
 python=${PYTHON:-python3}
 out=${RESULTS:-results}/gpu-check-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 deps=$(mktemp -d)
-trap 'rm -rf "$deps"' EXIT INT TERM
+trap 'rm -rf "$deps"' EXIT
+trap 'exit 130' INT TERM  # stop there: the EXIT trap removes the scratch directory
 
 failed=""
 step() {  # step NAME COMMAND...: its output in $out/NAME.log and on screen, its exit status and seconds in summary.txt
@@ -36,26 +38,31 @@ step() {  # step NAME COMMAND...: its output in $out/NAME.log and on screen, its
 
 [ -f "$bundle/llama-server.xz" ] || { echo "gpu_box_check: no $bundle/llama-server.xz: run \`make gpu-check-bundle\` first" >&2; exit 1; }
 bundle=$(cd "$bundle" && pwd)
-"$python" -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-    "$bundle/llama-server.xz" "$deps/llama-server"  # beside the wheels' scratch copy: not a result
+"$python" - "$bundle/llama-server.xz" "$deps/llama-server" <<'EOF'
+import lzma, shutil, sys
+with lzma.open(sys.argv[1]) as packed, open(sys.argv[2], "wb") as binary:
+    shutil.copyfileobj(packed, binary)
+EOF
 chmod +x "$deps/llama-server"
 step install "$python" -m pip install --quiet --no-index --find-links "$bundle/wheels" --target "$deps" \
     -r "$bundle/requirements.txt"
 [ -z "$failed" ] || { echo "gpu_box_check: the offline install failed; results: $out" >&2; exit 1; }
-export PYTHONPATH="$PWD:$deps" REUSEBENCH_LLAMA_SERVER="$deps/llama-server" REUSEBENCH_MODEL_CACHE="$out/models"
+export PYTHONPATH="$root:$deps" REUSEBENCH_LLAMA_SERVER="$deps/llama-server" REUSEBENCH_MODEL_CACHE="$out/models"
 
 # The binary's RUNPATH names the build machine's toolkit; where that is absent, the CUDA libraries come
-# from this machine's loader paths, else from its toolkit directories.
+# from this machine's loader paths, else from its toolkit directories (of the build's CUDA major).
 if ldd "$REUSEBENCH_LLAMA_SERVER" | grep -q "not found"; then
-    libs=$(dirname "$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu/ -name 'libcublas.so.1[23]' 2>/dev/null | head -1)")
-    export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    major=$("$python" -c "import json, sys; print(json.load(open(sys.argv[1]))['cuda']['cuda'].split('.')[0])" \
+        "$bundle/build.json")
+    cublas=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu/ -name "libcublas.so.$major" 2>/dev/null | head -1)
+    [ -z "$cublas" ] || export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 { cat "$bundle/build.json"; ldd "$REUSEBENCH_LLAMA_SERVER"; nvidia-smi || true; } > "$out/machine.txt" 2>&1
 
 rb() { "$python" -m reusebench "$@"; }
 step models rb models qwen35
 [ -z "$failed" ] || { echo "gpu_box_check: the tiny models could not be made; results: $out" >&2; exit 1; }
-step nvml "$python" tools/gpu_check.py --server "$REUSEBENCH_LLAMA_SERVER" \
+step nvml "$python" "$root/tools/gpu_check.py" --server "$REUSEBENCH_LLAMA_SERVER" \
     --model "$(rb models qwen35 | cut -f2)" --ctx-size 8192
 step run-32k rb run --profile tiny-qwen35-gpu --variant mmproj=on,cache-reuse=256 --size 32K \
     --scenarios first_load resend reask --results "$out"

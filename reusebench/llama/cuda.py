@@ -83,6 +83,8 @@ TOOLKIT_WHEELS: dict[int, tuple[Wheel, ...]] = {
 MIN_ARCH = {12: 50, 13: 75}
 _ARCH = re.compile(r"^(\d{2,3})[af]?(-real|-virtual)?$")
 _RELEASE = re.compile(r"release (\d+)\.(\d+), V([\d.]+)")
+NVCC_TIMEOUT_S = 60
+LDCONFIG_ARCH = {"x86_64": "x86-64", "aarch64": "AArch64"}  # how `ldconfig -p` names each
 TOOLKIT_INFO = "toolkit.json"
 
 
@@ -115,18 +117,19 @@ class CudaBuild:
     details: dict[str, object]
 
 
-def driver_cuda_major(nvml: Any = None) -> int | None:
-    """The newest CUDA major this machine's driver supports, read through NVML; None without a GPU driver."""
+def driver_state(nvml: Any = None) -> tuple[int | None, int]:
+    """The newest CUDA major this machine's driver supports, and how many GPUs it sees, read through NVML;
+    (None, 0) without a GPU driver."""
     if nvml is None:
         import pynvml as nvml
     try:
         nvml.nvmlInit()
     except Exception:  # no driver, no GPU, no NVML library: all mean "not readable here"
-        return None
+        return None, 0
     try:
-        return int(nvml.nvmlSystemGetCudaDriverVersion_v2()) // 1000
+        return int(nvml.nvmlSystemGetCudaDriverVersion_v2()) // 1000, int(nvml.nvmlDeviceGetCount())
     except Exception:
-        return None
+        return None, 0
     finally:
         nvml.nvmlShutdown()
 
@@ -171,7 +174,7 @@ def parse_archs(value: str | None, gpu_visible: bool, major: int) -> str:
 
 def nvcc_version(nvcc: Path) -> str | None:
     try:
-        done = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = _RELEASE.search(done.stdout)
@@ -180,7 +183,11 @@ def nvcc_version(nvcc: Path) -> str | None:
 
 def _nvcc_root(nvcc: Path) -> Path:
     # nvcc on PATH is often a wrapper script or a symlink; nvcc itself says where its toolkit is.
-    done = subprocess.run([str(nvcc), "--dryrun", "-x", "cu", "/dev/null"], capture_output=True, text=True)
+    try:
+        done = subprocess.run([str(nvcc), "--dryrun", "-x", "cu", "/dev/null"], capture_output=True, text=True,
+                              timeout=NVCC_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return nvcc.resolve().parent.parent
     for line in (done.stdout + done.stderr).splitlines():
         if line.startswith("#$ TOP="):
             return Path(line.split("=", 1)[1]).resolve()
@@ -195,7 +202,7 @@ def system_toolkit() -> tuple[Toolkit | None, str]:
     if shutil.which("nvcc"):
         candidates.append(Path(shutil.which("nvcc")))
     candidates.append(Path("/usr/local/cuda/bin/nvcc"))
-    nvcc = next((c for c in candidates if c.is_file()), None)
+    nvcc = next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
     if nvcc is None:
         return None, "no nvcc on PATH, in $CUDA_HOME or in /usr/local/cuda"
     root = _nvcc_root(nvcc)
@@ -213,9 +220,11 @@ def pypi_toolkit(major: int, progress: Callable[[str], None]) -> Toolkit:
     wheels = TOOLKIT_WHEELS[major]
     home = cache_root() / "cuda" / f"cu{major}-{wheels[0].version}-{platform.machine()}"
     info_path = home / TOOLKIT_INFO
+    pins = [f"{w.name}=={w.version}" for w in wheels]
     if info_path.is_file():
         info = json.loads(info_path.read_text())
-        return Toolkit(root=home / "root", version=info["nvcc"], origin="PyPI")
+        if info.get("wheels") == pins:  # the same pins: installed already (a changed pin installs anew, here)
+            return Toolkit(root=home / "root", version=info["nvcc"], origin="PyPI")
     home.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=home.parent) as scratch:
         requirements = Path(scratch) / "requirements.txt"
@@ -236,8 +245,7 @@ def pypi_toolkit(major: int, progress: Callable[[str], None]) -> Toolkit:
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir()
         root.rename(home / "root")
-        info_path.write_text(json.dumps({"nvcc": version, "wheels": [f"{w.name}=={w.version}" for w in wheels]},
-                                        indent=2) + "\n")
+        info_path.write_text(json.dumps({"nvcc": version, "wheels": pins}, indent=2) + "\n")
     return Toolkit(root=home / "root", version=version, origin="PyPI")
 
 
@@ -280,7 +288,9 @@ def driver_library(toolkit: Toolkit) -> Path | None:
         listed = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
     except OSError:
         return None
-    found = re.findall(r"libcuda\.so(?:\.1)? \(.*\) => (\S+)", listed)
+    # this machine's own architecture only: a multiarch host also lists the 32-bit library
+    found = re.findall(rf"libcuda\.so(?:\.1)? \(libc6,{LDCONFIG_ARCH.get(platform.machine(), '')}.*\) => (\S+)",
+                       listed)
     return Path(found[0]) if found else None
 
 
@@ -304,9 +314,9 @@ def select_toolkit(choice: str, major: int, progress: Callable[[str], None]) -> 
 def cuda_build(*, major: int | None, arch: str | None, toolkit: str = "auto",
                progress: Callable[[str], None] = print, nvml: Any = None) -> CudaBuild:
     """Everything `--flavor cuda` decides: the toolkit (installed if needed), the architectures, the driver library."""
-    driver = driver_cuda_major(nvml)
+    driver, gpus = driver_state(nvml)
     chosen = choose_major(major, driver)
-    archs = parse_archs(arch, gpu_visible=driver is not None, major=chosen)
+    archs = parse_archs(arch, gpu_visible=gpus > 0, major=chosen)
     kit = select_toolkit(toolkit, chosen, progress)
     libcuda = driver_library(kit)
     args = [
@@ -325,8 +335,8 @@ def cuda_build(*, major: int | None, arch: str | None, toolkit: str = "auto",
 
 def cuda_build_from_env(progress: Callable[[str], None] = print) -> CudaBuild:
     """`cuda_build` for asv's install hook: `$REUSEBENCH_CUDA`, `$REUSEBENCH_CUDA_ARCH`, `$REUSEBENCH_CUDA_TOOLKIT`."""
-    major = os.environ.get(MAJOR_ENV)
+    major = os.environ.get(MAJOR_ENV) or None  # set but empty: unset
     if major is not None and not major.isdigit():
         raise BuildError(f"${MAJOR_ENV}={major!r}: expected 12 or 13")
-    return cuda_build(major=int(major) if major else None, arch=os.environ.get(ARCH_ENV),
-                      toolkit=os.environ.get(TOOLKIT_ENV, "auto"), progress=progress)
+    return cuda_build(major=int(major) if major else None, arch=os.environ.get(ARCH_ENV) or None,
+                      toolkit=os.environ.get(TOOLKIT_ENV) or "auto", progress=progress)

@@ -162,7 +162,7 @@ def _sessions(profile: profiles.Profile, variants: Sequence[str], sizes: Sequenc
 def plan_sessions(sessions: Sequence[Planned], spec: corpus.CorpusSpec, *, verify: bool, early_stop: bool,
                   repeats: Repeats | None = None) -> list[plan.SessionPlan]:
     """Each session's planned calls (``plan.plan_session``), repeated sessions one plan each."""
-    first_load = scenarios.select(["first_load"])
+    first_load = [WARMED_FIRST_LOAD] if repeats is not None and repeats.warm_up else scenarios.select(["first_load"])
     numbers = [None] if repeats is None else range(1, repeats.count + 1)
     return [plan.plan_session(variant, size, selected if repeats is None else first_load, spec,
                               name=session_name(variant, size, number), verify=variant.verify and verify,

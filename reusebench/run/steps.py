@@ -6,7 +6,7 @@ expects (``expectation``), why the server did what it did (from its log), and th
 
 Early stop: a measured step that the scenario lets stop (``may_stop``) is ended at the server's first
 prompt-progress event, where ``total - cache`` is its count, when it would prefill more than
-``STOP_ABOVE_TOKENS`` and nothing needs its output: not a step whose reuse is checked against a no-reuse
+``plan.STOP_ABOVE_TOKENS`` and nothing needs its output: not a step whose reuse is checked against a no-reuse
 reference, nor the reference a waiting step needs. Closing the stream cancels the task only when the server
 next writes to it, a batch or two later, and the cancelled slot keeps a partial prompt of a length the client
 does not know; so the slot is erased at once (the erase waits until the cancel is done, and tells how many
@@ -29,7 +29,7 @@ from reusebench.records import DEFAULT_LORA, Lora, Record, Role, lora_key, verdi
 from reusebench.reuse import expectation
 from reusebench.reuse.verification import common_prefix
 from reusebench.run.diagnosis import Diagnosis, deadline_s
-from reusebench.run.plan import STOP_ABOVE_TOKENS, stops_at
+from reusebench.run.plan import stops_at
 from reusebench.run.progress import Progress
 from reusebench.run.recording import Recorder
 from reusebench.run.references import ReferenceKeeper
@@ -306,7 +306,7 @@ class SessionSteps:
         record.excess = None if record.ideal is None else record.prompt_n - record.ideal
         record.extra["prefill_seconds"] = STOPPED
         record.cause = self.diagnosis.cause(log_mark)
-        slot = record.cause.get("slot", self.last_slot) if record.slot is None else record.slot
+        slot = record.cause.get("slot", self.last_slot)  # the stream named none: the log's selection line does
         record.slot = self.last_slot = slot
         record.ended_at = time.time()
         record.wall_ms = (record.ended_at - record.started_at) * 1000.0
