@@ -83,3 +83,18 @@ def test_the_budget_counts_what_was_prefilled_and_no_state_reaches_the_next_sess
     first = next(r for r in early.records if r.size == K2 and r.scenario == "first_load")
     assert first.cache_n == 0 and first.prompt_n == first.prompt_tokens
     assert not child_llama_servers()
+
+
+def test_on_four_slots_the_stopped_step_s_own_slot_is_erased(tmp_path: Path):
+    # tiny-glm-load: 4 slots. The head insert shares only BOS with the first load, so it takes another slot
+    # (least recently used), and the erase must reach that one, not the slot holding the document.
+    out = io.StringIO()
+    result = runner.run_profile(profiles.load_profile("tiny-glm-load"), results_dir=tmp_path, sizes=[16384],
+                                scenario_ids=["head_insert"], out=out)
+    assert result.failed_sessions == 0, out.getvalue()
+    first = next(r for r in result.records if r.scenario == "first_load")
+    insert = next(r for r in result.records if r.scenario == "head_insert" and r.role == Role.MEASURE)
+    (erase,) = [r for r in result.records if r.step == "erase slot"]
+    assert insert.prompt_ms is None and insert.cause["slot"] != first.slot
+    assert erase.endpoint == f"/slots/{insert.cause['slot']}?action=erase" and insert.slot == insert.cause["slot"]
+    assert erase.extra["n_erased"] == insert.cache_n + insert.prefilled_n  # the partial prompt, not the document
