@@ -22,6 +22,7 @@ from reusebench.config.sizes import size_label
 from reusebench.llama.client import Completion
 from reusebench.records import Lora, Record, Role, lora_key, tokens_hash
 from reusebench.reuse import expectation
+from reusebench.run.variant_steps import VariantSteps
 
 STOP_ABOVE_TOKENS = 8192  # a step that would re-process more than this may stop once its count is known
 WORDS_PER_LINE = 12
@@ -57,7 +58,7 @@ class SessionPlan:
                 f"{stops} step(s) stopped at their count, {references} reference(s) at the end")
 
 
-class PlanSteps:
+class PlanSteps(VariantSteps):
     """``scenarios.Steps`` without a server: words for tokens, the reuse model for the server."""
 
     def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, size: int, plan: SessionPlan, *,
@@ -72,7 +73,6 @@ class PlanSteps:
         middle = len(lines) // 2
         self.edited = "\n".join([*lines[:middle], spec.edit, *lines[middle:]])
         self.questions, self.summary = spec.questions, spec.summary
-        self.lora_adapters = len(variant.lora)
         self._saved: dict[str, tuple[expectation.Held, list[int]]] = {}
         self._slot: list[int] = []
         self._known: set[tuple[str, str]] = set()  # prompts computed without reuse
@@ -85,15 +85,6 @@ class PlanSteps:
                          for start in range(0, n, WORDS_PER_LINE))
 
     # -- what scenarios read --------------------------------------------------------------------
-
-    def option(self, name: str) -> object | None:
-        return self.variant.option(name)
-
-    def number(self, name: str) -> float | None:
-        return self.variant.number(name)
-
-    def prompt(self, document: str, question: str) -> str:
-        return corpus_mod.Corpus.prompt(document, question)
 
     def tokens(self, text: str, *, bos: bool = True) -> list[int]:
         return [0] * bos + [self._ids.setdefault(word, len(self._ids) + 1) for word in text.split()]

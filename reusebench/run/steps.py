@@ -35,11 +35,12 @@ from reusebench.run.recording import Recorder
 from reusebench.run.references import ReferenceKeeper
 from reusebench.run.requests import Prompt, Request, Requests
 from reusebench.run.server_life import ServerLife
+from reusebench.run.variant_steps import VariantSteps
 
 STOPPED = "not measured: stopped at the first progress event once its count was known (--full-prefills times it)"
 
 
-class SessionSteps:
+class SessionSteps(VariantSteps):
     """What a scenario can do (``scenarios.Steps``): measured and setup completions, chat turns, slot saves and
     restores, idling until asleep, restarts."""
 
@@ -92,19 +93,6 @@ class SessionSteps:
     @property
     def summary(self) -> str:
         return self.spec.summary
-
-    @property
-    def lora_adapters(self) -> int:
-        return len(self.variant.lora)
-
-    def option(self, name: str) -> object | None:
-        return self.variant.option(name)
-
-    def number(self, name: str) -> float | None:
-        return self.variant.number(name)
-
-    def prompt(self, document: str, question: str) -> str:
-        return corpus_mod.Corpus.prompt(document, question)
 
     def tokens(self, text: str, *, bos: bool = True) -> list[int]:
         return self.requests.tokens(text, bos=bos)

@@ -1,0 +1,25 @@
+"""What a ``scenarios.Steps`` reads from its variant, shared by the session (``steps``) and the plan (``plan``)."""
+
+from __future__ import annotations
+
+from reusebench.config import corpus as corpus_mod
+from reusebench.config.profiles import Variant
+
+
+class VariantSteps:
+    """The variant's options, its adapters and the prompt format, as a scenario sees them."""
+
+    variant: Variant
+
+    @property
+    def lora_adapters(self) -> int:
+        return len(self.variant.lora)
+
+    def option(self, name: str) -> object | None:
+        return self.variant.option(name)
+
+    def number(self, name: str) -> float | None:
+        return self.variant.number(name)
+
+    def prompt(self, document: str, question: str) -> str:
+        return corpus_mod.Corpus.prompt(document, question)
