@@ -203,13 +203,24 @@ def test_the_demo_repository_states_each_release_s_version(tmp_path: Path, cache
     monkeypatch.setattr(build, "fetch_release", lambda release, progress: trees[release.build_number])
     releases = tuple(demo.DemoTree(build.PinnedRelease("pkg", str(n), "0" * 64, ".", n), f"c{n}",
                                    f"2026-0{i + 1}-01T00:00:00+00:00") for i, n in enumerate(trees))
-    commits = demo.assemble(tmp_path / "repo", releases)
+    fix = tmp_path / "fix.diff"
+    fix.write_text("--- a/CMakeLists.txt\n+++ b/CMakeLists.txt\n@@ -1 +1 @@\n-# b7621\n+# b7621 fixed\n")
+    branches = (demo.DemoBranch("fix", 0, fix, "2026-01-15T00:00:00+00:00"),)
+    commits, heads = demo.assemble(tmp_path / "repo", releases, branches)
     sources = [build.git_source(tmp_path / "repo", commit) for commit in commits]
     assert [(s.build_number, s.commit) for s in sources] == [(7621, "c7621"), (11434, "c11434")]
     assert git(tmp_path / "repo", "ls-tree", "-r", "--name-only", commits[0]) == "CMakeLists.txt"
+    # The fix is one commit on its base, built as b7621 with the patch named in its commit label.
+    fixed = build.git_source(tmp_path / "repo", heads["fix"])
+    assert (fixed.build_number, fixed.commit) == (7621, "c7621+fix")
+    assert git(tmp_path / "repo", "rev-parse", f"{heads['fix']}^") == commits[0]
+    assert git(tmp_path / "repo", "show", f"{heads['fix']}:CMakeLists.txt") == "# b7621 fixed"
+    assert git(tmp_path / "repo", "rev-parse", "--abbrev-ref", "HEAD") == "master"
+    assert [label for label, _ in demo.columns(commits, heads, releases, branches)] == [
+        "b7621 (c7621)", "b11434 (c11434)", "b7621 + fix"]
     # Fixed dates and author: the same hashes on any machine, so the build cache carries over; kept when present.
-    again = demo.assemble(tmp_path / "again", releases)
-    assert again == commits and demo.assemble(tmp_path / "repo", releases) == commits
+    again = demo.assemble(tmp_path / "again", releases, branches)
+    assert again == (commits, heads) and demo.assemble(tmp_path / "repo", releases, branches) == (commits, heads)
 
 
 def test_a_patched_build_is_its_own_cached_build_and_names_its_patches(checkout: Path, cache: Path,

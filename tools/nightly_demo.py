@@ -83,6 +83,26 @@ TREES = (
 )
 
 
+@dataclass(frozen=True)
+class DemoBranch:
+    """A fix on a branch off one of the trees, as a fork's or a PR's branch is: the site shows it beside master."""
+
+    name: str
+    base: int  # index in TREES
+    patch: Path
+    date: str
+
+    def message(self, base: DemoTree) -> str:
+        return (f"llama.cpp b{base.release.build_number} ({base.commit}) + {self.patch.name}\n\n"
+                f"{build.BUILD_NUMBER_TRAILER}: {base.release.build_number}\n"
+                f"{build.BUILD_COMMIT_TRAILER}: {base.commit}+{self.patch.stem}\n")
+
+
+# Report B's fix for the pinned b11434 (RAM cache entries keep their LoRA), one day after its base.
+BRANCHES = (DemoBranch("lora-ram-cache", 2, REPO / "benchmarks" / "patches" / "lora-ram-cache.diff",
+                       "2026-10-07T00:00:00+00:00"),)
+
+
 def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -94,17 +114,32 @@ def git(tree: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return done.stdout.strip()
 
 
-def assemble(repo: Path, trees: tuple[DemoTree, ...] = TREES) -> list[str]:
-    """The demo repository, one commit per tree in order; its commit hashes, oldest first.
+def _messages(repo: Path, branch: str) -> list[str]:
+    log = subprocess.run(["git", "-C", str(repo), "log", "--reverse", "--format=%B%x00", branch],
+                         capture_output=True, text=True)
+    return [m.strip() for m in log.stdout.split("\x00") if m.strip()] if log.returncode == 0 else []
 
-    Kept when it already holds exactly these commits (the messages say which trees).
+
+def _env(date: str) -> dict[str, str]:
+    """Fixed author, committer and dates: the same commit hashes, and so the same build cache, on every machine."""
+    return {**os.environ, "GIT_AUTHOR_NAME": "reusebench nightly demo", "GIT_AUTHOR_EMAIL": "demo@localhost",
+            "GIT_COMMITTER_NAME": "reusebench nightly demo", "GIT_COMMITTER_EMAIL": "demo@localhost",
+            "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+
+
+def assemble(repo: Path, trees: tuple[DemoTree, ...] = TREES,
+             branches: tuple[DemoBranch, ...] = BRANCHES) -> tuple[list[str], dict[str, str]]:
+    """The demo repository: one commit per tree in order on master, and each branch's patch committed on its base.
+    Returns master's commit hashes, oldest first, and each branch's head.
+
+    Kept when it already holds exactly these commits (the messages say which trees and patches).
     """
     wanted = [tree.message().strip() for tree in trees]
-    if (repo / ".git").is_dir():
-        log = subprocess.run(["git", "-C", str(repo), "log", "--reverse", "--format=%B%x00", "master"],
-                             capture_output=True, text=True)
-        if [m.strip() for m in log.stdout.split("\x00") if m.strip()] == wanted:
-            return git(repo, "rev-list", "--reverse", "master").split()
+    wanted_branches = {b.name: [*wanted[:b.base + 1], b.message(trees[b.base]).strip()] for b in branches}
+    if (repo / ".git").is_dir() and _messages(repo, "master") == wanted and all(
+            _messages(repo, name) == messages for name, messages in wanted_branches.items()):
+        return (git(repo, "rev-list", "--reverse", "master").split(),
+                {b.name: git(repo, "rev-parse", b.name) for b in branches})
     shutil.rmtree(repo, ignore_errors=True)  # another set of trees, or an assembly that stopped half-way
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "master")
@@ -117,21 +152,30 @@ def assemble(repo: Path, trees: tuple[DemoTree, ...] = TREES) -> list[str]:
         # Nested .git entries (the sdists' own clones) would make submodules of them.
         for nested in [p for p in repo.rglob(".git") if p.parent != repo]:
             shutil.rmtree(nested) if nested.is_dir() else nested.unlink()
-        env = {**os.environ, "GIT_AUTHOR_NAME": "reusebench nightly demo", "GIT_AUTHOR_EMAIL": "demo@localhost",
-               "GIT_COMMITTER_NAME": "reusebench nightly demo", "GIT_COMMITTER_EMAIL": "demo@localhost",
-               "GIT_AUTHOR_DATE": tree.date, "GIT_COMMITTER_DATE": tree.date}
         git(repo, "add", "--all", "--force", ".")  # the tree as released, its own .gitignore notwithstanding
-        git(repo, "commit", "-q", "--no-verify", "-m", tree.message(), env=env)
+        git(repo, "commit", "-q", "--no-verify", "-m", tree.message(), env=_env(tree.date))
         say(f"committed {tree.message().splitlines()[0]}")
-    return git(repo, "rev-list", "--reverse", "master").split()
+    commits = git(repo, "rev-list", "--reverse", "master").split()
+    heads = {}
+    for branch in branches:
+        git(repo, "checkout", "-q", "-b", branch.name, commits[branch.base])
+        git(repo, "apply", "--whitespace=nowarn", str(branch.patch))
+        git(repo, "add", "--all", "--force", ".")
+        message = branch.message(trees[branch.base])
+        git(repo, "commit", "-q", "--no-verify", "-m", message, env=_env(branch.date))
+        heads[branch.name] = git(repo, "rev-parse", "HEAD")
+        say(f"committed {message.splitlines()[0]} on branch {branch.name}")
+    git(repo, "checkout", "-q", "master")
+    return commits, heads
 
 
-def demo_config(repo: Path, out: Path) -> Path:
-    """asv.llama.conf.json with `repo` pointed at the demo repository and everything it writes under `out`."""
+def demo_config(repo: Path, out: Path, branches: tuple[DemoBranch, ...] = BRANCHES) -> Path:
+    """asv.llama.conf.json with `repo` pointed at the demo repository, its branches beside master, and everything
+    it writes under `out`."""
     conf = asv_util.load_json(str(REPO / "asv.llama.conf.json"), js_comments=True)
     # asv runs from the config's directory; this copy lives in `out`, so paths relative to the repository
     # root become absolute. The environment holds asv's checkout of `repo`, so it is the demo's own too.
-    conf.update(repo=str(repo), benchmark_dir=str(REPO / conf["benchmark_dir"]), env_dir=str(out / "env"),
+    conf.update(repo=str(repo), branches=["master", *(b.name for b in branches)], benchmark_dir=str(REPO / conf["benchmark_dir"]), env_dir=str(out / "env"),
                 results_dir=str(out / "asv"), html_dir=str(out / "html"))
     path = out / "asv.llama.conf.json"
     path.write_text(json.dumps(conf, indent=2) + "\n")
@@ -163,16 +207,23 @@ def stored(results_dir: Path, commit: str) -> dict[tuple[str, tuple[str, ...]], 
     return figures
 
 
-def reprocessed_table(results_dir: Path, commits: list[str], trees: tuple[DemoTree, ...] = TREES) -> str:
+def columns(commits: list[str], heads: dict[str, str], trees: tuple[DemoTree, ...] = TREES,
+            branches: tuple[DemoBranch, ...] = BRANCHES) -> list[tuple[str, str]]:
+    """(label, commit) per table column: the trees in order, then the branches."""
+    labelled = [(f"b{t.release.build_number} ({t.commit})", c) for t, c in zip(trees, commits)]
+    return labelled + [(f"b{trees[b.base].release.build_number} + {b.name}", heads[b.name]) for b in branches]
+
+
+def reprocessed_table(results_dir: Path, cols: list[tuple[str, str]]) -> str:
     """A markdown table: each reuse step's re-processed tokens (prompt_n) per llama.cpp version and variant."""
     benchmark = "reuse.ReprocessedTokens.track_reprocessed_tokens"
     per_commit = [{combo: value for (name, combo), value in stored(results_dir, c).items() if name == benchmark}
-                  for c in commits]
+                  for _, c in cols]
     order = {f"'{step}'": i for i, step in enumerate(scenarios.MEASURED_STEPS)}  # the catalogue's, as asv stores it
     combos = sorted({combo for figures in per_commit for combo in figures},
                     key=lambda combo: (*combo[:-1], order.get(combo[-1], len(order))))
     rows = [([value.strip("'") for value in combo], combo) for combo in combos]
-    return _per_version(["size", "variant", "step"], rows, per_commit, trees)
+    return _per_version(["size", "variant", "step"], rows, per_commit, [label for label, _ in cols])
 
 
 SERVICE_FIGURES = (("service.WorkloadMisses.track_missed_turns", "should hit"),
@@ -182,20 +233,20 @@ SERVICE_FIGURES = (("service.WorkloadMisses.track_missed_turns", "should hit"),
                    ("service.WorkloadInterference.track_other_users_ms", "decode ms per token alone p50"))
 
 
-def service_table(results_dir: Path, commits: list[str], trees: tuple[DemoTree, ...] = TREES) -> str:
+def service_table(results_dir: Path, cols: list[tuple[str, str]]) -> str:
     """A markdown table: the service workload's missed turns and the interference workload's decode, per llama.cpp
     version."""
     rows = [([name], (benchmark, (repr(name),))) for benchmark, name in SERVICE_FIGURES]
-    return _per_version(["figure"], rows, [stored(results_dir, c) for c in commits], trees)
+    return _per_version(["figure"], rows, [stored(results_dir, c) for _, c in cols], [label for label, _ in cols])
 
 
 def _per_version(labels: list[str], rows: list[tuple[list[str], Any]], per_commit: list[dict[Any, float | None]],
-                 trees: tuple[DemoTree, ...]) -> str:
+                 headers: list[str]) -> str:
     """A markdown table: each row's labels, then its figure (looked up by its key) in each commit's results."""
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(cells) + " |"
 
-    header = [*labels, *(f"b{t.release.build_number} ({t.commit})" for t in trees)]
+    header = [*labels, *headers]
     lines = [line(header), "|" + "---|" * len(header)]
     for row_labels, key in rows:
         lines.append(line([*row_labels, *(_cell(figures.get(key, float("nan"))) if figures else "not run"
@@ -218,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    commits = assemble(out / "llama.cpp")
+    commits, heads = assemble(out / "llama.cpp")
     config = demo_config(out / "llama.cpp", out)
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # asv imports the environment plugin from the repository
     env.setdefault("REUSEBENCH_ASV_SIZES", SIZE)
@@ -244,9 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     asv(config, env, "publish")
     site.make_self_contained(out / "html")
     compared = asv(config, env, "compare", "--machine", machine, "--split", commits[-2], commits[-1])
-    table = reprocessed_table(out / "asv", commits)
-    service = service_table(out / "asv", commits)
+    fixes = {b.name: asv(config, env, "compare", "--machine", machine, "--split", commits[b.base], heads[b.name])
+             for b in BRANCHES}
+    cols = columns(commits, heads)
+    table = reprocessed_table(out / "asv", cols)
+    service = service_table(out / "asv", cols)
     (out / "compare.txt").write_text(compared)
+    for name, text in fixes.items():
+        (out / f"compare-{name}.txt").write_text(text)
     (out / "reprocessed-tokens.md").write_text(table + "\n")
     (out / "service.md").write_text(service + "\n")
     print(f"re-processed tokens per llama.cpp version ({env['REUSEBENCH_ASV_SIZES']}):\n{table}\n")
@@ -254,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{env.get('REUSEBENCH_ASV_INTERFERENCE', 'interference')}) per llama.cpp version:\n"
           f"{service}\n")
     print(f"asv compare {TREES[-2].commit} {TREES[-1].commit}:\n{compared}")
+    for branch in BRANCHES:
+        print(f"asv compare {TREES[branch.base].commit} {branch.name} (base against fix):\n{fixes[branch.name]}")
     print(f"site: {out / 'html' / 'index.html'} (serve on loopback: {sys.executable} -m http.server --bind 127.0.0.1 "
           f"8080 --directory {out / 'html'}); asv's log: {out / 'asv-run.log'}")
     print(f"nightly demo: {time.monotonic() - started:.0f} s")
