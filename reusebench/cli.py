@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from reusebench.advise import advice, agreement
-from reusebench.llama import build, cuda, server
+from reusebench.capability import cache as capability_cache
+from reusebench.llama import binaries, build, cuda, server
 from reusebench import check, records, tiny
 from reusebench.config import corpus, profiles, scenarios, sizes, workload
 from reusebench.report import run_report as report, service_runs, view
@@ -174,15 +175,28 @@ def cmd_check(args: argparse.Namespace) -> int:
     found, texts, failing = [], [], False
     for variant in variants:
         print(f"checking {variant.profile} / {variant.name} ...", file=sys.stderr)
-        verdicts = check.check_variant(variant, progress=lambda message: print(f"  {message}", file=sys.stderr))
+        say = lambda message: print(f"  {message}", file=sys.stderr)  # noqa: E731
+        rules = capability_cache.of_binary(variant.binary, say)
+        verdicts = check.check_variant(variant, progress=say)
         failing |= any(v.verdict in check.FAILING_VERDICTS for v in verdicts)
-        found.append({**check.describe_launch(variant), "verdicts": [v.to_dict() for v in verdicts]})
-        texts.append(check.render_report(variant, verdicts))
+        found.append({**check.describe_launch(variant), "capabilities": rules.to_dict(),
+                      "verdicts": [v.to_dict() for v in verdicts]})
+        texts.append(check.render_report(variant, verdicts) + "\n\n" + "\n".join(rules.lines()))
     print(json.dumps(found, indent=2) if args.json else "\n\n".join(texts))
     page = view.write_check_page(RunDir.create(Path(args.results)).path, found)
     view.write_index(Path(args.results))
     print(f"page: {page}", file=sys.stderr)
     return 1 if failing else 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    binary = binaries.resolve_binary(args.binary, source="reusebench probe")
+    started = time.monotonic()
+    found = capability_cache.of_binary(binary, lambda message: print(message, file=sys.stderr), again=args.again)
+    print(json.dumps(found.to_dict(), indent=2) if args.json else "\n".join(found.lines()))
+    print(f"{binary.path}: {found.how} ({time.monotonic() - started:.1f} s); kept in {capability_cache.cache_dir()}",
+          file=sys.stderr)
+    return 0 if not found.how.startswith("not probed") else 1
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -344,6 +358,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("profiles", help="the shipped profiles: description and variants of each"
                    ).set_defaults(func=cmd_profiles)
 
+    probe = sub.add_parser("probe", help="what a llama-server build does where builds differ (slot files with "
+                           "checkpoints, restores, user-message checkpoints, LoRA in the RAM cache, sleep): short probes "
+                           "on a tiny model, cached by the executable's hash; the reuse model takes its rules from them")
+    probe.add_argument("binary", nargs="?", default=binaries.DEFAULT, help="default (the pinned build), default:cuda, "
+                       "or a path (a launcher script is followed to the executable it starts)")
+    probe.add_argument("--again", action="store_true", help="probe even when a result is cached, and replace it")
+    probe.add_argument("--json", action="store_true", help="JSON instead of lines")
+    probe.set_defaults(func=cmd_probe)
+
     make = sub.add_parser(
         "build", help=f"build llama-server from source: the pinned {build.PINNED.requirement} (llama.cpp "
         f"b{build.PINNED.build_number}) that profiles call `default`, or a llama.cpp checkout; cached, prints the path")
@@ -388,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return int(args.func(args))
-    except (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, ValueError) as exc:
+    except (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, binaries.BinaryError,
+            ValueError) as exc:
         print(f"reusebench: {exc}", file=sys.stderr)
         return 2
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from reusebench import tiny
+from reusebench.capability.capabilities import Capabilities
 from reusebench.reuse.expectation import (
     Launch,
     Memory,
@@ -28,8 +29,8 @@ ANSWER = list(range(300, 308))  # n_predict 8
 PROMPT = BOS + DOC + Q1
 
 
-def model(memory: Memory = HYBRID, **options: object) -> ServerModel:
-    return ServerModel(memory, launch_of_options({**TINY_BASE, **options}))
+def model(memory: Memory = HYBRID, rules: Capabilities = Capabilities(), **options: object) -> ServerModel:
+    return ServerModel(memory, launch_of_options({**TINY_BASE, **options}), rules)
 
 
 def send(m: ServerModel, tokens: list[int], **kwargs: object) -> tuple[int, str]:
@@ -76,6 +77,65 @@ def test_a_restored_slot_file_has_no_checkpoints_so_only_a_strict_extension_reus
     m.restore(0, saved)
     extension = PROMPT + ANSWER + Q2
     assert send(m, extension) == (len(Q2) + 1, f"kept {len(PROMPT) + 7} tokens in slot")  # the last answer token
+
+
+def test_a_build_whose_slot_files_carry_checkpoints_restores_them() -> None:
+    # b11549: the file holds 1550 and 2062, so a restart loses nothing a checkpoint can give back
+    m = model(rules=Capabilities(slot_file_checkpoints=True))
+    send(m, PROMPT)
+    saved = m.saved(0)
+    m.restart()
+    m.restore(0, saved)
+    assert send(m, PROMPT) == (4, "restored checkpoint at n_tokens=2062")
+    m.restore(0, saved)
+    assert send(m, BOS + DOC + Q2) == (515, "restored checkpoint at n_tokens=1550")
+
+
+def test_a_restore_that_keeps_the_slot_s_checkpoints_returns_to_them_and_to_another_document_s() -> None:
+    # 2026-03: the restore clears only the tokens. After a restart the resend re-processes all and makes
+    # checkpoints on the same tokens, which the next restore keeps: the re-ask returns to 1550 (report A's 515).
+    m = model(rules=Capabilities(restore_keeps_slot_checkpoints=True))
+    send(m, PROMPT)
+    saved = m.saved(0)
+    m.restart()
+    m.restore(0, saved)
+    assert send(m, PROMPT)[0] == len(PROMPT)
+    m.restore(0, saved)
+    reask = m.complete(BOS + DOC + Q2)
+    assert (reask.prompt_n, reask.wrong_output) == (515, False)
+    # Over a slot that holds another document, the kept checkpoints are that document's: reuse with its state.
+    m.answered(ANSWER)
+    send(m, BOS + OTHER[:1000] + Q1)  # checkpoints at 502 and 1014, inside DOC's length
+    m.restore(0, saved)
+    foreign = m.complete(BOS + DOC + Q2)
+    assert (foreign.prompt_n, foreign.wrong_output) == (len(BOS + DOC + Q2) - 1014, True)
+    assert foreign.cause == "restored checkpoint at n_tokens=1014 (another prompt's, kept across the restore)"
+
+
+def test_without_user_message_checkpoints_a_chat_edit_re_processes_everything() -> None:
+    delimiter = [9]
+    prompt = BOS + delimiter + DOC[:600] + delimiter + DOC[600:1200]
+    starts = user_starts(prompt, delimiter)
+    edited = prompt[:650] + [7] + prompt[650:]  # after the last user message (602), before 1203 - 516
+    for rules, expected in ((Capabilities(), len(edited) - 602), (Capabilities(user_message_checkpoints=False),
+                                                                 len(edited))):
+        m = model(rules=rules)
+        send(m, prompt, user_starts=starts)
+        assert send(m, edited, user_starts=user_starts(edited, delimiter))[0] == expected
+
+
+def test_a_ram_cache_that_keeps_each_entry_s_lora_restores_it_and_never_serves_it_to_another() -> None:
+    # report B's fix: the third request reuses the whole conversation, and the no-LoRA request cannot hit
+    m = ServerModel(HYBRID, launch_of_options({**TINY_BASE, "cache-ram": 256}, lora_adapters=1),
+                    Capabilities(ram_cache_keeps_lora=True))
+    lora, no_lora = [{"id": 0, "scale": 1.0}], [{"id": 0, "scale": 0.0}]
+    send(m, PROMPT, lora=lora)
+    send(m, BOS + Q2, lora=no_lora)
+    more = PROMPT + ANSWER + Q2
+    assert send(m, more, lora=lora) == (len(Q2) + 1, f"found in RAM cache; kept {len(PROMPT) + 7} tokens in slot")
+    send(m, BOS + Q2, lora=no_lora)
+    served = m.complete(more, lora=no_lora)
+    assert (served.prompt_n, served.wrong_output) == (len(more), False)
 
 
 def test_one_checkpoint_keeps_only_the_last_so_a_reask_re_processes_everything() -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from reusebench.capability.capabilities import PINNED
 from reusebench import cli, records, tiny
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import logs
@@ -60,7 +61,8 @@ def run_session(tmp_path: Path, fault: Fault, ids: tuple[str, ...], *, on_failur
     path = tmp_path / "records.jsonl"
     with RecordWriter(path) as writer, GpuSampler() as sampler:
         s = Session(CONTROL.variants[0], SIZE, corpus.load_spec("tiny-words"), writer, run_id="fault",
-                    log_dir=tmp_path / "logs", sampler=sampler, on_failure=on_failure, progress_hook=fault, out=out)
+                    log_dir=tmp_path / "logs", sampler=sampler, capabilities=PINNED, on_failure=on_failure,
+                    progress_hook=fault, out=out)
         fault.session = s
         s.run(scenarios.select(ids))
     return s, records.read_records(path), out.getvalue()

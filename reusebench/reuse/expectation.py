@@ -1,4 +1,4 @@
-"""What llama-server b11434 should re-process for a request, and why: a model of its prompt reuse.
+"""What a llama-server build should re-process for a request, and why: a model of its prompt reuse.
 
 The model is pure: it reads nothing but its inputs and keeps the history of one server (what each slot
 holds, its checkpoints and where they sit, what the RAM prompt cache holds, what was saved to disk). It is
@@ -8,9 +8,11 @@ keeps (``answered``). Every rule is written down in docs/llama-server-reuse.md w
 the comments below name the section.
 
 What the model is told about the world: the model's memory (``memory_of_gguf``, from the GGUF: attention,
-recurrent or hybrid, and whether its attention cache can shift) and the launch options that decide reuse
-(``launch_of_options``). It is deliberately not told what the server logged at start-up: a build that
-quietly changes a rule (say, turns checkpoints off) must show up as a step the model did not expect.
+recurrent or hybrid, and whether its attention cache can shift), the launch options that decide reuse
+(``launch_of_options``), and the build's capabilities where llama.cpp builds differ, as its probes showed them
+(``reusebench.capability``; b11434's rules where nothing was probed). It is deliberately not told what the
+server logged at start-up: a build that quietly changes a rule no probe covers (say, turns checkpoints off)
+must show up as a step the model did not expect.
 
 Not modelled: SWA windows, multimodal chunks in a prompt, aLoRA, speculative decoding, and the RAM
 cache's size and token limits (the tiny models' states are far below them; an eviction the model did not
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import gguf
 
+from reusebench.capability.capabilities import PINNED, Capabilities
 from reusebench.config import options as options_mod
 from reusebench.config.profiles import Variant
 from reusebench.llama.facts import (
@@ -122,6 +125,11 @@ def of_variant(variant: Variant) -> tuple[Memory, Launch]:
                                                             lora_adapters=len(variant.lora))
 
 
+def for_variant(variant: Variant, capabilities: Capabilities) -> ServerModel:
+    """The model of `variant`'s server, by the rules of its binary's `capabilities`."""
+    return ServerModel(*of_variant(variant), capabilities)
+
+
 def active_cache_reuse(memory: Memory, launch: Launch) -> int:
     """--cache-reuse as the server applies it: forced to 0 with an mmproj, or when the memory cannot shift."""
     return 0 if launch.multimodal or not memory.can_shift else launch.cache_reuse
@@ -141,6 +149,7 @@ class Expected:
 class Checkpoint:
     n_tokens: int  # the state after this many tokens (pos_min = pos_max = n_tokens - 1 for recurrent state)
     task: int  # the request that created it
+    foreign: bool = False  # computed from other tokens than the ones it now sits under (kept across a restore)
 
 
 @dataclass(frozen=True)
@@ -168,12 +177,21 @@ def user_starts(tokens: Sequence[int], delimiter: Sequence[int]) -> tuple[int, .
     return tuple(i for i in range(len(tokens) - width + 1) if list(tokens[i:i + width]) == list(delimiter))
 
 
-class ServerModel:
-    """One llama-server's reuse state, advanced request by request."""
+@dataclass(frozen=True)
+class CacheEntry:
+    """A RAM prompt-cache entry: what it holds, and the LoRA of the slot it was saved from."""
 
-    def __init__(self, memory: Memory, launch: Launch) -> None:
+    held: Held
+    lora: tuple[float, ...]
+
+
+class ServerModel:
+    """One llama-server's reuse state, advanced request by request, by the rules of a build's capabilities."""
+
+    def __init__(self, memory: Memory, launch: Launch, capabilities: Capabilities = PINNED) -> None:
         self.memory = memory
         self.launch = launch
+        self.capabilities = capabilities
         self.cache_reuse = active_cache_reuse(memory, launch)
         self.restart()
 
@@ -184,7 +202,7 @@ class ServerModel:
     def restart(self) -> None:
         """A fresh server (or one that woke from sleep): empty slots and an empty RAM cache."""
         self.slots = [Slot(Held(computed_with=self.global_lora), self.global_lora) for _ in range(self.launch.n_slots)]
-        self.ram: list[Held] = []
+        self.ram: list[CacheEntry] = []
         self.task = 0
         self.last_slot = 0
 
@@ -195,11 +213,22 @@ class ServerModel:
     # -- slot files ----------------------------------------------------------------------------------
 
     def saved(self, slot: int) -> Held:
-        """What a slot file written now holds: tokens and state, no checkpoints."""
-        return replace(self.slots[slot].held, checkpoints=())
+        """What a slot file written now holds: tokens and state; its checkpoints only on a build that writes them."""
+        held = self.slots[slot].held
+        return held if self.capabilities.holds("slot_file_checkpoints") else replace(held, checkpoints=())
 
     def restore(self, slot: int, held: Held) -> None:
-        self.slots[slot].held = replace(held, checkpoints=())
+        """The file's tokens and state. Its checkpoints where the file carries them; else, on a build whose restore
+        keeps the slot's own, those, foreign where they were computed from other tokens; else none."""
+        if self.capabilities.holds("slot_file_checkpoints"):
+            checkpoints = held.checkpoints
+        elif self.capabilities.holds("restore_keeps_slot_checkpoints"):
+            before = self.slots[slot].held
+            shared = common_prefix(before.tokens, held.tokens)
+            checkpoints = tuple(replace(c, foreign=c.foreign or c.n_tokens > shared) for c in before.checkpoints)
+        else:
+            checkpoints = ()
+        self.slots[slot].held = replace(held, checkpoints=checkpoints)
 
     def erase(self, slot: int) -> None:
         """`POST /slots/N?action=erase`: the slot holds nothing, its checkpoints gone; its LoRA stays."""
@@ -219,8 +248,8 @@ class ServerModel:
         """Predict one completion request and advance the state as the server would."""
         tokens = tuple(tokens)
         self.task += 1
-        slot, why = self._select(tokens)
         scales = self.scales(lora)
+        slot, why = self._select(tokens, scales)
         cleared = bool(lora) and scales != slot.lora  # a non-empty lora that differs clears the slot
         if cleared:
             slot.held = Held(computed_with=scales)
@@ -238,7 +267,8 @@ class ServerModel:
         if n_past == len(tokens) and n_past > 0:  # one token is always evaluated, for its logits
             n_past -= 1
         slot.held = Held(tokens[:n_past], kept, None if wrong else scales, stale and n_past > 0)
-        self._prefill(slot, tokens, n_past, frozenset(user_starts))
+        marked = user_starts if self.capabilities.holds("user_message_checkpoints") else ()
+        self._prefill(slot, tokens, n_past, frozenset(marked))
         slot.t_last = self.task
         return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong)
 
@@ -249,7 +279,7 @@ class ServerModel:
 
     # -- slot selection and the RAM cache ------------------------------------------------------------
 
-    def _select(self, tokens: tuple[int, ...]) -> tuple[Slot, list[str]]:
+    def _select(self, tokens: tuple[int, ...], scales: tuple[float, ...]) -> tuple[Slot, list[str]]:
         """By similarity above the threshold, else least recently used; either may go through the RAM cache."""
         chosen, update, why = None, False, []
         if self.launch.slot_prompt_similarity != 0:
@@ -270,32 +300,50 @@ class ServerModel:
         self.last_slot = chosen
         slot = self.slots[chosen]
         if update and self.launch.cache_ram_mib != 0:
-            self._ram_save(slot.held)
-            if self._ram_load(slot, tokens):
+            self._ram_save(slot)
+            if self._ram_load(slot, tokens, scales):
                 why.append("found in RAM cache")
         return slot, why
 
-    def _ram_save(self, held: Held) -> None:
-        if not held.tokens or any(common_prefix(e.tokens, held.tokens) == len(held.tokens) for e in self.ram):
-            return
-        # entries the new one extends are obsolete
-        self.ram = [e for e in self.ram if common_prefix(e.tokens, held.tokens) != len(e.tokens)]
-        self.ram.append(held)
+    def _ram_save(self, slot: Slot) -> None:
+        """The slot's state into the RAM cache, unless an entry holds it already; entries it extends go. On a build
+        whose entries keep their LoRA, only entries of the same LoRA count as the same or extended."""
+        held = slot.held
+        lora_aware = self.capabilities.holds("ram_cache_keeps_lora")
 
-    def _ram_load(self, slot: Slot, tokens: tuple[int, ...]) -> bool:
-        """Take the entry that beats the slot on both kept share and covered share; it leaves the cache."""
+        def same(entry: CacheEntry) -> bool:
+            return not lora_aware or entry.lora == slot.lora
+
+        if not held.tokens or any(common_prefix(e.held.tokens, held.tokens) == len(held.tokens) and same(e)
+                                  for e in self.ram):
+            return
+        self.ram = [e for e in self.ram if not (common_prefix(e.held.tokens, held.tokens) == len(e.held.tokens)
+                                                and same(e))]
+        self.ram.append(CacheEntry(held, slot.lora))
+
+    def _ram_load(self, slot: Slot, tokens: tuple[int, ...], scales: tuple[float, ...]) -> bool:
+        """Take the entry that beats the slot on both kept share and covered share; it leaves the cache. On a build
+        whose entries keep their LoRA, only an entry of the request's LoRA, and the slot takes that LoRA."""
+        lora_aware = self.capabilities.holds("ram_cache_keeps_lora")
+        if not slot.held.tokens and not self.capabilities.holds("empty_slot_loads_from_ram"):
+            return False
         lcp = common_prefix(slot.held.tokens, tokens)
         f_keep = lcp / len(slot.held.tokens) if slot.held.tokens else -1.0
         f_sim = lcp / len(tokens)
         best = None
         for index, entry in enumerate(self.ram):
-            lcp = common_prefix(entry.tokens, tokens)
-            keep, sim = lcp / len(entry.tokens), lcp / len(tokens)
+            if lora_aware and entry.lora != scales:
+                continue
+            lcp = common_prefix(entry.held.tokens, tokens)
+            keep, sim = lcp / len(entry.held.tokens), lcp / len(tokens)
             if keep >= F_KEEP_LOAD and f_keep < keep and f_sim < sim:
                 f_keep, f_sim, best = keep, sim, index
         if best is None:
             return False
-        slot.held = self.ram.pop(best)
+        entry = self.ram.pop(best)
+        slot.held = entry.held
+        if lora_aware:
+            slot.lora = entry.lora
         return True
 
     def _save_idle_slots(self, busy: Slot) -> None:
@@ -304,7 +352,7 @@ class ServerModel:
             return
         for slot in self.slots:
             if slot is not busy:
-                self._ram_save(slot.held)
+                self._ram_save(slot)
                 if self.launch.kv_unified:
                     slot.held = Held(computed_with=slot.lora)
 
@@ -332,8 +380,10 @@ class ServerModel:
             pos = checkpoint.n_tokens - 1
             if pos <= n_past and (pos < threshold or pos == 0):
                 how = "cache-reuse shifted chunk then restored" if shifted else "restored"
-                return min(n_past, checkpoint.n_tokens), f"{how} checkpoint at n_tokens={checkpoint.n_tokens}", \
-                    stale or shifted > 0
+                whose = " (another prompt's, kept across the restore)" if checkpoint.foreign else ""
+                return min(n_past, checkpoint.n_tokens), \
+                    f"{how} checkpoint at n_tokens={checkpoint.n_tokens}{whose}", \
+                    stale or shifted > 0 or checkpoint.foreign
         return 0, "forced full re-processing (no checkpoint before divergence)", False
 
     def _shift_chunks(self, cached: tuple[int, ...], tokens: tuple[int, ...], n_past: int,

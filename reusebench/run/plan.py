@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from reusebench.capability.capabilities import PINNED, Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
@@ -62,9 +63,9 @@ class PlanSteps(VariantSteps):
     """``scenarios.Steps`` without a server: words for tokens, the reuse model for the server."""
 
     def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, size: int, plan: SessionPlan, *,
-                 verify: bool, early_stop: bool) -> None:
+                 capabilities: Capabilities, verify: bool, early_stop: bool) -> None:
         self.variant, self.spec, self.plan, self.verify, self.early_stop = variant, spec, plan, verify, early_stop
-        self.model = expectation.ServerModel(*expectation.of_variant(variant))
+        self.model = expectation.for_variant(variant, capabilities)
         self._ids: dict[str, int] = {}
         question = max(len(q.split()) for q in spec.questions)
         self.document = self._words("d", size - question - 1)
@@ -168,10 +169,11 @@ def stops_at(prompt_n: int, cache_n: int, *, verify: bool, awaited: bool) -> boo
 
 
 def plan_session(variant: Variant, size: int, selected: Sequence[scenarios.Scenario], spec: corpus_mod.CorpusSpec,
-                 *, name: str, verify: bool, early_stop: bool) -> SessionPlan:
-    """The calls a session will make and what the reuse model expects each to prefill."""
+                 *, name: str, verify: bool, early_stop: bool, capabilities: Capabilities = PINNED) -> SessionPlan:
+    """The calls a session will make and what the reuse model expects each to prefill, by the rules of the
+    binary's `capabilities` (the pinned build's when it was never probed)."""
     plan = SessionPlan(name, size)
-    steps = PlanSteps(variant, spec, size, plan, verify=verify, early_stop=early_stop)
+    steps = PlanSteps(variant, spec, size, plan, capabilities=capabilities, verify=verify, early_stop=early_stop)
     for scenario in selected:
         if not scenario.not_applicable(steps):
             scenario.run(steps)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reusebench.capability.capabilities import Capabilities
 from reusebench.llama import build
 from reusebench.config import profiles
 
@@ -30,6 +31,8 @@ class Stamp:
     profile: str  # the profile's file
     profile_sha256: str  # of the profile's file and every file it extends, base first
     binaries: dict[str, str]  # variant name -> the build of its llama-server (``binary_build``)
+    # variant name -> its binary's capabilities where builds differ (``Capabilities.to_dict``); {} before probes
+    capabilities: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,16 +79,21 @@ def binary_build(binary: Path) -> str:
     return f"sha256 {digest.hexdigest()[:16]} of {binary}"
 
 
-def stamp(profile: profiles.Profile, variants: Iterable[str] | None = None) -> Stamp:
-    """The stamp of running `variants` (default: all) of `profile` from this checkout now."""
+def stamp(profile: profiles.Profile, variants: Iterable[str] | None = None,
+          rules: Mapping[Path, Capabilities] | None = None) -> Stamp:
+    """The stamp of running `variants` (default: all) of `profile` from this checkout now, with each binary's
+    capabilities where `rules` has them."""
     chosen = [profile.variant(name) for name in variants] if variants is not None else list(profile.variants)
     builds: dict[Path, str] = {}  # one hash per binary, however many variants share it
     for variant in chosen:
         if variant.binary.path not in builds:
             builds[variant.binary.path] = binary_build(variant.binary.path)
     commit, dirty = reusebench_commit()
+    rules = rules or {}
     return Stamp(commit, dirty, str(profile.path.resolve()), profile_sha256(profile),
-                 {variant.name: builds[variant.binary.path] for variant in chosen})
+                 {variant.name: builds[variant.binary.path] for variant in chosen},
+                 {variant.name: rules[variant.binary.path].to_dict() for variant in chosen
+                  if variant.binary.path in rules})
 
 
 def write(run_dir: Path, run_stamp: Stamp) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reusebench.capability.capabilities import Capabilities
 from reusebench.config.profiles import Variant
 from reusebench.llama import binaries, logs
 from reusebench.llama.client import Completion, LlamaClient
@@ -70,9 +71,12 @@ class Recorder:
         self.written: list[Record] = []
         self._lock = threading.Lock()
 
-    def learn_build(self, client: LlamaClient) -> str:
-        """The build label records carry, from the binary and the server's /props."""
+    def learn_build(self, client: LlamaClient, capabilities: Capabilities | None = None) -> str:
+        """The build label records carry, from the binary and the server's /props, with the rules its probes
+        showed where they differ from the pinned build's (``Capabilities.label``)."""
         self.build = binaries.build_label(self.variant.binary, client.props().get("build_info"))
+        if capabilities is not None:
+            self.build += f"; {capabilities.label()}"
         return self.build
 
     def record(self, scenario: str, step: str, role: Role, endpoint: str, started: float, **fields: Any) -> Record:

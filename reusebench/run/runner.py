@@ -10,11 +10,13 @@ import dataclasses
 import functools
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from reusebench.capability import cache
+from reusebench.capability.capabilities import PINNED, Capabilities
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.run import plan, provenance
 from reusebench import records
@@ -111,11 +113,12 @@ def run_profile(
     out = out or sys.stderr  # looked up now: a redirected stderr (tests, redirect_stderr) is honoured
     sessions = _sessions(profile, variants, sizes, scenario_ids, repeats)  # refused now, before anything starts
     spec = corpus.load_spec(corpus_name)
-    planned = plan_sessions(sessions, spec, verify=verify, early_stop=early_stop, repeats=repeats)
+    rules = probe_binaries([variant for variant, _, _ in sessions], out)
+    planned = plan_sessions(sessions, spec, verify=verify, early_stop=early_stop, repeats=repeats, rules=rules)
     run = RunDir.create(results_dir)
     run_id, run_dir, records_path = run.run_id, run.path, run.records_path
     chosen = list(dict.fromkeys(variant.name for variant, _, _ in sessions))
-    provenance.write(run_dir, provenance.stamp(profile, chosen))
+    provenance.write(run_dir, provenance.stamp(profile, chosen, rules))
     print(f"run {run_id}: profile {profile.name}, {len(chosen)} variant(s), records -> {records_path}", file=out)
     print(plan.render_plan(planned), file=out, flush=True)
     estimate = plan.Estimate(planned, out)
@@ -127,7 +130,7 @@ def run_profile(
 
             def session(variant: profiles.Variant, size: int, repeat: int | None = None) -> Session:
                 return Session(variant, size, spec, writer, run_id=run_id, log_dir=run.log_dir, sampler=sampler,
-                               verify=variant.verify and verify, early_stop=early_stop, repeat=repeat,
+                               capabilities=rules[variant.binary.path], verify=variant.verify and verify, early_stop=early_stop, repeat=repeat,
                                on_failure=on_failure, estimate=estimate, out=out)
 
             for variant, size, selected in sessions:
@@ -159,14 +162,31 @@ def _sessions(profile: profiles.Profile, variants: Sequence[str], sizes: Sequenc
     return [(variant, size, selected[variant.name]) for variant in chosen for size in sizes or variant.sizes]
 
 
+def probe_binaries(variants: Sequence[profiles.Variant], out: TextIO) -> dict[Path, Capabilities]:
+    """Each binary's capabilities (``capability.cache.of_binary``: cached, else probed now), said once each."""
+    found: dict[Path, Capabilities] = {}
+    for variant in variants:
+        path = variant.binary.path
+        if path not in found:
+            started = time.monotonic()
+            found[path] = cache.of_binary(variant.binary, lambda message: print(f"  {message}", file=out, flush=True))
+            took = f" in {time.monotonic() - started:.1f} s" if found[path].how == "probed" else ""
+            print(f"llama-server {path}{took}: {found[path].describe()}", file=out, flush=True)
+    return found
+
+
 def plan_sessions(sessions: Sequence[Planned], spec: corpus.CorpusSpec, *, verify: bool, early_stop: bool,
-                  repeats: Repeats | None = None) -> list[plan.SessionPlan]:
-    """Each session's planned calls (``plan.plan_session``), repeated sessions one plan each."""
+                  repeats: Repeats | None = None, rules: Mapping[Path, Capabilities] | None = None
+                  ) -> list[plan.SessionPlan]:
+    """Each session's planned calls (``plan.plan_session``), repeated sessions one plan each, by the rules of each
+    binary's capabilities (`rules`; else what was cached for it, else the pinned build's)."""
+    rules = rules or {}
     first_load = [WARMED_FIRST_LOAD] if repeats is not None and repeats.warm_up else scenarios.select(["first_load"])
     numbers = [None] if repeats is None else range(1, repeats.count + 1)
     return [plan.plan_session(variant, size, selected if repeats is None else first_load, spec,
                               name=session_name(variant, size, number), verify=variant.verify and verify,
-                              early_stop=early_stop)
+                              early_stop=early_stop,
+                              capabilities=rules.get(variant.binary.path) or cache.cached(variant.binary) or PINNED)
             for variant, size, selected in sessions for number in numbers]
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from reusebench.capability.capabilities import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
@@ -88,6 +89,7 @@ class Session:
         run_id: str,
         log_dir: Path,
         sampler: GpuSampler,
+        capabilities: Capabilities,
         verify: bool = True,
         early_stop: bool = True,
         repeat: int | None = None,
@@ -105,8 +107,9 @@ class Session:
         self.recorder = Recorder(writer, variant, run_id=run_id, session=self.name, size=size, log_dir=log_dir,
                                  extra={} if repeat is None else {"repeat": repeat})
         self.progress = Progress(self.name, out, progress_hook, estimate)
-        self.steps = SessionSteps(variant, spec, self.life, self.recorder, self.progress, verify=verify,
-                                  early_stop=early_stop)
+        self.capabilities = capabilities
+        self.steps = SessionSteps(variant, spec, self.life, self.recorder, self.progress, capabilities=capabilities,
+                                  verify=verify, early_stop=early_stop)
         self.result = SessionResult(self.name, records=self.steps.measured)
 
     @property
@@ -118,7 +121,7 @@ class Session:
         try:
             self.life.check_slot_dir()
             self.life.start()
-            self.recorder.learn_build(self.life.handle.client)
+            self.recorder.learn_build(self.life.handle.client, self.capabilities)
             self.steps.build_corpus(self.size)
             for scenario in selected:
                 reason = scenario.not_applicable(self.steps)

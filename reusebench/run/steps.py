@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from reusebench.capability.capabilities import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
@@ -45,14 +46,15 @@ class SessionSteps(VariantSteps):
     restores, idling until asleep, restarts."""
 
     def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, life: ServerLife, recorder: Recorder,
-                 progress: Progress, *, verify: bool, early_stop: bool = True) -> None:
+                 progress: Progress, *, capabilities: Capabilities, verify: bool, early_stop: bool = True) -> None:
         self.variant, self.spec, self.life, self.recorder, self.progress = variant, spec, life, recorder, progress
         self.early_stop = early_stop
         self.requests = Requests(life, variant.n_predict)
         self.diagnosis = Diagnosis(life, recorder)
         self.references = ReferenceKeeper(verify, progress)
-        # what the server should do, request by request: from the GGUF and the launch options only
-        self.expectation = expectation.ServerModel(*expectation.of_variant(variant))
+        # what the server should do, request by request: from the GGUF, the launch options and the build's probed
+        # capabilities only
+        self.expectation = expectation.for_variant(variant, capabilities)
         self.server_s = 0.0  # the server's own prompt, generation and slot-file time
         self.wait_s = 0.0  # deliberate waits (idling until asleep)
         self.corpus_timing: dict[str, float] = {}

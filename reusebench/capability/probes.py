@@ -1,0 +1,217 @@
+"""Short probes of one llama-server binary, one per capability where builds differ.
+
+Each probe runs on the tiny Qwen3.5-class hybrid with small batches (so checkpoints sit a few tokens
+apart), with prompts of at most a couple of hundred tokens, and reads the server's own counts
+(``cache_n``), never its log: a count says what was reused whatever the build logs. Three servers
+run, one after the other: the slot and checkpoint probes without a RAM cache (so no RAM entry
+competes with the slot), the LoRA probe with one, and the sleep probe with a one-second idle limit
+(a stall in the other probes must not put their server to sleep).
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from reusebench import tiny
+from reusebench.capability.capabilities import Capabilities
+from reusebench.llama import binaries, facts
+from reusebench.llama.binaries import Binary
+from reusebench.llama.client import Completion, LlamaClient
+from reusebench.llama.handle import ServerHandle
+from reusebench.llama.server import LlamaServer
+from reusebench.reuse.verification import output_difference
+
+MODEL = "qwen35"
+N_BATCH, N_UBATCH = 64, 16  # end-of-prompt checkpoints 20 and 4 tokens before the end
+N_PREDICT = 8  # enough greedy tokens for a foreign state to show
+CALL_TIMEOUT_S = 120.0
+SLEEP_IDLE_S = 1
+DOCUMENT, OTHER, QUESTION = 160, 80, 16  # token counts
+ON, OFF = [{"id": 0, "scale": 1.0}], facts.NO_LORA
+SLOT_FILE = "capability-probe.bin"
+
+Say = Callable[[str], None]
+
+
+class Words:
+    """Token prompts of random words that share nothing with each other but BOS."""
+
+    def __init__(self, client: LlamaClient) -> None:
+        self.client = client
+        self.bos = client.tokenize("", add_special=True)
+        self._random = random.Random(0)
+
+    def text(self, n_words: int) -> str:
+        return " ".join(self._random.choice(tiny.WORDS) for _ in range(n_words))
+
+    def tokens(self, n_tokens: int) -> list[int]:
+        while True:
+            tokens = self.client.tokenize(self.text(n_tokens + 8))[:n_tokens]
+            if len(tokens) == n_tokens:
+                return tokens
+
+    def prompt(self, *lengths: int) -> list[int]:
+        """BOS, then one run of fresh words per length."""
+        return self.bos + [t for n in lengths for t in self.tokens(n)]
+
+
+def model() -> Path:
+    """The probes' model, generated on first use."""
+    return tiny.model_path(MODEL)
+
+
+def _server(binary: Binary, slot_dir: Path, *extra: str) -> ServerHandle:
+    # One thread: with small batches a thread pool waits at a barrier on every batch, and on a loaded CPU a
+    # descheduled thread makes each wait a time slice (50x slower seen with two threads under a build).
+    args = ["-m", str(model()), "-t", "1", "-c", "4096", "-np", "1", "-b", str(N_BATCH), "-ub", str(N_UBATCH),
+            "--slot-save-path", str(slot_dir), *extra]
+    return ServerHandle(LlamaServer(binary.path, args), call_timeout_s=CALL_TIMEOUT_S)
+
+
+def _complete(client: LlamaClient, prompt: Sequence[int], **kwargs: object) -> Completion:
+    # No id_slot: a request for a named slot skips the RAM cache. One slot, so it is slot 0 either way.
+    return client.complete(prompt, n_predict=N_PREDICT, n_probs=1, **kwargs)  # type: ignore[arg-type]
+
+
+def probe(binary: Binary, say: Say = lambda _m: None) -> Capabilities:
+    """Every capability of `binary`, from three short servers; every server is stopped, also on errors."""
+    found: dict[str, bool | None] = {}
+    evidence: dict[str, str] = {}
+    accepted = binaries.help_options(binary)
+    with tempfile.TemporaryDirectory(prefix="reusebench-probe-") as slot_dir:
+        say("probing slot files, restores and user-message checkpoints")
+        with _server(binary, Path(slot_dir), "--cache-ram", "0") as handle:
+            words = Words(handle.client)
+            _restore(handle.client, words, found, evidence)
+            handle.client.slot_erase(0)
+            _user_messages(handle.client, words, found, evidence)
+        say("probing the RAM cache with a LoRA")
+        lora = ["--lora", str(tiny.lora_path(MODEL)), "--cache-ram", "64"]
+        with _server(binary, Path(slot_dir), *lora) as handle:
+            words = Words(handle.client)
+            _empty_slot(handle.client, words, found, evidence)
+            _lora(handle.client, words, found, evidence)
+        if "sleep-idle-seconds" in accepted:
+            say("probing what wakes a sleeping server")
+            with _server(binary, Path(slot_dir), "--metrics", "--sleep-idle-seconds", str(SLEEP_IDLE_S)) as handle:
+                _metrics_wake(handle, found, evidence)
+        else:
+            found["metrics_wakes_sleeping"] = None
+            evidence["metrics_wakes_sleeping"] = "no --sleep-idle-seconds in this build's --help"
+    return Capabilities(**found, evidence=evidence, how="probed")
+
+
+def _restore(client: LlamaClient, words: Words, found: dict[str, bool | None], evidence: dict[str, str]) -> None:
+    """Save D + Q1, fill the slot with another document E, restore the file, re-ask D + Q2.
+
+    The re-ask shares D with the restored tokens. It can reuse only a checkpoint at or before D's end: D + Q1's
+    20 tokens before its end when the file carries checkpoints; one of E's when the restore kept the slot's own
+    (E is shorter than D, so both of its checkpoints lie inside D: reused, they are another document's state);
+    none on a build that drops both.
+    """
+    document = words.prompt(DOCUMENT)
+    first = document + words.tokens(QUESTION)
+    _complete(client, first)
+    client.slot_save(0, SLOT_FILE)
+    other = words.prompt(OTHER, QUESTION)
+    _complete(client, other)
+    client.slot_restore(0, SLOT_FILE)
+    reask = document + words.tokens(QUESTION)
+    got = _complete(client, reask)
+    reference = _complete(client, reask, cache_prompt=False)
+    far, near = facts.end_checkpoint_offsets(N_BATCH, N_UBATCH)
+    from_file = len(first) - far
+    from_slot = {len(other) - far, len(other) - near}
+    wrong = output_difference(got, reference)
+    said = (f"saved {len(first)} tokens, another {len(other)}-token document in the slot, restored, re-asked "
+            f"{len(reask)} tokens sharing {len(document)}: cache_n={got.cache_n}")
+    said += f"; output differs from no reuse ({wrong})" if wrong else "; output as without reuse"
+    if got.cache_n == from_file:
+        found.update(slot_file_checkpoints=True, restore_keeps_slot_checkpoints=False)
+        said += f" (the file's checkpoint at {from_file})"
+    elif got.cache_n in from_slot:
+        found.update(slot_file_checkpoints=False, restore_keeps_slot_checkpoints=True)
+        said += f" (the other document's checkpoint at {got.cache_n})"
+    elif got.cache_n == 0:
+        found.update(slot_file_checkpoints=False, restore_keeps_slot_checkpoints=False)
+    else:
+        found.update(slot_file_checkpoints=None, restore_keeps_slot_checkpoints=None)
+        said += f" (neither the file's checkpoint at {from_file} nor the other document's at {sorted(from_slot)})"
+    evidence["slot_file_checkpoints"] = evidence["restore_keeps_slot_checkpoints"] = said
+
+
+def _user_messages(client: LlamaClient, words: Words, found: dict[str, bool | None], evidence: dict[str, str]) -> None:
+    """Two user messages; then the same prompt diverging just inside the last one. A checkpoint where the last
+    user message starts is all it can reuse: the end-of-prompt ones lie past the divergence."""
+    delimiter = client.tokenize(facts.CHATML_USER_START)
+    # /completion, the user messages marked with message_delimiters
+    head = words.bos + delimiter + words.tokens(40)
+    last_user = len(head)
+    sent = head + delimiter + words.tokens(100)
+    _complete(client, sent, extra=facts.message_delimiters())
+    diverging = sent[:last_user + len(delimiter) + 4] + words.tokens(96)
+    got = _complete(client, diverging, extra=facts.message_delimiters()).cache_n
+    found["completion_message_delimiters"] = _reused_at(got, last_user)
+    evidence["completion_message_delimiters"] = (f"/completion with message_delimiters, the last user message at "
+                                                 f"token {last_user}, a prompt diverging 4 tokens into it: "
+                                                 f"cache_n={got}")
+    client.slot_erase(0)
+    # /v1/chat/completions: the server finds the user messages itself
+    messages = [{"role": "user", "content": words.text(40)}, {"role": "assistant", "content": words.text(10)},
+                {"role": "user", "content": words.text(100)}]
+    client.chat(messages, n_predict=N_PREDICT, n_probs=1)
+    changed = [*messages[:2], {"role": "user", "content": words.text(100)}]
+    rendered = client.tokenize(client.apply_template(changed), add_special=True)
+    last = max(i for i in range(len(rendered)) if rendered[i:i + len(delimiter)] == delimiter)
+    chat, _ = client.chat(changed, n_predict=N_PREDICT, n_probs=1)
+    found["user_message_checkpoints"] = _reused_at(chat.cache_n, last)
+    evidence["user_message_checkpoints"] = (f"a chat whose last user message (at token {last}) changes from its "
+                                            f"first word: cache_n={chat.cache_n}")
+
+
+def _reused_at(cache_n: int, checkpoint: int) -> bool | None:
+    """Whether a prompt returned to the checkpoint at `checkpoint`; None when it reused something else. The first
+    user message's checkpoint, right after BOS, is no sign either way."""
+    return True if cache_n == checkpoint else False if cache_n <= 1 else None
+
+
+def _empty_slot(client: LlamaClient, words: Words, found: dict[str, bool | None], evidence: dict[str, str]) -> None:
+    """P, then another prompt (P goes to RAM), erase the slot, P again: from RAM it returns to P's checkpoint 4
+    tokens before its end; a build that does not look in RAM for an empty slot re-processes it all."""
+    prompt = words.prompt(120, QUESTION)
+    _complete(client, prompt)
+    _complete(client, words.prompt(24))
+    client.slot_erase(0)
+    got = _complete(client, prompt).cache_n
+    found["empty_slot_loads_from_ram"] = got > 0
+    evidence["empty_slot_loads_from_ram"] = (f"{len(prompt)} tokens, another prompt, the slot erased, the first "
+                                             f"again: cache_n={got}")
+
+
+def _lora(client: LlamaClient, words: Words, found: dict[str, bool | None], evidence: dict[str, str]) -> None:
+    """Report B's sequence on one slot: P with the LoRA, Q without (P goes to RAM), P with the LoRA again."""
+    conversation = words.prompt(120, QUESTION)
+    _complete(client, conversation, lora=ON)
+    _complete(client, words.prompt(24), lora=OFF)
+    got = _complete(client, conversation, lora=ON).cache_n
+    kept = got >= len(conversation) - 1
+    found["ram_cache_keeps_lora"] = True if kept else False if got == 0 else None
+    evidence["ram_cache_keeps_lora"] = (f"{len(conversation)} tokens with the LoRA, another prompt without it, then "
+                                        f"the first again with it: cache_n={got}")
+
+
+def _metrics_wake(handle: ServerHandle, found: dict[str, bool | None], evidence: dict[str, str]) -> None:
+    """Idle until /props says asleep, GET /metrics, ask /props again (neither /props call wakes it)."""
+    waited = handle.wait_until_asleep(SLEEP_IDLE_S)
+    if not waited.asleep:
+        found["metrics_wakes_sleeping"] = None
+        evidence["metrics_wakes_sleeping"] = f"not asleep after {waited.waited_s:.1f} s idle"
+        return
+    handle.client.metrics()
+    woke = not handle.client.props().get("is_sleeping")
+    found["metrics_wakes_sleeping"] = woke
+    evidence["metrics_wakes_sleeping"] = (f"asleep after {waited.waited_s:.1f} s idle; after GET /metrics /props says "
+                                          f"{'awake' if woke else 'still sleeping'}")

@@ -1,0 +1,108 @@
+"""The build's capabilities on the real pinned llama-server: what its probes show, where they are kept, and how the
+reuse model follows them. A wrong probe result, planted in the cache, must turn exactly the steps it decides into
+UNEXPECTED; probing again must bring the agreement back."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from reusebench.capability import cache
+from reusebench.capability.capabilities import PINNED_RULES, Capabilities
+from reusebench.config import profiles
+from reusebench.llama.binaries import Binary
+from reusebench.records import Role
+from reusebench.run import runner
+
+from conftest import default_llama_server
+
+SIZE = 2048
+
+
+@pytest.fixture()
+def capability_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "capabilities"
+    monkeypatch.setenv(cache.CACHE_ENV, str(directory))
+    return directory
+
+
+def launcher(directory: Path, extra_args: str = "") -> Path:
+    path = directory / "llama-server-launcher"
+    path.write_text(f'#!/bin/sh\nexec "{default_llama_server()}" "$@" {extra_args}\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.e2e
+def test_the_pinned_build_probes_as_the_rules_the_model_was_written_from(capability_cache: Path) -> None:
+    binary = Binary(default_llama_server())
+    found = cache.of_binary(binary)
+    assert found.how == "probed" and found.values() == PINNED_RULES
+    # The restore: the re-ask shares the 161 document tokens, and nothing gives them back (prompt.clear()).
+    assert "re-asked 177 tokens sharing 161: cache_n=0; output as without reuse" in found.evidence[
+        "slot_file_checkpoints"]
+    # The user-message probes return exactly to where the last user message starts.
+    for name in ("completion_message_delimiters", "user_message_checkpoints"):
+        at, cache_n = re.search(r"at token (\d+)\D.*: cache_n=(\d+)$", found.evidence[name]).groups()
+        assert int(at) == int(cache_n) > 1
+    assert found.evidence["ram_cache_keeps_lora"].endswith("then the first again with it: cache_n=0")  # report B
+    kept = json.loads(cache.path_of(cache.sha256_of(binary.path)).read_text())
+    assert kept["capabilities"]["slot_file_checkpoints"] is False
+    assert cache.of_binary(binary).how == "probed (cached)"
+
+
+@pytest.mark.e2e
+def test_a_launcher_is_probed_as_the_executable_it_starts_not_with_its_flags(capability_cache: Path,
+                                                                             tmp_path: Path) -> None:
+    # The launcher turns checkpoints off, which would make every checkpoint probe read "no": the probes run the
+    # executable itself, and the result is kept under its hash, not the script's.
+    script = Binary(launcher(tmp_path, "--ctx-checkpoints 0"))
+    assert cache.executable(script) == default_llama_server()
+    found = cache.of_binary(script)
+    assert found.how == "probed" and found.values() == PINNED_RULES
+    assert [p.stem for p in capability_cache.glob("*.json")] == [cache.sha256_of(default_llama_server())]
+
+
+def test_a_binary_that_cannot_be_probed_gets_the_pinned_rules_and_says_why(capability_cache: Path,
+                                                                           tmp_path: Path) -> None:
+    broken = tmp_path / "llama-server"
+    broken.write_text("#!/bin/sh\necho 'error: no such option' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    found = cache.of_binary(Binary(broken))
+    assert found.how.startswith("not probed: ") and "exit" in found.how.lower()
+    assert all(found.holds(name) == rule for name, rule in PINNED_RULES.items())
+    assert not list(capability_cache.glob("*.json"))  # nothing kept for a binary that did not run
+
+
+def restore_steps(results: Path) -> dict[str, tuple[str, int, int | None, str]]:
+    profile = profiles.load_profile("tiny-qwen35")
+    result = runner.run_profile(profile, results_dir=results, variants=["mmproj=off,cache-reuse=0"], sizes=[SIZE],
+                                scenario_ids=["restore_disk"], out=io.StringIO())
+    return {r.step: (r.verdict, r.prompt_n, r.expected, r.build) for r in result.records
+            if r.role == Role.MEASURE and r.scenario == "restore_disk"}
+
+
+@pytest.mark.e2e
+def test_a_wrong_probe_result_makes_the_steps_it_decides_unexpected_and_probing_again_restores_agreement(
+        capability_cache: Path, tmp_path: Path) -> None:
+    binary = Binary(default_llama_server())
+    digest = cache.sha256_of(binary.path)
+    # Planted: "slot files carry checkpoints", as b11549's would read. The model then expects the resend after the
+    # restart to return to the checkpoint 4 tokens before the end, and the re-ask to the one 4 + 512 before it.
+    cache.store(digest, Capabilities(**{**PINNED_RULES, "slot_file_checkpoints": True}), binary.path)
+    wrong = restore_steps(tmp_path / "wrong")
+    assert {step: got[:3] for step, got in wrong.items()} == {
+        "resend": ("UNEXPECTED", 2069, 4),  # 2,065 + 4: the whole prompt, as b11434 restores no checkpoint
+        "reask": ("UNEXPECTED", 2068, 515),
+        "extension": ("hit", 19, 19),  # a strict extension needs no checkpoint: no rule of the planted one
+    }
+    assert wrong["resend"][3].endswith("; rules probed: slot files carry checkpoints: yes")
+    assert cache.of_binary(binary, again=True).how == "probed"
+    right = restore_steps(tmp_path / "right")
+    assert {step: got[:3] for step, got in right.items()} == {
+        "resend": ("miss", 2069, 2069), "reask": ("miss", 2068, 2068), "extension": ("hit", 19, 19)}
+    assert right["resend"][3].endswith("; rules probed: as b11434")
