@@ -40,7 +40,7 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench.llama import binaries, build, gguf_check
+from reusebench.llama import build
 from reusebench.config import profiles, scenarios, sizes
 from reusebench.run import provenance, runner
 from reusebench import records
@@ -179,7 +179,7 @@ def _measure() -> dict[str, Any]:
         return summarise(replayed, [str(RECORDS_FILE)])
     whole = _load_profile()
     results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
-    skipped = not_applicable(whole, VARIANTS)
+    skipped = profiles.not_runnable(whole, VARIANTS)
     for name, why in skipped.items():
         print(f"benchmarks: variant {name} does not apply to this build: {why}", file=sys.stderr)
     # Checked against the binary's --help now, unless a variant is left out for options it lacks.
@@ -191,26 +191,6 @@ def _measure() -> dict[str, Any]:
     cache = summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs],
                       failed_sessions=sum(run.failed_sessions for run in runs))
     return {**cache, "not_applicable": skipped}
-
-
-def not_applicable(profile: profiles.Profile, variants: Iterable[str]) -> dict[str, str]:
-    """The variants this build's llama-server cannot run (an older llama.cpp): why. It lacks an option the
-    variant sets, or does not know the model's architecture.
-
-    The nightly runs one profile over llama.cpp's history; such a variant does not apply to that commit
-    (n/a in asv), which is neither a failure nor a gap.
-    """
-    found = {}
-    for name in variants:
-        variant = profile.variant(name)
-        architecture = gguf_check.architecture(variant.model)
-        accepted = binaries.help_options(variant.binary)
-        missing = [option for option in variant.options if option not in accepted]
-        if binaries.knows_architecture(variant.binary, architecture) is False:
-            found[name] = f"its llama-server does not know the model's architecture ({architecture})"
-        elif missing:
-            found[name] = f"its llama-server has no {', '.join(f'--{option}' for option in missing)}"
-    return found
 
 
 GPU_STATE = ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s")

@@ -62,7 +62,7 @@ def _run_workload(name: str, repeat: int = 1) -> dict[str, Any]:
         os.environ[common.BINARY_ENV] = str(built)
     profile = profiles.load_profile(load.profile, check_binary=False)
     variant = profile.variant(load.variant) if load.variant else profile.variants[0]
-    missing = common.not_applicable(profile, [variant.name])
+    missing = profiles.not_runnable(profile, [variant.name])
     if missing:
         why = f"workload {name} does not apply to this build: {missing[variant.name]}"
         print(f"benchmarks: {why}", file=sys.stderr)

@@ -145,15 +145,16 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
+    not_run: list[agreement.NotRun] = []
     if args.records:
         recorded = records.read_many(_records_paths(args.records))
     else:
         started = time.monotonic()
-        recorded = agreement.run(args.profile or agreement.TINY_PROFILES, agreement.option_sets_named(args.option_set),
+        recorded, not_run = agreement.run(args.profile or agreement.TINY_PROFILES, agreement.option_sets_named(args.option_set),
                                  args.size or agreement.DEFAULT_SIZES, results_dir=Path(args.results),
                                  verify=not args.no_verify, out=sys.stderr)
         print(f"agreement runs took {time.monotonic() - started:.0f} s", file=sys.stderr)
-    print(agreement.render(recorded))
+    print(agreement.render(recorded, not_run))
     return 0
 
 

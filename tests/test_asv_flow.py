@@ -222,7 +222,7 @@ def test_a_variant_whose_option_an_older_build_lacks_is_not_applicable(monkeypat
     names = [v.name for v in profile.variants]
     accepted = binaries.help_options(profile.variants[0].binary)
     monkeypatch.setattr(binaries, "help_options", lambda binary: accepted - {"cache-reuse"})
-    skipped = common.not_applicable(profile, names)
+    skipped = profiles.not_runnable(profile, names)
     assert skipped == {name: "its llama-server has no --cache-reuse" for name in names}  # cache-reuse=0 passes it too
     cache = {**common.summarise([], []), "not_applicable": {"mmproj=on,cache-reuse=256": skipped[names[0]]}}
     with pytest.raises(SkipNotImplemented, match="mmproj=on,cache-reuse=256 does not apply to this build: its "
@@ -247,11 +247,11 @@ def test_a_variant_whose_model_architecture_a_build_does_not_know_is_not_applica
     profile_file.write_text(f"description: a model from the future\nbinary: {default_llama_server()}\n"
                             f"model: {model}\n")
     future = profiles.load_profile(profile_file, check_binary=False)
-    assert common.not_applicable(future, ["default"]) == {
+    assert profiles.not_runnable(future, ["default"]) == {
         "default": "its llama-server does not know the model's architecture (reusebench-future)"}
     for name in ("tiny-qwen35", "tiny-nemotron_h", "tiny-granitehybrid", "tiny-glm", "tiny-llama"):
         shipped = profiles.load_profile(name, check_binary=False)  # every tiny model loads on the default build
-        assert common.not_applicable(shipped, [shipped.variants[0].name]) == {}, name
+        assert profiles.not_runnable(shipped, [shipped.variants[0].name]) == {}, name
     wrapper = tmp_path / "llama-server"  # a launcher holds no architecture table: it cannot tell, so it applies
     wrapper.write_text(f"#!/bin/sh\nexec {default_llama_server()} \"$@\"\n")
     wrapper.chmod(0o755)

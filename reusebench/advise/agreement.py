@@ -83,8 +83,18 @@ def tally(recorded: Iterable[records.Record]) -> list[Tally]:
             in counts.items()]
 
 
-def render(recorded: Sequence[records.Record]) -> str:
-    """The agreement table (model x option set, sizes across), its total, and every disagreement."""
+@dataclass(frozen=True)
+class NotRun:
+    """A profile variant under an option set that this build cannot run (``profiles.not_runnable``): n/a."""
+
+    profile: str
+    variant: str
+    reason: str
+
+
+def render(recorded: Sequence[records.Record], not_run: Sequence[NotRun] = ()) -> str:
+    """The agreement table (model x option set, sizes across), its total, every variant the build cannot run with
+    why, and every disagreement."""
     tallies = tally(recorded)
     sizes = sorted({t.size for t in tallies})
     rows: dict[tuple[str, str], dict[int, Tally]] = {}
@@ -95,6 +105,9 @@ def render(recorded: Sequence[records.Record]) -> str:
     agree, total = sum(t.agree for t in tallies), sum(t.total for t in tallies)
     lines = [tabulate(table, ["profile", "option set", *map(size_label, sizes)], tablefmt="github"),
              "", f"agree: {agree} of {total} measured steps (tolerance {records.EXPECTED_TOLERANCE} tokens)"]
+    if not_run:
+        lines.append(f"n/a on this build: {len(not_run)} profile variant(s), not run:")
+        lines += [f"- {n.profile} [{n.variant}]: {n.reason}" for n in not_run]
     steps = measured_steps(recorded)
     # Measured: the output differed from the no-reuse reference, or the server reused more than any prefix computed
     # under the request's LoRA (the session's history; a LoRA's effect can stay within the logprob tolerance).
@@ -117,20 +130,30 @@ def render(recorded: Sequence[records.Record]) -> str:
 
 
 def run(profile_names: Sequence[str], option_sets: Sequence[str], sizes: Sequence[int], *, results_dir: Path,
-        verify: bool = True, out: TextIO) -> list[records.Record]:
-    """Run every scenario of each profile under each option set at each size; all their records. Without
-    `verify`, no output is compared with a no-reuse reference (about half the prefill of a hybrid session), so
-    the wrong outputs are neither measured nor counted."""
+        verify: bool = True, out: TextIO) -> tuple[list[records.Record], list[NotRun]]:
+    """Run every scenario of each profile under each option set at each size; all their records, and the variants
+    the build cannot run (an option it lacks, a model architecture it does not know). Without `verify`, no output
+    is compared with a no-reuse reference (about half the prefill of a hybrid session), so the wrong outputs are
+    neither measured nor counted."""
     recorded: list[records.Record] = []
+    not_run: list[NotRun] = []
     with tempfile.TemporaryDirectory(prefix="reusebench-agreement-") as directory:
         for name in profile_names:
             for option_set in option_sets:
-                profile = profiles.load_profile(derived_profile(Path(directory), name, option_set))
-                result = runner.run_profile(profile, results_dir=results_dir, sizes=sizes, verify=verify,
-                                            on_failure="continue", out=out)
+                path = derived_profile(Path(directory), name, option_set)
+                whole = profiles.load_profile(path, check_binary=False)
+                skipped = profiles.not_runnable(whole, [v.name for v in whole.variants])
+                not_run += [NotRun(whole.name, variant, reason) for variant, reason in skipped.items()]
+                runnable = [v.name for v in whole.variants if v.name not in skipped]
+                if not runnable:
+                    print(f"{whole.name}: n/a on this build ({'; '.join(sorted(set(skipped.values())))})", file=out)
+                    continue
+                profile = profiles.load_profile(path, check_binary=not skipped)
+                result = runner.run_profile(profile, results_dir=results_dir, variants=runnable, sizes=sizes,
+                                            verify=verify, on_failure="continue", out=out)
                 recorded += result.records
                 print(render(result.records), file=out, flush=True)
-    return recorded
+    return recorded, not_run
 
 
 def option_sets_named(names: Sequence[str] | None) -> list[str]:

@@ -6,6 +6,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from reusebench.capability.capabilities import PINNED, Capabilities
 from reusebench.llama import binaries, facts, logs
 from reusebench.reuse import expectation
 from reusebench import tiny
@@ -47,9 +48,10 @@ def flag(value: object) -> str:
 class ProbeContext:
     """One running server and what the probes share: client, start-up log, fresh prompts, the log since a mark."""
 
-    def __init__(self, variant: Variant, handle: ServerHandle) -> None:
+    def __init__(self, variant: Variant, handle: ServerHandle, capabilities: Capabilities = PINNED) -> None:
         self.variant = variant
         self.handle = handle
+        self.capabilities = capabilities  # the build's, where builds differ (``reusebench.capability``)
         # Read before any request, so it holds start-up lines only (no prompt text).
         self.startup_lines = handle.lines_since(0)
         self.startup = logs.parse_lines(self.startup_lines)

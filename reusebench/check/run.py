@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
+from reusebench.capability import cache as capability_cache
 from reusebench.llama import binaries
 from reusebench.llama.binaries import HelpOption
 from reusebench.llama.client import ClientError
@@ -126,8 +127,9 @@ def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = 
     args, _ = launch_args(variant)
     handle = ServerHandle(LlamaServer(variant.binary.path, args), call_timeout_s=PROBE_TIMEOUT_S)
     try:  # closed whatever happens: the server stops and its raw log is deleted
+        rules = capability_cache.of_binary(variant.binary, say)
         try:
-            ctx = ProbeContext(variant, handle.start())
+            ctx = ProbeContext(variant, handle.start(), rules)
         except (ServerError, ClientError) as error:
             return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not start: {error}")
                     for setting, _ in checked]

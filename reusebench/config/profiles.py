@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from reusebench.config.profile_files import (
     read_chain,
 )
 from reusebench.config.scenarios import SCENARIO_IDS  # one list: the catalogue's
-from reusebench.llama import binaries
+from reusebench.llama import binaries, gguf_check
 from reusebench.llama.binaries import Binary, BinaryError
 from reusebench.reader import Document
 
@@ -300,3 +300,23 @@ def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
 
 
 _display = reader.display
+
+
+def not_runnable(profile: Profile, variants: Iterable[str]) -> dict[str, str]:
+    """The variants this build's llama-server cannot run (an older llama.cpp): why. It lacks an option the
+    variant sets, or does not know the model's architecture.
+
+    Over llama.cpp's history (the nightly, `agreement` on an older build) such a variant does not apply to that
+    build (n/a), which is neither a failure nor a disagreement.
+    """
+    found = {}
+    for name in variants:
+        variant = profile.variant(name)
+        architecture = gguf_check.architecture(variant.model)
+        accepted = binaries.help_options(variant.binary)
+        missing = [option for option in variant.options if option not in accepted]
+        if binaries.knows_architecture(variant.binary, architecture) is False:
+            found[name] = f"its llama-server does not know the model's architecture ({architecture})"
+        elif missing:
+            found[name] = f"its llama-server has no {', '.join(f'--{option}' for option in missing)}"
+    return found

@@ -75,6 +75,10 @@ def probe_checkpoint_min_step(ctx: ProbeContext, setting: Setting) -> list[Optio
     if not ctx.needs_checkpoints or ctx.facts["checkpoints_max"] == 0:
         return [setting.verdict(Verdict.INEFFECTIVE, *configured, "no checkpoints are made on this server "
                                 "(see ctx-checkpoints), so their spacing has no effect")]
+    if not ctx.capabilities.holds("completion_message_delimiters"):
+        return [setting.verdict(Verdict.UNVERIFIED, *configured, "the probe marks its user messages with "
+                                "/completion's message_delimiters, which this build ignores (reusebench probe: "
+                                f"{ctx.capabilities.evidence.get('completion_message_delimiters', 'not shown')})")]
     if min_step <= MIN_STEP_MARGIN or needed > MAX_PROBE_PROMPT:
         return [setting.verdict(Verdict.UNVERIFIED, *configured, f"showing it needs a {needed}-token prompt; "
                                 f"probes stay under {MAX_PROBE_PROMPT} (set a smaller value to probe it)")]
