@@ -1,8 +1,10 @@
 """Short probes of one llama-server binary, one per capability where builds differ.
 
-Each probe runs on the tiny Qwen3.5-class hybrid with small batches (so checkpoints sit a few tokens
-apart), with prompts of at most a couple of hundred tokens, and reads the server's own counts
-(``cache_n``), never its log: a count says what was reused whatever the build logs. Three servers
+Each probe runs on a tiny hybrid with small batches (so checkpoints sit a few tokens apart), with
+prompts of at most a couple of hundred tokens, and reads the server's own counts (``cache_n``), never
+its log: a count says what was reused whatever the build logs. The hybrid is the long-memory
+Granite-class one: its recurrent state outlasts a prompt, so a state reused from another document
+shows in the output (on the tiny Qwen3.5-class hybrid it fades within a hundred tokens). Three servers
 run, one after the other: the slot and checkpoint probes without a RAM cache (so no RAM entry
 competes with the slot), the LoRA probe with one, and the sleep probe with a one-second idle limit
 (a stall in the other probes must not put their server to sleep).
@@ -24,7 +26,7 @@ from reusebench.llama.handle import ServerHandle
 from reusebench.llama.server import LlamaServer
 from reusebench.reuse.verification import output_difference
 
-MODEL = "qwen35"
+MODEL = "granitehybrid-longmem"  # recurrent state that outlasts a prompt: a foreign one shows in the output
 N_BATCH, N_UBATCH = 64, 16  # end-of-prompt checkpoints 20 and 4 tokens before the end
 N_PREDICT = 8  # enough greedy tokens for a foreign state to show
 CALL_TIMEOUT_S = 120.0
