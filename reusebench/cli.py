@@ -17,7 +17,7 @@ from pathlib import Path
 
 from reusebench.advise import advice, agreement
 from reusebench.capability import cache as capability_cache
-from reusebench.llama import binaries, build, cuda, server
+from reusebench.llama import binaries, build, cuda, logs, server
 from reusebench import check, records, tiny
 from reusebench.config import corpus, profiles, scenarios, sizes, workload
 from reusebench.report import run_report as report, service_runs, view
@@ -200,6 +200,19 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0 if not found.how.startswith("not probed") else 1
 
 
+def cmd_log_filter(args: argparse.Namespace) -> int:
+    # Ctrl-C or SIGTERM (the server's pipe closing first is the usual end) stops after a whole line
+    source = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
+    try:
+        kept, dropped = logs.filter_stream(source, sys.stdout)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader went away: nothing more to keep
+        return 0
+    print(f"log-filter: kept {kept} lines, dropped {dropped}", file=sys.stderr)
+    return 0
+
+
 def cmd_profiles(args: argparse.Namespace) -> int:
     """Each shipped profile, its description, and the variants its matrix launches (without loading models)."""
     outlines = [profiles.outline(name) for name in profiles.profile_names()]
@@ -358,6 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("profiles", help="the shipped profiles: description and variants of each"
                    ).set_defaults(func=cmd_profiles)
+
+    log_filter = sub.add_parser("log-filter", help="read llama-server's -lv 4 log on stdin, write only the "
+                                "numbers-only lines reusebench parses (no prompt or output text): "
+                                "`llama-server ... -lv 4 2>&1 | reusebench log-filter > server.log`")
+    log_filter.set_defaults(func=cmd_log_filter)
 
     probe = sub.add_parser("probe", help="what a llama-server build does where builds differ (slot files with "
                            "checkpoints, restores, user-message checkpoints, LoRA in the RAM cache, sleep): short probes "

@@ -112,6 +112,19 @@ def test_a_restore_that_keeps_the_slot_s_checkpoints_returns_to_them_and_to_anot
     assert foreign.cause == "restored checkpoint at n_tokens=1014 (another prompt's, kept across the restore)"
 
 
+def test_a_build_without_close_checkpoints_makes_none_in_a_short_prompt_and_none_within_64_tokens() -> None:
+    # 2026-03: report A's two end checkpoints are 512 apart and stay; a 21-token probe gets none, so the next
+    # turn of a conversation that the probe displaced cannot return to the probe's own checkpoint at 17
+    far = model(rules=Capabilities(close_checkpoints=False))
+    send(far, PROMPT)
+    assert checkpoints(far) == [1550, 2062]
+    probe = BOS + DOC[:20]
+    for rules, expected in ((Capabilities(), [1, 17]), (Capabilities(close_checkpoints=False), [])):
+        m = model(rules=rules, **{"ubatch-size": 16, "batch-size": 64})
+        send(m, probe)
+        assert checkpoints(m) == expected
+
+
 def test_without_user_message_checkpoints_a_chat_edit_re_processes_everything() -> None:
     delimiter = [9]
     prompt = BOS + delimiter + DOC[:600] + delimiter + DOC[600:1200]

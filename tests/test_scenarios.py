@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from reusebench.capability.capabilities import PINNED, Capabilities
 from reusebench import cli
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.run import runner
@@ -130,6 +131,8 @@ class Recorder:
     document, other, edited, summary = "D " * 50, "O " * 50, "E " * 50, "S"
     questions = ("Q1", "Q2")
     lora_adapters = 1
+    multimodal = False
+    capabilities = PINNED
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []
@@ -219,6 +222,20 @@ def test_restore_disk_saves_its_own_slot_only_without_interleave():
     after_interleave = calls(["interleave", "restore_disk"])
     assert [c for c in after_interleave if c[0] == "save"] == [("save", "interleave", scenarios.SAVED_SLOT)]
     assert [c for c in after_interleave if c[1] == "restore_disk"] == [c for c in alone if c[1] == "restore_disk"][2:]
+
+
+def test_a_build_that_refuses_slot_files_with_an_mmproj_makes_restore_disk_not_applicable_there() -> None:
+    # 2026-03 answers HTTP 501 to every slot action while an mmproj is loaded: no save after interleave, and
+    # restore_disk is n/a with the reason, not a failed scenario
+    recorder = Recorder()
+    recorder.multimodal, recorder.capabilities = True, Capabilities(mmproj_slot_files=False)
+    by_id = {sc.id: sc for sc in scenarios.CATALOGUE}
+    assert by_id["restore_disk"].not_applicable(recorder) == (
+        "this build refuses slot files while an mmproj is loaded (reusebench probe)")
+    by_id["interleave"].run(recorder)
+    assert [c for c in recorder.calls if c[0] == "save"] == []
+    recorder.capabilities = PINNED  # b11434 saves a text-only slot with an mmproj loaded
+    assert by_id["restore_disk"].not_applicable(recorder) is None
 
 
 # -- the hybrid and the control over the whole catalogue ------------------------------------------

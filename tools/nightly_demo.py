@@ -210,8 +210,13 @@ def stored(results_dir: Path, commit: str) -> dict[tuple[str, tuple[str, ...]], 
 def columns(commits: list[str], heads: dict[str, str], trees: tuple[DemoTree, ...] = TREES,
             branches: tuple[DemoBranch, ...] = BRANCHES) -> list[tuple[str, str]]:
     """(label, commit) per table column: the trees in order, then the branches."""
-    labelled = [(f"b{t.release.build_number} ({t.commit})", c) for t, c in zip(trees, commits)]
-    return labelled + [(f"b{trees[b.base].release.build_number} + {b.name}", heads[b.name]) for b in branches]
+    labelled = [(f"{_version(t)} ({t.commit})", c) for t, c in zip(trees, commits)]
+    return labelled + [(f"{_version(trees[b.base])} + {b.name}", heads[b.name]) for b in branches]
+
+
+def _version(tree: DemoTree) -> str:
+    """The build number, or the release date for a tree that has none (b0: a shallow clone without history)."""
+    return f"b{tree.release.build_number}" if tree.release.build_number else tree.date[:10]
 
 
 def reprocessed_table(results_dir: Path, cols: list[tuple[str, str]]) -> str:

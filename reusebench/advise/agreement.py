@@ -108,6 +108,10 @@ def render(recorded: Sequence[records.Record], not_run: Sequence[NotRun] = ()) -
     if not_run:
         lines.append(f"n/a on this build: {len(not_run)} profile variant(s), not run:")
         lines += [f"- {n.profile} [{n.variant}]: {n.reason}" for n in not_run]
+    failed = [f"- {r.session}: {failure}" for r in recorded if r.role == records.Role.SESSION
+              for failure in r.extra.get("failures", [])]
+    if failed:
+        lines += [f"failed, their steps not counted: {len(failed)}", *failed]
     steps = measured_steps(recorded)
     # Measured: the output differed from the no-reuse reference, or the server reused more than any prefix computed
     # under the request's LoRA (the session's history; a LoRA's effect can stay within the logprob tolerance).

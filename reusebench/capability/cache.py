@@ -23,7 +23,7 @@ from reusebench.llama.server import LlamaServer, ServerError
 
 CACHE_ENV = "REUSEBENCH_CAPABILITY_CACHE"
 ELF_MAGIC = b"\x7fELF"
-FILE_VERSION = 3  # bump when a probe changes what it shows: every cached result is probed again
+FILE_VERSION = 4  # bump when a probe changes what it shows: every cached result is probed again
 
 
 def cache_dir() -> Path:

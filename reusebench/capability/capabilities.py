@@ -22,10 +22,15 @@ class Capabilities:
     # A restore clears only the slot's tokens and keeps its in-memory checkpoints, whatever they were computed
     # from (2026-03): a re-ask after a restore can return to one, or to another document's.
     restore_keeps_slot_checkpoints: bool | None = None
+    # Checkpoints within 64 tokens of the prompt's start or of the previous one are made (not 2026-03, which makes
+    # none before 64 tokens and none closer than 64 to the last).
+    close_checkpoints: bool | None = None
     # A chat prompt gets a checkpoint where its last user message starts (from b10355).
     user_message_checkpoints: bool | None = None
     # /completion reads `message_delimiters`, so a token prompt can mark its user messages (before b11549).
     completion_message_delimiters: bool | None = None
+    # A slot can be saved and restored while an mmproj is loaded (not 2026-03, which refuses every slot action).
+    mmproj_slot_files: bool | None = None
     # A slot that holds nothing (erased, just started) takes a matching RAM prompt-cache entry (not 2026-03, which
     # updates the cache only for a slot with tokens).
     empty_slot_loads_from_ram: bool | None = None
@@ -92,8 +97,10 @@ NAMES: tuple[str, ...] = tuple(f.name for f in fields(Capabilities) if f.name no
 PINNED_RULES: dict[str, bool] = {
     "slot_file_checkpoints": False,
     "restore_keeps_slot_checkpoints": False,
+    "close_checkpoints": True,
     "user_message_checkpoints": True,
     "completion_message_delimiters": True,
+    "mmproj_slot_files": True,
     "empty_slot_loads_from_ram": True,
     "ram_cache_keeps_lora": False,
     "metrics_wakes_sleeping": False,
@@ -101,8 +108,10 @@ PINNED_RULES: dict[str, bool] = {
 WORDS: dict[str, str] = {
     "slot_file_checkpoints": "slot files carry checkpoints",
     "restore_keeps_slot_checkpoints": "a restore keeps the slot's checkpoints",
+    "close_checkpoints": "checkpoints within 64 tokens of the start or each other",
     "user_message_checkpoints": "checkpoints at user messages (chat)",
     "completion_message_delimiters": "/completion takes message_delimiters",
+    "mmproj_slot_files": "slot files with an mmproj loaded",
     "empty_slot_loads_from_ram": "an empty slot loads from the RAM cache",
     "ram_cache_keeps_lora": "RAM cache entries keep their LoRA",
     "metrics_wakes_sleeping": "GET /metrics wakes a sleeping server",

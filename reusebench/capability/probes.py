@@ -21,11 +21,12 @@ from reusebench import tiny
 from reusebench.capability.capabilities import Capabilities
 from reusebench.llama import binaries, facts
 from reusebench.llama.binaries import Binary
-from reusebench.llama.client import Completion, LlamaClient
+from reusebench.llama.client import ClientError, Completion, LlamaClient
 from reusebench.llama.handle import ServerHandle
 from reusebench.llama.server import LlamaServer
 from reusebench.reuse.verification import output_difference
 
+MMPROJ_MODEL = "qwen35"  # the tiny model with a vision projector
 MODEL = "granitehybrid-longmem"  # recurrent state that outlasts a prompt: a foreign one shows in the output
 N_BATCH, N_UBATCH = 64, 16  # end-of-prompt checkpoints 20 and 4 tokens before the end
 N_PREDICT = 8  # enough greedy tokens for a foreign state to show
@@ -65,10 +66,10 @@ def model() -> Path:
     return tiny.model_path(MODEL)
 
 
-def _server(binary: Binary, slot_dir: Path, *extra: str) -> ServerHandle:
+def _server(binary: Binary, slot_dir: Path, *extra: str, gguf: Path | None = None) -> ServerHandle:
     # One thread: with small batches a thread pool waits at a barrier on every batch, and on a loaded CPU a
     # descheduled thread makes each wait a time slice (50x slower seen with two threads under a build).
-    args = ["-m", str(model()), "-t", "1", "-c", "4096", "-np", "1", "-b", str(N_BATCH), "-ub", str(N_UBATCH),
+    args = ["-m", str(gguf or model()), "-t", "1", "-c", "4096", "-np", "1", "-b", str(N_BATCH), "-ub", str(N_UBATCH),
             "--slot-save-path", str(slot_dir), *extra]
     return ServerHandle(LlamaServer(binary.path, args), call_timeout_s=CALL_TIMEOUT_S)
 
@@ -89,7 +90,13 @@ def probe(binary: Binary, say: Say = lambda _m: None) -> Capabilities:
             words = Words(handle.client)
             _restore(handle.client, words, found, evidence)
             handle.client.slot_erase(0)
+            _close_checkpoints(handle.client, words, found, evidence)
+            handle.client.slot_erase(0)
             _user_messages(handle.client, words, found, evidence)
+        say("probing slot files with an mmproj loaded")
+        with _server(binary, Path(slot_dir), "--mmproj", str(tiny.mmproj_path(MMPROJ_MODEL)),
+                     gguf=tiny.model_path(MMPROJ_MODEL)) as handle:
+            _mmproj_slot_files(handle.client, Words(handle.client), found, evidence)
         say("probing the RAM cache with a LoRA")
         lora = ["--lora", str(tiny.lora_path(MODEL)), "--cache-ram", "64"]
         with _server(binary, Path(slot_dir), *lora) as handle:
@@ -143,6 +150,36 @@ def _restore(client: LlamaClient, words: Words, found: dict[str, bool | None], e
         found.update(slot_file_checkpoints=None, restore_keeps_slot_checkpoints=None)
         said += f" (neither the file's checkpoint at {from_file} nor the other document's at {sorted(from_slot)})"
     evidence["slot_file_checkpoints"] = evidence["restore_keeps_slot_checkpoints"] = said
+
+
+def _close_checkpoints(client: LlamaClient, words: Words, found: dict[str, bool | None],
+                       evidence: dict[str, str]) -> None:
+    """A 100-token prompt, resent: the end-of-prompt checkpoints are 16 tokens apart (20 and 4 before the end); a
+    build that keeps checkpoints 64 apart has only the first."""
+    prompt = words.prompt(99)
+    _complete(client, prompt)
+    got = _complete(client, prompt).cache_n
+    far, near = facts.end_checkpoint_offsets(N_BATCH, N_UBATCH)
+    found["close_checkpoints"] = True if got == len(prompt) - near else False if got in (len(prompt) - far, 0) \
+        else None
+    evidence["close_checkpoints"] = (f"a {len(prompt)}-token prompt resent: cache_n={got} (checkpoints at "
+                                     f"{len(prompt) - far} and {len(prompt) - near})")
+
+
+def _mmproj_slot_files(client: LlamaClient, words: Words, found: dict[str, bool | None],
+                       evidence: dict[str, str]) -> None:
+    """A text prompt on a server with an mmproj, then a slot save."""
+    _complete(client, words.prompt(40))
+    try:
+        client.slot_save(0, SLOT_FILE)
+    except ClientError as error:
+        if error.status is None or error.status < 400:
+            raise
+        found["mmproj_slot_files"] = False
+        evidence["mmproj_slot_files"] = f"saving the slot of a text prompt with an mmproj loaded: {error}"
+        return
+    found["mmproj_slot_files"] = True
+    evidence["mmproj_slot_files"] = "saving the slot of a text prompt with an mmproj loaded: saved"
 
 
 def _user_messages(client: LlamaClient, words: Words, found: dict[str, bool | None], evidence: dict[str, str]) -> None:

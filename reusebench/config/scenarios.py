@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from reusebench.capability.capabilities import Capabilities
 from reusebench.llama.client import Completion
 from reusebench.llama.facts import NO_LORA
 
@@ -58,6 +59,8 @@ class Steps(Protocol):
     questions: tuple[str, str]
     summary: str
     lora_adapters: int  # adapters the server was started with
+    multimodal: bool  # an mmproj is loaded
+    capabilities: Capabilities  # the build's, where builds differ
 
     def option(self, name: str) -> object | None: ...
 
@@ -125,6 +128,12 @@ def needs_sleep(s: Steps) -> str | None:
     return f"needs sleep-idle-seconds > 0 (this variant: {'unset' if seconds is None else seconds})"
 
 
+def needs_slot_files(s: Steps) -> str | None:
+    if s.multimodal and not s.capabilities.holds("mmproj_slot_files"):
+        return "this build refuses slot files while an mmproj is loaded (reusebench probe)"
+    return None
+
+
 def needs_lora_one_slot_ram_cache(s: Steps) -> str | None:
     missing = [what for ok, what in (
         (s.lora_adapters > 0, "a LoRA adapter (`lora:`)"),
@@ -167,8 +176,9 @@ def interleave(s: Steps) -> None:
     """Another document in between, then back to the first (report A's interleave-and-return step)."""
     s.setup("interleave", "other document", s.prompt(s.other, s.questions[0]))
     s.measure("interleave", "back to first", s.prompt(s.document, s.questions[0]))
-    # The slot now holds D + Q1 again: keep it on disk for restore_disk.
-    s.save_slot("interleave", SAVED_SLOT)
+    # The slot now holds D + Q1 again: keep it on disk for restore_disk, where the build can.
+    if needs_slot_files(s) is None:
+        s.save_slot("interleave", SAVED_SLOT)
 
 
 def reask(s: Steps) -> None:
@@ -266,7 +276,7 @@ CATALOGUE: tuple[Scenario, ...] = (
     Scenario("head_insert", "summary inserted at the head", head_insert, ("summary at the head",)),
     Scenario("growth", "chat that only appends", growth, GROWTH_STEPS),
     Scenario("restore_disk", "save slot, restart, restore", restore_disk, ("resend", "reask", "extension"),
-             precondition=Precondition("interleave", save_first_prompt)),
+             needs_slot_files, precondition=Precondition("interleave", save_first_prompt)),
     Scenario("lora_swap", "LoRA swap through the RAM cache", lora_swap,
              ("P + more, same LoRA", "P + more, no LoRA"), needs_lora_one_slot_ram_cache),
 )

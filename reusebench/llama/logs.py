@@ -19,12 +19,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TextIO
 
 __all__ = [
     "EVENT_PATTERNS",
     "Event",
     "LogTail",
+    "filter_stream",
     "parse_lines",
     "scrub_line",
     "startup_facts",
@@ -331,6 +332,21 @@ def scrub_line(line: str) -> str | None:
     m = _LINE.fullmatch(line)
     assert m is not None
     return line if m.group("msg") and _is_safe_message(m.group("msg").strip()) else None
+
+
+def filter_stream(source: TextIO, sink: TextIO) -> tuple[int, int]:
+    """Copy only the lines ``scrub_line`` keeps from `source` to `sink`, each written whole and flushed as it comes
+    (a filter killed at any moment leaves no half line); returns (kept, dropped)."""
+    kept = dropped = 0
+    for line in source:
+        safe = scrub_line(line)
+        if safe is None:
+            dropped += 1
+            continue
+        sink.write(safe + "\n")
+        sink.flush()
+        kept += 1
+    return kept, dropped
 
 
 _TAIL_BLOCK = 64 * 1024

@@ -45,6 +45,7 @@ from reusebench.llama.facts import (
 from reusebench.reuse.verification import common_prefix
 
 MEMORY_KINDS = ("attention", "recurrent", "hybrid")
+MIN_CHECKPOINT_SPACING = 64  # on a build without close checkpoints: none before this many tokens, none closer
 
 
 @dataclass(frozen=True)
@@ -427,6 +428,9 @@ class ServerModel:
             wanted = (n == end or batch_start in user_starts or near_end) and batch_start > 0 and (
                 not checkpoints or batch_start == last_user or near_end
                 or batch_start > checkpoints[-1].n_tokens + min_step)
+            if wanted and not self.capabilities.holds("close_checkpoints"):  # 2026-03: 64 tokens in, 64 apart
+                wanted = n >= MIN_CHECKPOINT_SPACING and (
+                    not checkpoints or batch_start > checkpoints[-1].n_tokens + MIN_CHECKPOINT_SPACING)
             if wanted:
                 self._checkpoint(slot, batch_start)
 

@@ -65,6 +65,7 @@ class PlanSteps(VariantSteps):
     def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, size: int, plan: SessionPlan, *,
                  capabilities: Capabilities, verify: bool, early_stop: bool) -> None:
         self.variant, self.spec, self.plan, self.verify, self.early_stop = variant, spec, plan, verify, early_stop
+        self.capabilities = capabilities
         self.model = expectation.for_variant(variant, capabilities)
         self._ids: dict[str, int] = {}
         question = max(len(q.split()) for q in spec.questions)

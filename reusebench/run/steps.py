@@ -48,6 +48,7 @@ class SessionSteps(VariantSteps):
     def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, life: ServerLife, recorder: Recorder,
                  progress: Progress, *, capabilities: Capabilities, verify: bool, early_stop: bool = True) -> None:
         self.variant, self.spec, self.life, self.recorder, self.progress = variant, spec, life, recorder, progress
+        self.capabilities = capabilities
         self.early_stop = early_stop
         self.requests = Requests(life, variant.n_predict)
         self.diagnosis = Diagnosis(life, recorder)

@@ -1,19 +1,27 @@
-"""What a ``scenarios.Steps`` reads from its variant, shared by the session (``steps``) and the plan (``plan``)."""
+"""What a ``scenarios.Steps`` reads from its variant and its build, shared by the session (``steps``) and the plan
+(``plan``)."""
 
 from __future__ import annotations
 
+from reusebench.capability.capabilities import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config.profiles import Variant
 
 
 class VariantSteps:
-    """The variant's options, its adapters and the prompt format, as a scenario sees them."""
+    """The variant's options, its adapters, its build's capabilities and the prompt format, as a scenario sees
+    them."""
 
     variant: Variant
+    capabilities: Capabilities  # the build's, where builds differ (``reusebench.capability``)
 
     @property
     def lora_adapters(self) -> int:
         return len(self.variant.lora)
+
+    @property
+    def multimodal(self) -> bool:
+        return self.variant.mmproj is not None
 
     def option(self, name: str) -> object | None:
         return self.variant.option(name)
