@@ -38,6 +38,7 @@ from reusebench.run.requests import Prompt, Request, Requests
 from reusebench.run.server_life import ServerLife
 from reusebench.run.variant_steps import VariantSteps
 
+SLOT_LINE_WAIT_S = 5.0  # at most, for the log to name a stopped step's slot (it takes milliseconds)
 STOPPED = "not measured: stopped at the first progress event once its count was known (--full-prefills times it)"
 
 
@@ -296,9 +297,10 @@ class SessionSteps(VariantSteps):
         record.prompt_n, record.cache_n = ended.total - ended.cached, ended.cached
         record.excess = None if record.ideal is None else record.prompt_n - record.ideal
         record.extra["prefill_seconds"] = STOPPED
-        record.cause = self.diagnosis.cause(log_mark)
-        slot = record.cause.get("slot", self.last_slot)  # the stream named none: the log's selection line does
-        record.slot = self.last_slot = slot
+        record.cause = self._cause_naming_the_slot(log_mark)
+        slot = record.cause.get("slot")  # the stream named none: the log's selection line does
+        record.slot = self.last_slot = self.last_slot if slot is None else slot
+        slot = self.last_slot
         record.ended_at = time.time()
         record.wall_ms = (record.ended_at - record.started_at) * 1000.0
         try:
@@ -316,6 +318,16 @@ class SessionSteps(VariantSteps):
             self.recorder.write(record)
             self.measured.append(record)
         self.progress.step(record)
+
+    def _cause_naming_the_slot(self, log_mark: int) -> dict[str, Any]:
+        """The log's cause since `log_mark`, once it names the slot: the server writes its log from another thread,
+        so at the first progress event the selection line may not be in the file yet."""
+        deadline = time.monotonic() + SLOT_LINE_WAIT_S
+        while True:
+            cause = self.diagnosis.cause(log_mark)
+            if cause.get("slot") is not None or time.monotonic() > deadline:
+                return cause
+            time.sleep(0.05)
 
     def _outcome(self, record: Record) -> None:
         # More reused than the longest prefix ever computed under this LoRA: state computed for something else
