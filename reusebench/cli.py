@@ -178,7 +178,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"checking {variant.profile} / {variant.name} ...", file=sys.stderr)
         say = lambda message: print(f"  {message}", file=sys.stderr)  # noqa: E731
         rules = capability_cache.of_binary(variant.binary, say)
-        verdicts = check.check_variant(variant, progress=say)
+        verdicts = check.check_variant(variant, progress=say, capabilities=rules)
         failing |= any(v.verdict in check.FAILING_VERDICTS for v in verdicts)
         found.append({**check.describe_launch(variant), "capabilities": rules.to_dict(),
                       "verdicts": [v.to_dict() for v in verdicts]})

@@ -50,7 +50,7 @@ def test_the_pinned_build_probes_as_the_rules_the_model_was_written_from(capabil
         at, cache_n = re.search(r"at token (\d+)\D.*: cache_n=(\d+)$", found.evidence[name]).groups()
         assert int(at) == int(cache_n) > 1
     assert found.evidence["ram_cache_keeps_lora"].endswith("then the first again with it: cache_n=0")  # report B
-    kept = json.loads(cache.path_of(cache.sha256_of(binary.path)).read_text())
+    kept = json.loads(cache.path_of(cache.Executable(binary.path).key()).read_text())
     assert kept["capabilities"]["slot_file_checkpoints"] is False
     assert cache.of_binary(binary).how == "probed (cached)"
 
@@ -61,10 +61,10 @@ def test_a_launcher_is_probed_as_the_executable_it_starts_not_with_its_flags(cap
     # The launcher turns checkpoints off, which would make every checkpoint probe read "no": the probes run the
     # executable itself, and the result is kept under its hash, not the script's.
     script = Binary(launcher(tmp_path, "--ctx-checkpoints 0"))
-    assert cache.executable(script) == default_llama_server()
+    assert cache.executable(script).path == default_llama_server()
     found = cache.of_binary(script)
     assert found.how == "probed" and found.values() == PINNED_RULES
-    assert [p.stem for p in capability_cache.glob("*.json")] == [cache.sha256_of(default_llama_server())]
+    assert [p.stem for p in capability_cache.glob("*.json")] == [cache.Executable(default_llama_server()).key()]
 
 
 def test_a_binary_that_cannot_be_probed_gets_the_pinned_rules_and_says_why(capability_cache: Path,
@@ -90,10 +90,10 @@ def restore_steps(results: Path) -> dict[str, tuple[str, int, int | None, str]]:
 def test_a_wrong_probe_result_makes_the_steps_it_decides_unexpected_and_probing_again_restores_agreement(
         capability_cache: Path, tmp_path: Path) -> None:
     binary = Binary(default_llama_server())
-    digest = cache.sha256_of(binary.path)
+    key = cache.Executable(binary.path).key()
     # Planted: "slot files carry checkpoints", as b11549's would read. The model then expects the resend after the
     # restart to return to the checkpoint 4 tokens before the end, and the re-ask to the one 4 + 512 before it.
-    cache.store(digest, Capabilities(**{**PINNED_RULES, "slot_file_checkpoints": True}), binary.path)
+    cache.store(key, Capabilities(**{**PINNED_RULES, "slot_file_checkpoints": True}), binary.path)
     wrong = restore_steps(tmp_path / "wrong")
     assert {step: got[:3] for step, got in wrong.items()} == {
         "resend": ("UNEXPECTED", 2069, 4),  # 2,065 + 4: the whole prompt, as b11434 restores no checkpoint

@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from reusebench import tiny
 from reusebench.llama import logs
 
@@ -21,6 +23,7 @@ def events(lines: list[str]) -> list[tuple[object, ...]]:
     return [(e.kind, e.slot, e.task, tuple(sorted(e.fields.items()))) for e in logs.parse_lines(lines) if e.kind]
 
 
+@pytest.mark.e2e
 def test_the_filter_keeps_every_parsed_line_and_no_prompt_text() -> None:
     with raw_server(tiny.model_path("qwen35"), log_verbosity=9) as (client, log):
         for _ in range(2):  # the second request reuses the first: checkpoint and cache lines

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.capability.capabilities import PINNED, Capabilities
+from reusebench.capability.capabilities import PINNED
 from reusebench import cli
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.run import runner
@@ -133,6 +133,7 @@ class Recorder:
     lora_adapters = 1
     multimodal = False
     capabilities = PINNED
+    slot_actions = True
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []
@@ -228,13 +229,13 @@ def test_a_build_that_refuses_slot_files_with_an_mmproj_makes_restore_disk_not_a
     # 2026-03 answers HTTP 501 to every slot action while an mmproj is loaded: no save after interleave, and
     # restore_disk is n/a with the reason, not a failed scenario
     recorder = Recorder()
-    recorder.multimodal, recorder.capabilities = True, Capabilities(mmproj_slot_files=False)
+    recorder.multimodal, recorder.slot_actions = True, False
     by_id = {sc.id: sc for sc in scenarios.CATALOGUE}
     assert by_id["restore_disk"].not_applicable(recorder) == (
         "this build refuses slot files while an mmproj is loaded (reusebench probe)")
     by_id["interleave"].run(recorder)
     assert [c for c in recorder.calls if c[0] == "save"] == []
-    recorder.capabilities = PINNED  # b11434 saves a text-only slot with an mmproj loaded
+    recorder.slot_actions = True  # b11434 saves a text-only slot with an mmproj loaded
     assert by_id["restore_disk"].not_applicable(recorder) is None
 
 

@@ -1,9 +1,10 @@
 """A binary's capabilities, probed once and kept by the hash of the executable that really runs.
 
-The key is the sha256 of the llama-server executable, not of what a profile names: a launcher script
-that execs another build keeps its own hash while the build behind it changes. So a file that is not
-an ELF executable is started once (the probes' first server) and the executable its process group
-runs is read from ``/proc``.
+The key is the sha256 of the llama-server executable and of the shared libraries beside it (a build
+with ``BUILD_SHARED_LIBS`` keeps libllama and libggml there), not of what a profile names: a launcher
+script that execs another build keeps its own hash while the build behind it changes. So a file that
+is not an ELF executable is started once, and the executable its process group runs, with that
+process's environment, is read from ``/proc``.
 """
 
 from __future__ import annotations
@@ -11,19 +12,35 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
-from dataclasses import replace
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reusebench.capability import probes
 from reusebench.capability.capabilities import Capabilities
-from reusebench.llama.binaries import Binary
+from reusebench.llama.binaries import Binary, BinaryError
 from reusebench.llama.client import ClientError
 from reusebench.llama.server import LlamaServer, ServerError
 
 CACHE_ENV = "REUSEBENCH_CAPABILITY_CACHE"
 ELF_MAGIC = b"\x7fELF"
-FILE_VERSION = 4  # bump when a probe changes what it shows: every cached result is probed again
+FILE_VERSION = 5  # bump when a probe changes what it shows: every cached result is probed again
+
+
+@dataclass(frozen=True)
+class Executable:
+    """The llama-server ELF file that runs, and the environment a launcher gave it (None: this process's)."""
+
+    path: Path
+    env: Mapping[str, str] | None = None
+
+    def key(self) -> str:
+        """sha256 over the executable and the shared libraries in its directory, names and contents."""
+        digest = hashlib.sha256()
+        for part in [self.path, *sorted(self.path.parent.glob("lib*.so*"))]:
+            digest.update(f"{part.name}\n{sha256_of(part)}\n".encode())
+        return digest.hexdigest()
 
 
 def cache_dir() -> Path:
@@ -40,30 +57,32 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def executable(binary: Binary) -> Path:
-    """The ELF file that runs when `binary` is started: itself, or what its launcher starts."""
-    with open(binary.path, "rb") as file:
-        if file.read(4) == ELF_MAGIC:
-            return binary.path
+def executable(binary: Binary) -> Executable:
+    """What runs when `binary` is started: itself, or the executable (and environment) its launcher starts."""
+    if _is_elf(binary.path):
+        return Executable(binary.path)
     server = LlamaServer(binary.path, ["-m", str(probes.model()), "-c", "256", "-np", "1"])
     with server:
         assert server.pid is not None
-        found = _group_executables(server.pid)
-    elf = [path for path in found if _is_elf(path) and path.name == "llama-server"] or \
-        [path for path in found if _is_elf(path) and "llama" in path.name]
+        found = _group_processes(server.pid)
+    elf = [(exe, env) for exe, env in found if _is_elf(exe) and exe.name == "llama-server"] or \
+        [(exe, env) for exe, env in found if _is_elf(exe) and "llama" in exe.name]
     if not elf:
         raise ServerError(f"{binary.path} is not an ELF file and started no llama-server executable "
-                          f"(its processes run {', '.join(map(str, found)) or 'nothing readable'})")
-    return elf[0]
+                          f"(its processes run {', '.join(str(exe) for exe, _ in found) or 'nothing readable'})")
+    return Executable(*elf[0])
 
 
-def _group_executables(pgid: int) -> list[Path]:
+def _group_processes(pgid: int) -> list[tuple[Path, dict[str, str]]]:
+    """(executable, environment) of every process in group `pgid` that this user may read."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 if os.getpgid(int(entry.name)) == pgid:
-                    found.append(Path(os.readlink(entry / "exe")))
+                    pairs = (entry / "environ").read_bytes().split(b"\0")
+                    env = dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
+                    found.append((Path(os.readlink(entry / "exe")), env))
             except OSError:
                 continue
     return found
@@ -77,17 +96,17 @@ def _is_elf(path: Path) -> bool:
         return False
 
 
-def path_of(digest: str) -> Path:
-    return cache_dir() / f"{digest}.json"
+def path_of(key: str) -> Path:
+    return cache_dir() / f"{key}.json"
 
 
 def cached(binary: Binary) -> Capabilities | None:
     """What the probes showed for `binary` before, without running anything; None when never probed (or when
-    finding the executable would need a start)."""
+    finding the executable would need a start: a launcher)."""
+    if not _is_elf(binary.path):
+        return None
     try:
-        if not _is_elf(binary.path):
-            return None
-        return _read(path_of(sha256_of(binary.path)))
+        return _read(path_of(Executable(binary.path).key()))
     except OSError:
         return None
 
@@ -105,34 +124,48 @@ def _read(path: Path) -> Capabilities | None:
         return None  # written by another reusebench: probe again
 
 
-def store(digest: str, capabilities: Capabilities, executable_path: Path) -> Path:
-    path = path_of(digest)
+def store(key: str, capabilities: Capabilities, executable_path: Path) -> Path:
+    """Write the result whole or not at all: a reader, or another run probing the same build, never sees half."""
+    path = path_of(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"version": FILE_VERSION, "executable": str(executable_path), "capabilities": capabilities.to_dict()}
-    scratch = path.with_suffix(".partial")
-    scratch.write_text(json.dumps(body, indent=2) + "\n")
-    scratch.replace(path)  # whole or not at all: a reader never sees half a file
+    descriptor, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}-", suffix=".partial")
+    try:
+        with os.fdopen(descriptor, "w") as file:
+            file.write(json.dumps(body, indent=2) + "\n")
+        os.replace(scratch, path)
+    except BaseException:
+        Path(scratch).unlink(missing_ok=True)
+        raise
     return path
 
 
 def of_binary(binary: Binary, say: Callable[[str], None] = lambda _m: None, *, again: bool = False) -> Capabilities:
-    """`binary`'s capabilities: cached by its executable's hash, else probed now (under 30 s) and kept.
+    """`binary`'s capabilities: cached by its executable's key, else probed now (about 2 s) and kept.
 
-    A build the probes cannot run on (it does not know the tiny hybrid's architecture, a fake server) gets the
-    pinned build's rules, with why in ``how``.
+    A build the probes cannot run on (a fake server, a binary that does not start) gets the pinned build's rules,
+    with why in ``how``; a server among the probes' that does not start leaves only its capabilities unshown.
     """
     try:
         real = executable(binary)
-        digest = sha256_of(real)
+        key = real.key()
     except (OSError, ServerError, ClientError) as error:
-        return Capabilities(how=f"not probed: {error}")
+        return Capabilities(how=f"not probed: {_first_line(error)}")
     if not again:
-        found = _read(path_of(digest))
+        found = _read(path_of(key))
         if found is not None:
             return found
     try:
-        probed = probes.probe(Binary(real), say)  # the build itself: a launcher's extra flags are not its rules
-    except (ServerError, ClientError, ValueError, KeyError) as error:
-        return Capabilities(how=f"not probed: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
-    store(digest, probed, real)
+        # the build itself: a launcher's extra flags are not its rules, its environment may be needed to run
+        probed = probes.probe(Binary(real.path), say, env=real.env)
+    except (ServerError, ClientError, BinaryError, OSError, ValueError, KeyError) as error:
+        return Capabilities(how=f"not probed: {type(error).__name__}: {_first_line(error)}")
+    try:
+        store(key, probed, real.path)
+    except OSError as error:  # a read-only cache: the result still holds for this run
+        say(f"capabilities not kept ({error.strerror}): probed again next time")
     return replace(probed, how="probed")
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).splitlines() or [""])[0][:300]

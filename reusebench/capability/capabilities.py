@@ -29,8 +29,9 @@ class Capabilities:
     user_message_checkpoints: bool | None = None
     # /completion reads `message_delimiters`, so a token prompt can mark its user messages (before b11549).
     completion_message_delimiters: bool | None = None
-    # A slot can be saved and restored while an mmproj is loaded (not 2026-03, which refuses every slot action).
-    mmproj_slot_files: bool | None = None
+    # A slot can be saved, restored and erased while an mmproj is loaded (not 2026-03, which refuses every slot
+    # action then, HTTP 501).
+    mmproj_slot_actions: bool | None = None
     # A slot that holds nothing (erased, just started) takes a matching RAM prompt-cache entry (not 2026-03, which
     # updates the cache only for a slot with tokens).
     empty_slot_loads_from_ram: bool | None = None
@@ -39,7 +40,7 @@ class Capabilities:
     ram_cache_keeps_lora: bool | None = None
     # GET /metrics wakes a sleeping server (none of the releases: /metrics and /props do not, /slots does).
     metrics_wakes_sleeping: bool | None = None
-    # What each probe saw, numbers only: {capability: evidence}.
+    # What each probe saw: counts, and the server's own error where it refused: {capability: evidence}.
     evidence: Mapping[str, str] = field(default_factory=dict, compare=False)
     how: str = "not probed"  # "probed", "probed (cached)", or "not probed: why"
 
@@ -100,7 +101,7 @@ PINNED_RULES: dict[str, bool] = {
     "close_checkpoints": True,
     "user_message_checkpoints": True,
     "completion_message_delimiters": True,
-    "mmproj_slot_files": True,
+    "mmproj_slot_actions": True,
     "empty_slot_loads_from_ram": True,
     "ram_cache_keeps_lora": False,
     "metrics_wakes_sleeping": False,
@@ -111,12 +112,12 @@ WORDS: dict[str, str] = {
     "close_checkpoints": "checkpoints within 64 tokens of the start or each other",
     "user_message_checkpoints": "checkpoints at user messages (chat)",
     "completion_message_delimiters": "/completion takes message_delimiters",
-    "mmproj_slot_files": "slot files with an mmproj loaded",
+    "mmproj_slot_actions": "slot save, restore and erase with an mmproj loaded",
     "empty_slot_loads_from_ram": "an empty slot loads from the RAM cache",
     "ram_cache_keeps_lora": "RAM cache entries keep their LoRA",
     "metrics_wakes_sleeping": "GET /metrics wakes a sleeping server",
 }
-PINNED = Capabilities(**PINNED_RULES, how="the pinned build's rules, not probed")
+PINNED = Capabilities(**PINNED_RULES, how="not probed: the pinned build's rules")
 
 
 def _word(value: bool | None) -> str:

@@ -4,17 +4,18 @@ Each probe runs on a tiny hybrid with small batches (so checkpoints sit a few to
 prompts of at most a couple of hundred tokens, and reads the server's own counts (``cache_n``), never
 its log: a count says what was reused whatever the build logs. The hybrid is the long-memory
 Granite-class one: its recurrent state outlasts a prompt, so a state reused from another document
-shows in the output (on the tiny Qwen3.5-class hybrid it fades within a hundred tokens). Three servers
+shows in the output (on the tiny Qwen3.5-class hybrid it fades within a hundred tokens). Four servers
 run, one after the other: the slot and checkpoint probes without a RAM cache (so no RAM entry
-competes with the slot), the LoRA probe with one, and the sleep probe with a one-second idle limit
-(a stall in the other probes must not put their server to sleep).
+competes with the slot), a slot save with the tiny Qwen3.5-class hybrid's mmproj loaded, the RAM-cache
+and LoRA probes with a RAM cache, and the sleep probe with a one-second idle limit (a stall in the
+other probes must not put their server to sleep).
 """
 
 from __future__ import annotations
 
 import random
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from reusebench import tiny
@@ -23,7 +24,7 @@ from reusebench.llama import binaries, facts
 from reusebench.llama.binaries import Binary
 from reusebench.llama.client import ClientError, Completion, LlamaClient
 from reusebench.llama.handle import ServerHandle
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.server import LlamaServer, ServerError
 from reusebench.reuse.verification import output_difference
 
 MMPROJ_MODEL = "qwen35"  # the tiny model with a vision projector
@@ -35,6 +36,7 @@ SLEEP_IDLE_S = 1
 DOCUMENT, OTHER, QUESTION = 160, 80, 16  # token counts
 ON, OFF = [{"id": 0, "scale": 1.0}], facts.NO_LORA
 SLOT_FILE = "capability-probe.bin"
+NOT_SUPPORTED = 501  # llama-server's answer to a feature it refuses
 
 Say = Callable[[str], None]
 
@@ -66,12 +68,13 @@ def model() -> Path:
     return tiny.model_path(MODEL)
 
 
-def _server(binary: Binary, slot_dir: Path, *extra: str, gguf: Path | None = None) -> ServerHandle:
+def _server(binary: Binary, slot_dir: Path, env: Mapping[str, str] | None, *extra: str,
+            gguf: Path | None = None) -> ServerHandle:
     # One thread: with small batches a thread pool waits at a barrier on every batch, and on a loaded CPU a
     # descheduled thread makes each wait a time slice (50x slower seen with two threads under a build).
     args = ["-m", str(gguf or model()), "-t", "1", "-c", "4096", "-np", "1", "-b", str(N_BATCH), "-ub", str(N_UBATCH),
             "--slot-save-path", str(slot_dir), *extra]
-    return ServerHandle(LlamaServer(binary.path, args), call_timeout_s=CALL_TIMEOUT_S)
+    return ServerHandle(LlamaServer(binary.path, args, env=env), call_timeout_s=CALL_TIMEOUT_S)
 
 
 def _complete(client: LlamaClient, prompt: Sequence[int], **kwargs: object) -> Completion:
@@ -79,37 +82,61 @@ def _complete(client: LlamaClient, prompt: Sequence[int], **kwargs: object) -> C
     return client.complete(prompt, n_predict=N_PREDICT, n_probs=1, **kwargs)  # type: ignore[arg-type]
 
 
-def probe(binary: Binary, say: Say = lambda _m: None) -> Capabilities:
-    """Every capability of `binary`, from three short servers; every server is stopped, also on errors."""
-    found: dict[str, bool | None] = {}
-    evidence: dict[str, str] = {}
+Found = dict[str, bool | None]
+Evidence = dict[str, str]
+
+
+def _slot_probes(client: LlamaClient, found: Found, evidence: Evidence) -> None:
+    words = Words(client)
+    _restore(client, words, found, evidence)
+    client.slot_erase(0)
+    _close_checkpoints(client, words, found, evidence)
+    client.slot_erase(0)
+    _user_messages(client, words, found, evidence)
+
+
+def _ram_probes(client: LlamaClient, found: Found, evidence: Evidence) -> None:
+    words = Words(client)
+    _empty_slot(client, words, found, evidence)
+    _lora(client, words, found, evidence)
+
+
+def probe(binary: Binary, say: Say = lambda _m: None, *, env: Mapping[str, str] | None = None) -> Capabilities:
+    """Every capability of `binary`, from four short servers, each stopped also on errors. A server that does not
+    start or fails a request (an option or architecture the build lacks) leaves its own capabilities unshown,
+    with why."""
+    found: Found = {}
+    evidence: Evidence = {}
     accepted = binaries.help_options(binary)
     with tempfile.TemporaryDirectory(prefix="reusebench-probe-") as slot_dir:
-        say("probing slot files, restores and user-message checkpoints")
-        with _server(binary, Path(slot_dir), "--cache-ram", "0") as handle:
-            words = Words(handle.client)
-            _restore(handle.client, words, found, evidence)
-            handle.client.slot_erase(0)
-            _close_checkpoints(handle.client, words, found, evidence)
-            handle.client.slot_erase(0)
-            _user_messages(handle.client, words, found, evidence)
-        say("probing slot files with an mmproj loaded")
-        with _server(binary, Path(slot_dir), "--mmproj", str(tiny.mmproj_path(MMPROJ_MODEL)),
-                     gguf=tiny.model_path(MMPROJ_MODEL)) as handle:
-            _mmproj_slot_files(handle.client, Words(handle.client), found, evidence)
-        say("probing the RAM cache with a LoRA")
-        lora = ["--lora", str(tiny.lora_path(MODEL)), "--cache-ram", "64"]
-        with _server(binary, Path(slot_dir), *lora) as handle:
-            words = Words(handle.client)
-            _empty_slot(handle.client, words, found, evidence)
-            _lora(handle.client, words, found, evidence)
+        servers: list[tuple[str, tuple[str, ...], list[str], Path | None, Callable[..., None]]] = [
+            ("slot files, restores and checkpoints",
+             ("slot_file_checkpoints", "restore_keeps_slot_checkpoints", "close_checkpoints",
+              "user_message_checkpoints", "completion_message_delimiters"),
+             ["--cache-ram", "0"], None, lambda h: _slot_probes(h.client, found, evidence)),
+            ("slot actions with an mmproj loaded", ("mmproj_slot_actions",),
+             ["--mmproj", str(tiny.mmproj_path(MMPROJ_MODEL))], tiny.model_path(MMPROJ_MODEL),
+             lambda h: _mmproj_slot_actions(h.client, Words(h.client), found, evidence)),
+            ("the RAM cache, with a LoRA", ("empty_slot_loads_from_ram", "ram_cache_keeps_lora"),
+             ["--lora", str(tiny.lora_path(MODEL)), "--cache-ram", "64"], None,
+             lambda h: _ram_probes(h.client, found, evidence)),
+        ]
         if "sleep-idle-seconds" in accepted:
-            say("probing what wakes a sleeping server")
-            with _server(binary, Path(slot_dir), "--metrics", "--sleep-idle-seconds", str(SLEEP_IDLE_S)) as handle:
-                _metrics_wake(handle, found, evidence)
+            servers.append(("what wakes a sleeping server", ("metrics_wakes_sleeping",),
+                            ["--metrics", "--sleep-idle-seconds", str(SLEEP_IDLE_S)], None,
+                            lambda h: _metrics_wake(h, found, evidence)))
         else:
-            found["metrics_wakes_sleeping"] = None
             evidence["metrics_wakes_sleeping"] = "no --sleep-idle-seconds in this build's --help"
+        for what, names, extra, gguf, run in servers:
+            say(f"probing {what}")
+            try:
+                with _server(binary, Path(slot_dir), env, *extra, gguf=gguf) as handle:
+                    run(handle)
+            except (ServerError, ClientError) as error:
+                why = (str(error).splitlines() or [""])[0][:300]
+                for name in names:
+                    found[name] = None
+                    evidence[name] = f"not shown: {type(error).__name__}: {why}"
     return Capabilities(**found, evidence=evidence, how="probed")
 
 
@@ -138,8 +165,8 @@ def _restore(client: LlamaClient, words: Words, found: dict[str, bool | None], e
     said = (f"saved {len(first)} tokens, another {len(other)}-token document in the slot, restored, re-asked "
             f"{len(reask)} tokens sharing {len(document)}: cache_n={got.cache_n}")
     said += f"; output differs from no reuse ({wrong})" if wrong else "; output as without reuse"
-    if got.cache_n == from_file:
-        found.update(slot_file_checkpoints=True, restore_keeps_slot_checkpoints=False)
+    if got.cache_n == from_file:  # the file's replace whatever the slot held: that rule is not shown
+        found.update(slot_file_checkpoints=True, restore_keeps_slot_checkpoints=None)
         said += f" (the file's checkpoint at {from_file})"
     elif got.cache_n in from_slot:
         found.update(slot_file_checkpoints=False, restore_keeps_slot_checkpoints=True)
@@ -160,26 +187,25 @@ def _close_checkpoints(client: LlamaClient, words: Words, found: dict[str, bool 
     _complete(client, prompt)
     got = _complete(client, prompt).cache_n
     far, near = facts.end_checkpoint_offsets(N_BATCH, N_UBATCH)
-    found["close_checkpoints"] = True if got == len(prompt) - near else False if got in (len(prompt) - far, 0) \
-        else None
+    found["close_checkpoints"] = True if got == len(prompt) - near else False if got == len(prompt) - far else None
     evidence["close_checkpoints"] = (f"a {len(prompt)}-token prompt resent: cache_n={got} (checkpoints at "
                                      f"{len(prompt) - far} and {len(prompt) - near})")
 
 
-def _mmproj_slot_files(client: LlamaClient, words: Words, found: dict[str, bool | None],
+def _mmproj_slot_actions(client: LlamaClient, words: Words, found: dict[str, bool | None],
                        evidence: dict[str, str]) -> None:
     """A text prompt on a server with an mmproj, then a slot save."""
     _complete(client, words.prompt(40))
     try:
         client.slot_save(0, SLOT_FILE)
     except ClientError as error:
-        if error.status is None or error.status < 400:
+        if error.status != NOT_SUPPORTED:  # a crash or a timeout is no answer about mmproj
             raise
-        found["mmproj_slot_files"] = False
-        evidence["mmproj_slot_files"] = f"saving the slot of a text prompt with an mmproj loaded: {error}"
+        found["mmproj_slot_actions"] = False
+        evidence["mmproj_slot_actions"] = f"saving the slot of a text prompt with an mmproj loaded: {error}"
         return
-    found["mmproj_slot_files"] = True
-    evidence["mmproj_slot_files"] = "saving the slot of a text prompt with an mmproj loaded: saved"
+    found["mmproj_slot_actions"] = True
+    evidence["mmproj_slot_actions"] = "saving the slot of a text prompt with an mmproj loaded: saved"
 
 
 def _user_messages(client: LlamaClient, words: Words, found: dict[str, bool | None], evidence: dict[str, str]) -> None:
@@ -225,7 +251,7 @@ def _empty_slot(client: LlamaClient, words: Words, found: dict[str, bool | None]
     _complete(client, words.prompt(24))
     client.slot_erase(0)
     got = _complete(client, prompt).cache_n
-    found["empty_slot_loads_from_ram"] = got > 0
+    found["empty_slot_loads_from_ram"] = _reused_at(got, len(prompt) - facts.end_checkpoint_offsets(N_BATCH, N_UBATCH)[1])
     evidence["empty_slot_loads_from_ram"] = (f"{len(prompt)} tokens, another prompt, the slot erased, the first "
                                              f"again: cache_n={got}")
 
@@ -237,7 +263,7 @@ def _lora(client: LlamaClient, words: Words, found: dict[str, bool | None], evid
     _complete(client, words.prompt(24), lora=OFF)
     got = _complete(client, conversation, lora=ON).cache_n
     # Kept, it comes back from RAM to its checkpoint 4 tokens before the end; cleared, it starts from nothing.
-    found["ram_cache_keeps_lora"] = got > 0
+    found["ram_cache_keeps_lora"] = _reused_at(got, len(conversation) - facts.end_checkpoint_offsets(N_BATCH, N_UBATCH)[1])
     evidence["ram_cache_keeps_lora"] = (f"{len(conversation)} tokens with the LoRA, another prompt without it, then "
                                         f"the first again with it: cache_n={got}")
 

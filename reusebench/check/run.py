@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from reusebench.capability import cache as capability_cache
+from reusebench.capability.capabilities import Capabilities
 from reusebench.llama import binaries
 from reusebench.llama.binaries import HelpOption
 from reusebench.llama.client import ClientError
@@ -106,8 +107,10 @@ def launch_args(variant: Variant) -> tuple[list[str], list[str]]:
     return variant.server_args() + added, added
 
 
-def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = None) -> list[OptionVerdict]:
-    """Verdicts for every option `variant` sets and every reuse default; stops every server it starts."""
+def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = None,
+                  capabilities: Capabilities | None = None) -> list[OptionVerdict]:
+    """Verdicts for every option `variant` sets and every reuse default, by the rules of its build's `capabilities`
+    (looked up when not given: ``capability.cache.of_binary``); stops every server it starts."""
     say = progress or (lambda _message: None)
     try:
         binaries.help_table(variant.binary)
@@ -127,7 +130,7 @@ def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = 
     args, _ = launch_args(variant)
     handle = ServerHandle(LlamaServer(variant.binary.path, args), call_timeout_s=PROBE_TIMEOUT_S)
     try:  # closed whatever happens: the server stops and its raw log is deleted
-        rules = capability_cache.of_binary(variant.binary, say)
+        rules = capabilities or capability_cache.of_binary(variant.binary, say)
         try:
             ctx = ProbeContext(variant, handle.start(), rules)
         except (ServerError, ClientError) as error:

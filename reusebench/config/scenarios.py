@@ -60,6 +60,7 @@ class Steps(Protocol):
     summary: str
     lora_adapters: int  # adapters the server was started with
     multimodal: bool  # an mmproj is loaded
+    slot_actions: bool  # the server takes slot saves, restores and erases
     capabilities: Capabilities  # the build's, where builds differ
 
     def option(self, name: str) -> object | None: ...
@@ -129,7 +130,7 @@ def needs_sleep(s: Steps) -> str | None:
 
 
 def needs_slot_files(s: Steps) -> str | None:
-    if s.multimodal and not s.capabilities.holds("mmproj_slot_files"):
+    if not s.slot_actions:
         return "this build refuses slot files while an mmproj is loaded (reusebench probe)"
     return None
 

@@ -98,7 +98,8 @@ class PlanSteps(VariantSteps):
 
     def measure(self, scenario: str, step: str, prompt: scenarios.Prompt, *, expect_hit: bool = True,
                 lora: Lora = None, may_stop: bool = False) -> None:
-        self._complete(scenario, step, Role.MEASURE, self._prompt(prompt), lora, (), may_stop and self.early_stop)
+        self._complete(scenario, step, Role.MEASURE, self._prompt(prompt), lora, (),
+                       may_stop and self.early_stop and self.slot_actions)  # a stop erases the slot
 
     def setup(self, scenario: str, step: str, prompt: scenarios.Prompt, *, lora: Lora = None) -> Completion:
         return self._complete(scenario, step, Role.SETUP, self._prompt(prompt), lora, (), False)

@@ -180,13 +180,15 @@ def plan_sessions(sessions: Sequence[Planned], spec: corpus.CorpusSpec, *, verif
                   ) -> list[plan.SessionPlan]:
     """Each session's planned calls (``plan.plan_session``), repeated sessions one plan each, by the rules of each
     binary's capabilities (`rules`; else what was cached for it, else the pinned build's)."""
-    rules = rules or {}
+    rules = dict(rules or {})
+    for variant, _, _ in sessions:  # --dry-run: what was probed before, else the pinned build's rules
+        if variant.binary.path not in rules:
+            rules[variant.binary.path] = cache.cached(variant.binary) or PINNED
     first_load = [WARMED_FIRST_LOAD] if repeats is not None and repeats.warm_up else scenarios.select(["first_load"])
     numbers = [None] if repeats is None else range(1, repeats.count + 1)
     return [plan.plan_session(variant, size, selected if repeats is None else first_load, spec,
                               name=session_name(variant, size, number), verify=variant.verify and verify,
-                              early_stop=early_stop,
-                              capabilities=rules.get(variant.binary.path) or cache.cached(variant.binary) or PINNED)
+                              early_stop=early_stop, capabilities=rules[variant.binary.path])
             for variant, size, selected in sessions for number in numbers]
 
 

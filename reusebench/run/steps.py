@@ -110,7 +110,7 @@ class SessionSteps(VariantSteps):
     def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True,
                 lora: Lora = None, may_stop: bool = False) -> None:
         self._complete(scenario, step, Role.MEASURE, self.requests.completion(prompt, lora), expect_hit,
-                       may_stop=may_stop and self.early_stop)
+                       may_stop=may_stop and self.early_stop and self.slot_actions)  # a stop erases the slot
 
     def setup(self, scenario: str, step: str, prompt: Prompt, *, lora: Lora = None) -> Completion:
         completed = self._complete(scenario, step, Role.SETUP, self.requests.completion(prompt, lora), False)
@@ -297,19 +297,21 @@ class SessionSteps(VariantSteps):
         record.prompt_n, record.cache_n = ended.total - ended.cached, ended.cached
         record.excess = None if record.ideal is None else record.prompt_n - record.ideal
         record.extra["prefill_seconds"] = STOPPED
-        record.cause = self._cause_naming_the_slot(log_mark)
-        slot = record.cause.get("slot")  # the stream named none: the log's selection line does
-        record.slot = self.last_slot = self.last_slot if slot is None else slot
-        slot = self.last_slot
         record.ended_at = time.time()
         record.wall_ms = (record.ended_at - record.started_at) * 1000.0
+        waited = time.time()
+        record.cause = self._cause_naming_the_slot(log_mark)
+        waited = time.time() - waited  # the harness's, not the server's
+        slot = record.cause.get("slot")  # the stream named none: the log's selection line does
+        record.slot = self.last_slot = slot = self.last_slot if slot is None else slot
         try:
             erased = self._call(record.scenario, "erase slot", f"/slots/{slot}?action=erase",
                                 lambda: self.life.handle.client.slot_erase(slot))
             # the slot held the reused prefix and what was prefilled before the cancel took effect
             record.prefilled_n = max(0, int(erased.get("n_erased", ended.cached)) - ended.cached)
         finally:
-            self.server_s += time.time() - record.started_at  # the server worked until the erase: not harness time
+            # the server worked until the erase, less the wait for its log line: not harness time
+            self.server_s += time.time() - record.started_at - waited
             key = lora_key(request.lora)
             self.expectation.erase(slot)
             self._slot_sequence = (key, [])
@@ -321,8 +323,9 @@ class SessionSteps(VariantSteps):
 
     def _cause_naming_the_slot(self, log_mark: int) -> dict[str, Any]:
         """The log's cause since `log_mark`, once it names the slot: the server writes its log from another thread,
-        so at the first progress event the selection line may not be in the file yet."""
-        deadline = time.monotonic() + SLOT_LINE_WAIT_S
+        so at the first progress event the selection line may not be in the file yet. With one slot there is
+        nothing to wait for."""
+        deadline = time.monotonic() + (SLOT_LINE_WAIT_S if self.expectation.launch.n_slots > 1 else 0.0)
         while True:
             cause = self.diagnosis.cause(log_mark)
             if cause.get("slot") is not None or time.monotonic() > deadline:

@@ -23,6 +23,11 @@ class VariantSteps:
     def multimodal(self) -> bool:
         return self.variant.mmproj is not None
 
+    @property
+    def slot_actions(self) -> bool:
+        """Whether the server takes slot saves, restores and erases (a build may refuse them with an mmproj)."""
+        return not self.multimodal or self.capabilities.holds("mmproj_slot_actions")
+
     def option(self, name: str) -> object | None:
         return self.variant.option(name)
 
