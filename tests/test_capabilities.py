@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reusebench.capability import cache
-from reusebench.capability.capabilities import PINNED_RULES, Capabilities
+from reusebench.llama.capabilities import PINNED_RULES, Capabilities
 from reusebench.config import profiles
 from reusebench.llama.binaries import Binary
 from reusebench.records import Role

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.capability.capabilities import PINNED
+from reusebench.llama.capabilities import PINNED
 from reusebench import cli, records, tiny
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import logs

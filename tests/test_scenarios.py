@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.capability.capabilities import PINNED
+from reusebench.llama.capabilities import PINNED
 from reusebench import cli
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.run import runner

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reusebench.capability import probes
-from reusebench.capability.capabilities import Capabilities
+from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.binaries import Binary, BinaryError
 from reusebench.llama.client import ClientError
 from reusebench.llama.server import LlamaServer, ServerError

@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from reusebench.capability.capabilities import PINNED, Capabilities
+from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.llama import binaries, facts, logs
 from reusebench.reuse import expectation
 from reusebench import tiny

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from reusebench.capability import cache as capability_cache
-from reusebench.capability.capabilities import Capabilities
+from reusebench.llama.capabilities import Capabilities
 from reusebench.llama import binaries
 from reusebench.llama.binaries import HelpOption
 from reusebench.llama.client import ClientError

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import gguf
 
-from reusebench.capability.capabilities import PINNED, Capabilities
+from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.config import options as options_mod
 from reusebench.config.profiles import Variant
 from reusebench.llama.facts import (

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from reusebench.capability.capabilities import PINNED, Capabilities
+from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reusebench.capability.capabilities import Capabilities
+from reusebench.llama.capabilities import Capabilities
 from reusebench.config.profiles import Variant
 from reusebench.llama import binaries, logs
 from reusebench.llama.client import Completion, LlamaClient

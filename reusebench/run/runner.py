@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reusebench.capability import cache
-from reusebench.capability.capabilities import PINNED, Capabilities
+from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.run import plan, provenance
 from reusebench import records

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from reusebench.capability.capabilities import Capabilities
+from reusebench.llama.capabilities import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant

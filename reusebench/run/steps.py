@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reusebench.capability.capabilities import Capabilities
+from reusebench.llama.capabilities import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant

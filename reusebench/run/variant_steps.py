@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from reusebench.capability.capabilities import Capabilities
+from reusebench.llama.capabilities import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config.profiles import Variant
 
