@@ -9,6 +9,7 @@ import pytest
 from reusebench import tiny
 from reusebench.llama.capabilities import Capabilities
 from reusebench.reuse.expectation import (
+    Held,
     Launch,
     Memory,
     ServerModel,
@@ -65,12 +66,18 @@ def test_the_pure_attention_control_keeps_any_common_prefix() -> None:
     assert send(m, edited)[0] == len(edited) - 1025
 
 
-def test_a_restored_slot_file_has_no_checkpoints_so_only_a_strict_extension_reuses_it() -> None:
-    m = model()
+def saved_and_restored_after_restart(m: ServerModel) -> Held:
+    """PROMPT sent and saved to a slot file, a restart, the file restored: what the file holds."""
     send(m, PROMPT)
     saved = m.saved(0)
     m.restart()
     m.restore(0, saved)
+    return saved
+
+
+def test_a_restored_slot_file_has_no_checkpoints_so_only_a_strict_extension_reuses_it() -> None:
+    m = model()
+    saved = saved_and_restored_after_restart(m)
     assert send(m, PROMPT)[0] == len(PROMPT)
     m.restore(0, saved)
     assert send(m, BOS + DOC + Q2)[0] == len(BOS + DOC + Q2)
@@ -82,10 +89,7 @@ def test_a_restored_slot_file_has_no_checkpoints_so_only_a_strict_extension_reus
 def test_a_build_whose_slot_files_carry_checkpoints_restores_them() -> None:
     # b11549: the file holds 1550 and 2062, so a restart loses nothing a checkpoint can give back
     m = model(rules=Capabilities(slot_file_checkpoints=True))
-    send(m, PROMPT)
-    saved = m.saved(0)
-    m.restart()
-    m.restore(0, saved)
+    saved = saved_and_restored_after_restart(m)
     assert send(m, PROMPT) == (4, "restored checkpoint at n_tokens=2062")
     m.restore(0, saved)
     assert send(m, BOS + DOC + Q2) == (515, "restored checkpoint at n_tokens=1550")
@@ -95,10 +99,7 @@ def test_a_restore_that_keeps_the_slot_s_checkpoints_returns_to_them_and_to_anot
     # 2026-03: the restore clears only the tokens. After a restart the resend re-processes all and makes
     # checkpoints on the same tokens, which the next restore keeps: the re-ask returns to 1550 (report A's 515).
     m = model(rules=Capabilities(restore_keeps_slot_checkpoints=True))
-    send(m, PROMPT)
-    saved = m.saved(0)
-    m.restart()
-    m.restore(0, saved)
+    saved = saved_and_restored_after_restart(m)
     assert send(m, PROMPT)[0] == len(PROMPT)
     m.restore(0, saved)
     reask = m.complete(BOS + DOC + Q2)

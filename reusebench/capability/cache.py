@@ -150,7 +150,7 @@ def of_binary(binary: Binary, say: Callable[[str], None] = lambda _m: None, *, a
         real = executable(binary)
         key = real.key()
     except (OSError, ServerError, ClientError) as error:
-        return Capabilities(how=f"not probed: {_first_line(error)}")
+        return Capabilities(how=f"not probed: {probes.first_line(error)}")
     if not again:
         found = _read(path_of(key))
         if found is not None:
@@ -159,13 +159,9 @@ def of_binary(binary: Binary, say: Callable[[str], None] = lambda _m: None, *, a
         # the build itself: a launcher's extra flags are not its rules, its environment may be needed to run
         probed = probes.probe(Binary(real.path), say, env=real.env)
     except (ServerError, ClientError, BinaryError, OSError, ValueError, KeyError) as error:
-        return Capabilities(how=f"not probed: {type(error).__name__}: {_first_line(error)}")
+        return Capabilities(how=f"not probed: {type(error).__name__}: {probes.first_line(error)}")
     try:
         store(key, probed, real.path)
     except OSError as error:  # a read-only cache: the result still holds for this run
         say(f"capabilities not kept ({error.strerror}): probed again next time")
     return replace(probed, how="probed")
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).splitlines() or [""])[0][:300]

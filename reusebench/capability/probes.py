@@ -63,6 +63,11 @@ class Words:
         return self.bos + [t for n in lengths for t in self.tokens(n)]
 
 
+def first_line(error: BaseException) -> str:
+    """An error as one short line, for evidence and ``how``."""
+    return (str(error).splitlines() or [""])[0][:300]
+
+
 def model() -> Path:
     """The probes' model, generated on first use."""
     return tiny.model_path(MODEL)
@@ -133,10 +138,9 @@ def probe(binary: Binary, say: Say = lambda _m: None, *, env: Mapping[str, str] 
                 with _server(binary, Path(slot_dir), env, *extra, gguf=gguf) as handle:
                     run(handle)
             except (ServerError, ClientError) as error:
-                why = (str(error).splitlines() or [""])[0][:300]
                 for name in names:
                     found[name] = None
-                    evidence[name] = f"not shown: {type(error).__name__}: {why}"
+                    evidence[name] = f"not shown: {type(error).__name__}: {first_line(error)}"
     return Capabilities(**found, evidence=evidence, how="probed")
 
 
