@@ -24,6 +24,8 @@ from reusebench.report import run_report as report, service_runs, view
 from reusebench.run import plan, runner, session
 from reusebench.run.service import ScheduleDeviation, service_run
 from reusebench.run.recording import RunDir
+from reusebench.tap import InFront, Tap, TapOptions, conversations
+from reusebench.tap.keys import KeyFileError, default_key_path
 
 RESULTS_DIR = Path("results")
 
@@ -79,13 +81,14 @@ def cmd_workload(args: argparse.Namespace) -> int:
     print(f"run {run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> {records_path}",
           file=sys.stderr)
     started = time.monotonic()
+    via = InFront(Path(args.results), long_prefill_tokens=load.long_prefill_tokens) if args.through_tap else None
     try:
         with records.RecordWriter(records_path) as writer:
             for repeat in range(1, args.repeat + 1):
                 if args.repeat > 1:
                     print(f"run {repeat} of {args.repeat}", file=sys.stderr)
                 service_run(load, variant, writer, run_id=run_id, log_dir=run.log_dir, free_running=args.free_running,
-                            repeat=repeat if args.repeat > 1 else None).run()
+                            repeat=repeat if args.repeat > 1 else None, via=via).run()
     except KeyboardInterrupt:
         server.stop_all()
         print(f"\ninterrupted: every server stopped; {len(records.read_records(records_path))} records kept in "
@@ -101,8 +104,60 @@ def cmd_workload(args: argparse.Namespace) -> int:
     page = view.write_run_page(run_dir)
     view.write_index(Path(args.results))
     print(text)
+    for tapped in via.runs if via else ():
+        print(f"\n## What the tap in front of it recorded ({tapped.name})\n\n{_write_run_report(tapped, 'tap')}")
     print(f"\nworkload took {time.monotonic() - started:.0f} s; report: {run_dir / 'report.md'}; page: {page}",
           file=sys.stderr)
+    return 0
+
+
+def _write_run_report(run_dir: Path, what: str) -> str:
+    """A service run's report.md and page, from its records; the report's text."""
+    text = service_runs.render_runs(records.read_records(run_dir / "records.jsonl"))
+    (run_dir / "report.md").write_text(f"# reusebench {what}, run {run_dir.name}\n\n{text}\n")
+    view.write_run_page(run_dir)
+    view.write_index(run_dir.parent.parent)
+    return text
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 127.0.0.1:8081, got {text!r}")
+    return host, int(port)
+
+
+def cmd_tap(args: argparse.Namespace) -> int:
+    if args.server_log is None:
+        print("reusebench tap: no --server-log: records will carry counts and classes but no causes", file=sys.stderr)
+    try:
+        tap = Tap(TapOptions(upstream=args.upstream, listen=args.listen, results=Path(args.results),
+                             key_file=args.key_file, server_log=args.server_log, probe_tokens=args.probe_tokens,
+                             gap_s=args.gap_minutes * 60.0, long_prefill_tokens=args.long_prefill_tokens))
+    except KeyFileError as exc:
+        print(f"reusebench tap: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the port is taken, the results directory cannot be written
+        print(f"reusebench tap: cannot start on {args.listen[0]}:{args.listen[1]}: {exc}", file=sys.stderr)
+        return 2
+    why = ["Ctrl-C"]
+
+    def terminated(signum: int, frame: object) -> None:
+        why[0] = "SIGTERM"
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        tap.start()
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        summary = tap.stop(why[0])
+    print(_write_run_report(tap.run.path, "tap"))
+    print(f"\n{summary.extra['requests']} requests recorded; report: {tap.run.path / 'report.md'}", file=sys.stderr)
     return 0
 
 
@@ -322,8 +377,33 @@ def build_parser() -> argparse.ArgumentParser:
                       "run to run")
     load.add_argument("--repeat", type=_runs, default=1, metavar="N", help="run the workload N times, each on a fresh "
                       "server, and report every figure's median, min and max (default 1)")
+    load.add_argument("--through-tap", action="store_true", help="the users talk to the server through a tap "
+                      "(`reusebench tap`), whose records go to a run of their own, reported after the workload's")
     load.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
     load.set_defaults(func=cmd_workload)
+
+    shows = ("relay a running llama-server and record every completion request without its text: counts, class "
+             "(first, continues, regenerate, head insert, ...), ideal and cause from the server's log, for the "
+             "service report; stops on Ctrl-C or SIGTERM")
+    tap = sub.add_parser("tap", help=shows, description=shows)
+    tap.add_argument("--upstream", required=True, help="the server, e.g. http://127.0.0.1:8080")
+    tap.add_argument("--listen", type=_address, default=("127.0.0.1", 8081), metavar="HOST:PORT",
+                     help="where clients connect (default 127.0.0.1:8081; loopback unless you say otherwise)")
+    tap.add_argument("--server-log", type=Path, metavar="FILE", help="the server's -lv 4 log, best through "
+                     "`reusebench log-filter`: the causes come from it")
+    tap.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
+    tap.add_argument("--key-file", type=Path, default=default_key_path(), help="the secret for the records' keyed "
+                     "hashes, made on first use (default ~/.config/reusebench/tap.key or $REUSEBENCH_TAP_KEY); "
+                     "never inside the results")
+    tap.add_argument("--probe-tokens", type=int, default=conversations.DEFAULT_PROBE_TOKENS, metavar="N",
+                     help="a request of at most N tokens that continues no conversation is unrelated (a health "
+                     f"check): recorded as a probe (default {conversations.DEFAULT_PROBE_TOKENS})")
+    tap.add_argument("--gap-minutes", type=float, default=conversations.DEFAULT_GAP_S / 60, metavar="M",
+                     help="a turn after M idle minutes of its conversation (and no sleep) is 'after a gap' "
+                     f"(default {conversations.DEFAULT_GAP_S / 60:g})")
+    tap.add_argument("--long-prefill-tokens", type=_size, default="4K", metavar="N",
+                     help="prefills of at least N tokens count as long for interference (default 4K)")
+    tap.set_defaults(func=cmd_tap)
 
     rep = sub.add_parser("report", help="tables from recorded runs (default: the latest run)")
     rep.add_argument("paths", nargs="*", help="run directories or records.jsonl files")

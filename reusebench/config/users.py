@@ -10,6 +10,11 @@ gives the same users. A turn's kind says whether any cache could serve it:
 - ``continues``: the previous prompt, the answer, a new question: should hit;
 - ``regenerate``: the same turn sent again: should hit.
 
+The tap (``reusebench.tap``) classes real traffic in the same words, and in three more a workload never sends:
+``retry`` (a turn sent again after its call failed) and ``after a gap`` (a turn after the conversation was idle
+for a long time, with no sleep between) should hit; ``edit`` (the prompt parts from what the conversation sent
+before, inside it) cannot.
+
 ``User.kinds`` is the workload's structure: what each turn sends. A turn after an idle gap is sent as
 drawn, and is ``after sleep`` when the server slept in the gap (``planned_kinds``: when every gap ends in
 a sleep); the driver labels it from the sleep it saw, as it does a later turn of a user the gap did not wait
@@ -25,9 +30,12 @@ from reusebench.config.workload import Workload
 from reusebench.llama.facts import NO_LORA
 
 FIRST, CONTINUES, REGENERATE, HEAD_INSERT, AFTER_SLEEP = "first", "continues", "regenerate", "head insert", "after sleep"
-CANNOT_HIT = (FIRST, HEAD_INSERT, AFTER_SLEEP)
-SHOULD_HIT = (CONTINUES, REGENERATE)
+RETRY, AFTER_GAP, EDIT = "retry", "after a gap", "edit"
+CANNOT_HIT = (FIRST, HEAD_INSERT, AFTER_SLEEP, EDIT)
+SHOULD_HIT = (CONTINUES, REGENERATE, RETRY, AFTER_GAP)
+WORKLOAD_KINDS = (FIRST, CONTINUES, REGENERATE, HEAD_INSERT, AFTER_SLEEP)  # what a workload's turns can be
 HEALTH_CHECK = "health check"
+UNRELATED = "unrelated"  # the tap's word for a short request that continues no conversation (a health check)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ TIMED_ARRIVALS = ("staggered", "poisson")
 # free-running: one thread per user on the wall clock, whose counts vary (reusebench.run.service)
 SERIAL, FREE_RUNNING = "serial", "free-running"
 SCHEDULES = (SERIAL, FREE_RUNNING)
+TAPPED = "tap"  # what a tap's summary names as its schedule: real clients, in whatever order they came
 
 
 class WorkloadError(ValueError):

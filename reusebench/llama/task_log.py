@@ -11,7 +11,13 @@ task id. A sleep logged before a launch belongs to it (the request woke the serv
 The block's RAM saves before ``processing task`` are the selected slot's old
 contents (displaced by this request); those after it are idle slots moved to RAM.
 A request is matched to its task by slot and prompt length (the ``new prompt``
-line), first unclaimed first: one slot serves one request at a time.
+line), first unclaimed first: one slot serves one request at a time. A request whose answer names no slot (the
+OpenAI-style endpoints) is matched by prompt length alone.
+
+The log may outlive one server: a restarted server appends to it (``>>``) or starts it anew (``>``, the file
+shrinks). Task ids start again at 0 in each lifetime, so tasks are told apart by lifetime too; a new lifetime
+begins where a server logs that it listens (a wake from sleep reloads the model but keeps counting tasks), and
+whatever block the old one left unfinished ends there.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from reusebench.llama.logs import Event
 SELECTION_KINDS = frozenset({"slot_skipped_empty", "slot_similarity_checked", "slot_selected_by_id",
                              "slot_selected_by_lcp", "slot_selected_by_lru"})
 SLEEP_KINDS = frozenset({"sleep_entering", "sleep_exiting"})
+LIFETIME_KIND = "server_listening"  # a server process starts (a wake reloads the model, not the task ids)
 POLL_S = 0.05
 
 
@@ -36,6 +43,7 @@ class Task:
 
     slot: int | None = None
     task: int | None = None
+    lifetime: int = 0  # which server start of the log it ran in, from 0
     events: list[Event] = field(default_factory=list)
     displaced: list[int] = field(default_factory=list)  # tokens of the selected slot's old contents saved to RAM
     idle_saved: list[int] = field(default_factory=list)  # tokens of idle slots saved to RAM by this launch
@@ -56,20 +64,26 @@ class TaskLog:
         self.path = Path(path)
         self._offset = 0
         self._lock = threading.Lock()
-        self._tasks: dict[tuple[int, int], Task] = {}
+        self._tasks: dict[tuple[int, int], Task] = {}  # (slot, task id) of the current lifetime
         self._by_slot: dict[int, list[Task]] = {}
         self._launching: Task | None = None  # the block being read, until the next selection starts another
         self._asleep_events: list[Event] = []
         self._events = 0  # events parsed so far: a task's launch and release by position in the log
+        self.lifetimes = 0  # server starts seen in the log
+        self._sleeps = 0
+        self._asleep = False
 
-    def claim(self, slot: int, n_tokens: int, wait_s: float = 2.0) -> Task | None:
-        """The first unclaimed task on `slot` whose prompt had `n_tokens` tokens, waiting up to `wait_s`
-        for its lines to reach the log; None when it never shows (the request's record then has no cause)."""
+    def claim(self, slot: int | None, n_tokens: int, wait_s: float = 2.0) -> Task | None:
+        """The first unclaimed task on `slot` (any slot: None) whose prompt had `n_tokens` tokens, waiting up to
+        `wait_s` for its lines to reach the log; None when it never shows (the request's record then has no
+        cause)."""
         deadline = time.monotonic() + wait_s
         while True:
             with self._lock:
                 self._read()
-                for task in self._by_slot.get(slot, ()):
+                candidates = self._by_slot.get(slot, []) if slot is not None else sorted(
+                    (t for tasks in self._by_slot.values() for t in tasks), key=lambda t: t.launched_at)
+                for task in candidates:
                     if not task.claimed and task.n_tokens == n_tokens:
                         task.claimed = True
                         return task
@@ -85,9 +99,17 @@ class TaskLog:
                           and other.launched_at < task.launched_at
                           and (other.released_at is None or other.released_at > task.launched_at))
 
+    def sleeps(self) -> int:
+        """How often the server went to sleep, in the log read so far (read up to now)."""
+        with self._lock:
+            self._read()
+            return self._sleeps
+
     def _read(self) -> None:
         try:
             with self.path.open("rb") as f:
+                if f.seek(0, 2) < self._offset:
+                    self._offset = 0  # started anew by a restarted server
                 f.seek(self._offset)
                 data = f.read()
         except FileNotFoundError:
@@ -99,8 +121,15 @@ class TaskLog:
 
     def _add(self, e: Event) -> None:
         self._events += 1
+        if e.kind == LIFETIME_KIND:
+            self.lifetimes += 1
+            self._tasks, self._launching, self._asleep_events = {}, None, []
+            return
         block = self._launching
-        if e.kind in SLEEP_KINDS:
+        if e.kind in SLEEP_KINDS:  # the queue and the server each log the change: count the change once
+            entering = e.kind == "sleep_entering"
+            self._sleeps += entering and not self._asleep
+            self._asleep = entering
             self._asleep_events.append(e)
         elif e.kind in SELECTION_KINDS and (block is None or block.task is not None):
             block = self._launching = Task(events=self._asleep_events)
@@ -108,6 +137,7 @@ class TaskLog:
             self._selection(block, e)
         elif e.kind == "processing_task" and block is not None and block.task is None:
             block.slot, block.task, block.launched_at = e.slot, e.task, self._events
+            block.lifetime = max(0, self.lifetimes - 1)
             block.events.append(e)
             self._tasks[(e.slot, e.task)] = block
             self._by_slot.setdefault(e.slot, []).append(block)

@@ -160,6 +160,11 @@ def _rate(part: int, whole: int) -> str:
     return f"{part} of {whole} ({100 * part / whole:.0f}%)" if whole else "0 of 0"
 
 
+def _kinds(kinds: Sequence[str], found: Sequence[Turn]) -> list[str]:
+    """The kinds a table lists: every kind a workload sends, and those only the tap sees where they occurred."""
+    return [k for k in kinds if k in users.WORKLOAD_KINDS or any(t.record.step == k for t in found)]
+
+
 def miss_table(found: Sequence[Turn]) -> str:
     """Misses (and partials) per class, each over its own turns."""
     def row(label: str, group: list[Turn]) -> list[str]:
@@ -172,10 +177,10 @@ def miss_table(found: Sequence[Turn]) -> str:
     rows += [row(f"  {name}", [t for t in should if t.route == name]) for name in ROUTES]
     rows += [row("  with LoRA", [t for t in should if t.with_lora]),
              row("  without LoRA", [t for t in should if not t.with_lora])]
-    rows += [row(f"  {kind}", [t for t in should if t.record.step == kind]) for kind in users.SHOULD_HIT]
+    rows += [row(f"  {kind}", [t for t in should if t.record.step == kind]) for kind in _kinds(users.SHOULD_HIT, should)]
     cannot = [t for t in found if not t.should_hit]
     rows.append(row("cannot hit", cannot))
-    rows += [row(f"  {kind}", [t for t in cannot if t.record.step == kind]) for kind in users.CANNOT_HIT]
+    rows += [row(f"  {kind}", [t for t in cannot if t.record.step == kind]) for kind in _kinds(users.CANNOT_HIT, cannot)]
     return tabulate(rows, ["turns", "n", "missed (re-processed everything)", "partial"], tablefmt="github",
                     disable_numparse=True)
 
@@ -319,6 +324,30 @@ FREE_RUNNING_NOTE = ("free-running: the users' threads reach the server in the o
                      "repeats them exactly")
 
 
+def tap_section(extra: dict[str, Any], records: Sequence[Record]) -> str:
+    """What a tap's summary adds: what it did not record, how it tokenized, and what its log lacked."""
+    tokenize = extra.get("tokenize") or {}
+    tokens, ms = tokenize.get("tokens", 0), tokenize.get("ms", 0.0)
+    unrecorded = extra.get("unrecorded") or {}
+    lines = [
+        f"relayed {extra.get('upstream')}; {extra.get('requests')} completion requests recorded, "
+        f"{extra.get('interrupted', 0)} of them interrupted; "
+        + ("other requests relayed unrecorded: " + ", ".join(f"{path} x{n}" for path, n in sorted(unrecorded.items()))
+           if unrecorded else "no other requests"),
+        (f"tokenized through the server (/apply-template, /tokenize): {tokenize.get('calls', 0)} prompts, "
+         f"{tokens:,} tokens, {ms / tokens * 1000:.2f} ms per 1K tokens" if tokens else
+         "no prompt needed the server's tokenizer (the requests sent token ids)"),
+        f"prompt length against the server's prompt_n + cache_n: {extra.get('length_mismatches', 0)} mismatch(es); "
+        f"requests the tap could not class: {extra.get('unclassed', 0)}; "
+        f"requests without their task in the server log: {extra.get('without_task', 0)}; "
+        f"server lifetimes in the log: {extra.get('server_lifetimes', 0)}",
+        f"classes: " + ", ".join(f"{kind} {n}" for kind, n in Counter(r.step for r in records if r.role in (
+            Role.MEASURE, Role.PROBE)).most_common()),
+    ]
+    lines += [f"warning: {w}" for w in extra.get("log_warnings") or ()]
+    return "\n".join(f"- {line}" for line in lines)
+
+
 def render(records: Sequence[Record]) -> str:
     summary = next((r for r in records if r.role == Role.SESSION), None)
     extra = summary.extra if summary else {}
@@ -339,10 +368,11 @@ def render(records: Sequence[Record]) -> str:
         "### Miss rates by class\n\n" + miss_table(found),
         "### Why should-hit turns missed (from the log)\n\n" + cause_table(found),
         f"### Interference (a long prefill: at least {long_tokens:,} tokens)\n\n"
-        + (interference_table(interference(records, long_tokens)) if schedule == workload.FREE_RUNNING else
+        + (interference_table(interference(records, long_tokens)) if schedule != workload.SERIAL else
            "none: the serial schedule sends one request at a time (`reusebench workload interference` measures it)"),
         f"### The health check\n\n{health.probes} probes; took a conversation's slot by similarity: "
         f"{health.took_slot} (a long conversation's: {health.took_big_slot}); pushed it to RAM: {health.pushed_to_ram}",
+        *((f"### The tap\n\n{tap_section(extra, records)}",) if schedule == workload.TAPPED else ()),
     ))
 
 

@@ -1,9 +1,9 @@
 """The recording core every driver shares: the run directory, the record header, Completion -> Record, the LoRA
-key, the context size, the prefill budget and the scrubbed log.
+key, a task's cause from the log, the context size, the prefill budget and the scrubbed log.
 
 A driver (the scenario session: one conversation at a time; a workload's run: many users, serial or
-free-running) differs only in how its requests arise. What it writes goes through one ``Recorder``, so a record means the same whichever
-driver wrote it.
+free-running; the tap: real clients, passively) differs only in how its requests arise. What it writes goes
+through one ``Recorder``, so a record means the same whichever driver wrote it.
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from reusebench.llama.capabilities import Capabilities
 from reusebench.config.profiles import Variant
-from reusebench.llama import binaries, logs
-from reusebench.llama.client import Completion, LlamaClient
+from reusebench.llama import logs
+from reusebench.llama.client import Completion
+from reusebench.llama.task_log import Task
 from reusebench.records import Lora, PrefillBudget, Record, RecordWriter, Role, lora_key, prefill_budgets, tokens_hash
 
 CTX_MARGIN = 1024  # room beyond the longest prompt: question, edit, extension and generated tokens
@@ -58,43 +60,56 @@ def ctx_size_args(variant: Variant, longest_prompt: int) -> list[str]:
     return [] if variant.option("ctx-size") is not None else ["--ctx-size", str(longest_prompt + CTX_MARGIN)]
 
 
+@dataclass(frozen=True)
+class Source:
+    """What every record names as where it came from: a profile's variant and its model, or the tap's server."""
+
+    profile: str
+    variant: str
+    model: str
+
+    @classmethod
+    def of(cls, variant: Variant) -> Source:
+        return cls(variant.profile, variant.name, variant.model_spec)
+
+
 class Recorder:
     """Writes one driver's records: the header every record carries, the figures of a Completion, the summary
     record, the tally of prefilled tokens by role, and the scrubbed server log. Thread-safe."""
 
-    def __init__(self, writer: RecordWriter, variant: Variant, *, run_id: str, session: str, size: int,
-                 log_dir: Path, extra: dict[str, Any] | None = None) -> None:
-        self.writer, self.variant, self.run_id, self.session, self.size = writer, variant, run_id, session, size
+    def __init__(self, writer: RecordWriter, source: Source, *, run_id: str, session: str, size: int,
+                 log_dir: Path, extra: dict[str, Any] | None = None,
+                 hash_tokens: Callable[[Sequence[int]], str] = tokens_hash) -> None:
+        self.writer, self.source, self.run_id, self.session, self.size = writer, source, run_id, session, size
+        self.hash_tokens = hash_tokens  # prompt and output hashes: the tap keys them (tap.keys)
         self.log_dir = log_dir
         self.extra = extra or {}  # on every record (a repeated session's number)
         self.build = UNKNOWN_BUILD
         self.written: list[Record] = []
         self._lock = threading.Lock()
 
-    def learn_build(self, client: LlamaClient, capabilities: Capabilities | None = None) -> str:
-        """The build label records carry, from the binary and the server's /props, with the rules its probes
-        showed where they differ from the pinned build's (``Capabilities.label``)."""
-        self.build = binaries.build_label(self.variant.binary, client.props().get("build_info"))
+    def learn_build(self, label: str, capabilities: Capabilities | None = None) -> str:
+        """The build label records carry (``binaries.build_label``, or the server's /props), with the rules its
+        probes showed where they differ from the pinned build's (``Capabilities.label``)."""
+        self.build = label
         if capabilities is not None:
             self.build += f"; {capabilities.label()}"
         return self.build
 
     def record(self, scenario: str, step: str, role: Role, endpoint: str, started: float, **fields: Any) -> Record:
         """A record with the header filled in; `fields` set the rest (user, turn, slot, ...)."""
-        v = self.variant
-        return Record(run_id=self.run_id, session=self.session, profile=v.profile, variant=v.name, build=self.build,
-                      model=v.model_spec, size=self.size, scenario=scenario, step=step, role=role, endpoint=endpoint,
+        s = self.source
+        return Record(run_id=self.run_id, session=self.session, profile=s.profile, variant=s.variant, build=self.build,
+                      model=s.model, size=self.size, scenario=scenario, step=step, role=role, endpoint=endpoint,
                       started_at=started, ended_at=fields.pop("ended_at", time.time()), extra=dict(self.extra),
                       **fields)
 
-    @staticmethod
-    def request(record: Record, tokens: list[int], lora: Lora, ideal: int | None) -> None:
+    def request(self, record: Record, tokens: Sequence[int], lora: Lora, ideal: int | None) -> None:
         """What a record says about the request it sends: the LoRA key, the prompt's length and hash, the ideal."""
-        record.lora, record.prompt_tokens, record.prompt_hash = lora_key(lora), len(tokens), tokens_hash(tokens)
+        record.lora, record.prompt_tokens, record.prompt_hash = lora_key(lora), len(tokens), self.hash_tokens(tokens)
         record.ideal = ideal
 
-    @staticmethod
-    def fill(record: Record, c: Completion) -> None:
+    def fill(self, record: Record, c: Completion) -> None:
         """The answer's figures: counts, timings, the slot, the output's hash, and the excess over the ideal."""
         record.ended_at = time.time()
         record.slot = c.id_slot
@@ -102,8 +117,16 @@ class Recorder:
         record.prefilled_n = c.prompt_n
         record.predicted_n, record.predicted_ms = c.predicted_n, c.predicted_ms
         record.ttft_ms, record.wall_ms = c.ttft_ms, c.wall_ms
-        record.output_hash = tokens_hash(c.tokens)
+        record.output_hash = self.hash_tokens(c.tokens)
         record.excess = None if record.ideal is None else c.prompt_n - record.ideal
+
+    @staticmethod
+    def attach_task(record: Record, task: Task) -> None:
+        """What the server's log says of the record's task: its cause, and what its launch moved in the RAM cache."""
+        record.cause = task.cause().to_dict()
+        record.extra |= {"task": task.task, "displaced": task.displaced, "idle_saved": task.idle_saved,
+                         "evicted_mib": task.evicted_mib,
+                         "checkpoints_erased_old": sum(e.kind == "checkpoint_erased_old" for e in task.events)}
 
     def write(self, record: Record) -> None:
         with self._lock:

@@ -34,13 +34,14 @@ from reusebench.llama.capabilities import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
+from reusebench.llama import binaries
 from reusebench.llama.client import ClientError
 from reusebench.llama.server import LlamaServer, ServerError
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import PrefillBudget, Record, RecordWriter, Role
 from reusebench.run.plan import Estimate
 from reusebench.run.progress import Progress, ProgressHook
-from reusebench.run.recording import Recorder
+from reusebench.run.recording import Recorder, Source
 from reusebench.run.server_life import ServerLife
 from reusebench.run.steps import SessionSteps
 
@@ -104,7 +105,7 @@ class Session:
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
         self.name = session_name(variant, size, repeat)
         self.life = ServerLife(variant, size, sampler)
-        self.recorder = Recorder(writer, variant, run_id=run_id, session=self.name, size=size, log_dir=log_dir,
+        self.recorder = Recorder(writer, Source.of(variant), run_id=run_id, session=self.name, size=size, log_dir=log_dir,
                                  extra={} if repeat is None else {"repeat": repeat})
         self.progress = Progress(self.name, out, progress_hook, estimate)
         self.capabilities = capabilities
@@ -121,7 +122,9 @@ class Session:
         try:
             self.life.check_slot_dir()
             self.life.start()
-            self.recorder.learn_build(self.life.handle.client, self.capabilities)
+            self.recorder.learn_build(binaries.build_label(self.variant.binary,
+                                                           self.life.handle.client.props().get("build_info")),
+                                      self.capabilities)
             self.steps.build_corpus(self.size)
             for scenario in selected:
                 reason = scenario.not_applicable(self.steps)

@@ -216,7 +216,7 @@ class SessionSteps(VariantSteps):
         return response
 
     def _fill(self, record: Record, c: Completion) -> None:
-        Recorder.fill(record, c)
+        self.recorder.fill(record, c)
         self.server_s += (c.prompt_ms + c.predicted_ms) / 1000.0
 
     def _complete(self, scenario: str, step: str, role: Role, request: Request,
@@ -225,7 +225,7 @@ class SessionSteps(VariantSteps):
         that may stop)."""
         key = lora_key(request.lora)
         record = self._record(scenario, step, role, request.endpoint, time.time())
-        Recorder.request(record, request.tokens, request.lora, self._ideal(request.tokens, key))
+        self.recorder.request(record, request.tokens, request.lora, self._ideal(request.tokens, key))
         # where the prompt first differs from what the slot last used holds (a position, never tokens)
         record.extra["diverges_at"] = common_prefix(request.tokens, self._slot_sequence[1])
         if self._restored:

@@ -19,16 +19,18 @@ from typing import TextIO
 from reusebench.config.profiles import Variant
 from reusebench.config.workload import FREE_RUNNING, Workload
 from reusebench.records import RecordWriter
-from reusebench.run.service.base import RunResult, ServiceRun
+from reusebench.run.service.base import RunResult, ServiceRun, Via
 from reusebench.run.service.free_running import FreeRunningRun
 from reusebench.run.service.serial import ScheduleDeviation, SerialRun
 
-__all__ = ["FreeRunningRun", "RunResult", "ScheduleDeviation", "SerialRun", "ServiceRun", "service_run"]
+__all__ = ["FreeRunningRun", "RunResult", "ScheduleDeviation", "SerialRun", "ServiceRun", "Via", "service_run"]
 
 
 def service_run(workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str, log_dir: Path,
-                free_running: bool = False, repeat: int | None = None, out: TextIO = sys.stderr) -> ServiceRun:
+                free_running: bool = False, repeat: int | None = None, via: Via | None = None,
+                out: TextIO = sys.stderr) -> ServiceRun:
     """The workload's run: free-running when asked or when the workload's schedule says so, else serial.
-    `repeat` numbers the run among repeated ones (its records carry it)."""
+    `repeat` numbers the run among repeated ones (its records carry it); `via` puts a relay between the users and
+    the server."""
     kind = FreeRunningRun if free_running or workload.schedule == FREE_RUNNING else SerialRun
-    return kind(workload, variant, writer, run_id=run_id, log_dir=log_dir, repeat=repeat, out=out)
+    return kind(workload, variant, writer, run_id=run_id, log_dir=log_dir, repeat=repeat, via=via, out=out)

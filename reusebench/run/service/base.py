@@ -10,8 +10,11 @@ is kept, the summary record last.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -24,12 +27,16 @@ from reusebench.llama import task_log
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.handle import ServerHandle
 from reusebench.llama.server import LlamaServer
+from reusebench.llama import binaries
 from reusebench.records import Record, RecordWriter
-from reusebench.run.recording import Recorder, ctx_size_args
+from reusebench.reuse.perfect_cache import PerfectCache
+from reusebench.run.recording import Recorder, Source, ctx_size_args
 from reusebench.run.service.calls import INTERRUPTED, Calls
 from reusebench.run.service.texts import Texts, make_texts
 
 REQUEST_TIMEOUT_S = 300.0
+# Given the started server, a relay in front of it (the tap) for as long as the users talk: the URL they use.
+Via = Callable[[LlamaServer], AbstractContextManager[str]]
 
 
 @dataclass
@@ -62,18 +69,20 @@ class ServiceRun:
     claim_wait_s = 2.0  # how long a finished call waits for its task's lines in the server log
 
     def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str,
-                 log_dir: Path, repeat: int | None = None, out: TextIO = sys.stderr) -> None:
-        self.workload, self.variant, self.out = workload, variant, out
+                 log_dir: Path, repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
+        self.workload, self.variant, self.via, self.out = workload, variant, via, out
         self.users = users.draw_users(workload)
         self.handle = ServerHandle(LlamaServer(variant.binary.path, server_args(workload, variant, self.users)),
                                    call_timeout_s=REQUEST_TIMEOUT_S)
         self.result = RunResult()
         self.session = f"{workload.name}/{variant.profile}/{variant.name}"
-        self.recorder = Recorder(writer, variant, run_id=run_id, session=self.session, log_dir=log_dir,
+        self.recorder = Recorder(writer, Source.of(variant), run_id=run_id, session=self.session, log_dir=log_dir,
                                  size=max(u.opening_tokens for u in self.users),
                                  extra=None if repeat is None else {"repeat": repeat})
-        self.calls = Calls(self.recorder, task_log.TaskLog(self.handle.server.raw_log_path), workload.name,
+        self.seen = PerfectCache()  # every user's sequences: each turn's ideal
+        self.calls = Calls(self.recorder, task_log.TaskLog(self.handle.server.raw_log_path), self.seen, workload.name,
                            n_predict=workload.n_predict, timeout_s=REQUEST_TIMEOUT_S, claim_wait_s=self.claim_wait_s)
+        self.clients_url = ""  # where the users send their requests: the server, or the relay in front of it
         self.requests = 0  # calls sent
         self._started = 0.0
 
@@ -82,10 +91,12 @@ class ServiceRun:
         self._started = time.monotonic()
         try:
             self.handle.start()
-            self.recorder.learn_build(self.handle.client)
+            self.recorder.learn_build(binaries.build_label(self.variant.binary,
+                                                           self.handle.client.props().get("build_info")))
             texts = make_texts(self.handle.client, self.workload, self.users)
-            self._started = time.monotonic()  # the workload's clock starts here
-            self._drive(texts)
+            with self._clients_url():
+                self._started = time.monotonic()  # the workload's clock starts here
+                self._drive(texts)
         except BaseException as exc:
             self.result.stopped_by = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
             self._stop_sending()
@@ -107,8 +118,15 @@ class ServiceRun:
     def _stop_sending(self) -> None:
         """Ctrl-C or an error: end what is in flight before the summary (``run`` stops the server in any case)."""
 
+    @contextlib.contextmanager
+    def _clients_url(self) -> Iterator[None]:
+        with contextlib.nullcontext(self.handle.server.base_url) if self.via is None else self.via(
+                self.handle.server) as url:
+            self.clients_url = url
+            yield
+
     def client(self) -> LlamaClient:
-        return LlamaClient(self.handle.server.base_url, self.handle.server.api_key, timeout_s=REQUEST_TIMEOUT_S)
+        return LlamaClient(self.clients_url, self.handle.server.api_key, timeout_s=REQUEST_TIMEOUT_S)
 
     def sleep_gap(self) -> bool:
         """The idle gap with nothing in flight: wait until the server sleeps (when the variant lets it); True

@@ -15,6 +15,7 @@ from reusebench.llama import task_log
 from reusebench.llama.client import ClientError, Completion, LlamaClient
 from reusebench.llama.task_log import Task
 from reusebench.records import Lora, Record, Role, verdict
+from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run.recording import Recorder
 
 INTERRUPTED = "interrupted (Ctrl-C)"
@@ -49,9 +50,9 @@ class Call:
 class Calls:
     """Sends calls for one workload run and writes each one's record; thread-safe."""
 
-    def __init__(self, recorder: Recorder, tasks: task_log.TaskLog, scenario: str, *, n_predict: int,
-                 timeout_s: float, claim_wait_s: float) -> None:
-        self.recorder, self.tasks, self.scenario = recorder, tasks, scenario
+    def __init__(self, recorder: Recorder, tasks: task_log.TaskLog, seen: PerfectCache, scenario: str, *,
+                 n_predict: int, timeout_s: float, claim_wait_s: float) -> None:
+        self.recorder, self.tasks, self.seen, self.scenario = recorder, tasks, seen, scenario
         self.n_predict, self.timeout_s, self.claim_wait_s = n_predict, timeout_s, claim_wait_s
         self.records: list[Record] = []
         self._lock = threading.Lock()
@@ -65,7 +66,7 @@ class Calls:
         record = self.recorder.record(self.scenario, request.kind, request.role, "/completion", started,
                                       ended_at=started, user=request.user, turn=request.turn,
                                       expected_hit=request.expected_hit)
-        Recorder.request(record, request.prompt, request.lora, request.ideal)
+        self.recorder.request(record, request.prompt, request.lora, request.ideal)
         record.extra["in_flight"] = list(request.in_flight)
         prefilling = threading.Event()
 
@@ -93,6 +94,7 @@ class Calls:
             progress(0, 0, 0)  # whatever happened, whoever waits for this prefill is not held back by it
             if on_answered is not None:
                 on_answered()
+        self.seen.add([*request.prompt, *completion.tokens])
         try:
             task = self._fill(record, completion)
         finally:
@@ -100,14 +102,11 @@ class Calls:
         return Call(record, completion, task)
 
     def _fill(self, record: Record, c: Completion) -> Task | None:
-        Recorder.fill(record, c)
+        self.recorder.fill(record, c)
         task = (self.tasks.claim(c.id_slot, record.prompt_tokens or 0, wait_s=self.claim_wait_s)
                 if c.id_slot is not None else None)
         if task is not None:
-            record.cause = task.cause().to_dict()
-            record.extra |= {"task": task.task, "displaced": task.displaced, "idle_saved": task.idle_saved,
-                             "evicted_mib": task.evicted_mib,
-                             "checkpoints_erased_old": sum(e.kind == "checkpoint_erased_old" for e in task.events)}
+            Recorder.attach_task(record, task)
         if record.role == Role.MEASURE:
             record.verdict = verdict(record)
         return task

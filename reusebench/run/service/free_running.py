@@ -26,7 +26,7 @@ from reusebench.config.users import User
 from reusebench.config.workload import DURING_PREFILL, FREE_RUNNING, Workload
 from reusebench.llama.client import LlamaClient
 from reusebench.records import RecordWriter
-from reusebench.run.service.base import ServiceRun
+from reusebench.run.service.base import ServiceRun, Via
 from reusebench.run.service.calls import Call, Request
 from reusebench.run.service.texts import Conversation, Texts
 
@@ -37,8 +37,8 @@ class FreeRunningRun(ServiceRun):
     schedule_name = FREE_RUNNING
 
     def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str,
-                 log_dir: Path, repeat: int | None = None, out: TextIO = sys.stderr) -> None:
-        super().__init__(workload, variant, writer, run_id=run_id, log_dir=log_dir, repeat=repeat, out=out)
+                 log_dir: Path, repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
+        super().__init__(workload, variant, writer, run_id=run_id, log_dir=log_dir, repeat=repeat, via=via, out=out)
         self._lock = threading.Lock()
         self._open = threading.Event()  # cleared during an idle gap
         self._stop = threading.Event()
@@ -161,7 +161,7 @@ class FreeRunningRun(ServiceRun):
     def _talk(self, user: User, texts: Texts, client: LlamaClient) -> None:
         if not self._arrive(user):
             return
-        conversation = Conversation(user, texts)
+        conversation = Conversation(user, texts, self.seen)
         for turn in range(1, user.turns + 1):
             gap = self._gap_after.get(turn - 1)
             if gap is not None and not self._wait_at_gap(gap):
@@ -175,7 +175,7 @@ class FreeRunningRun(ServiceRun):
             call = self._send(client, request, self._prefilling[user.name].set)
             if call.completion is None:
                 return
-            conversation.answered(request.prompt, call.completion.tokens)
+            conversation.answered(call.completion.tokens)
 
     def _arrive(self, user: User) -> bool:
         """Wait for the user's arrival: its time, or the start of the previous user's first prefill; False when the
@@ -199,7 +199,7 @@ class FreeRunningRun(ServiceRun):
                 if running is None:
                     return
                 number += 1
-                if self._send(client, texts.probe(check.tokens, number, running)).completion is None:
+                if self._send(client, texts.probe(check.tokens, number, self.seen, running)).completion is None:
                     return
         except Exception as exc:
             self._fail(exc)

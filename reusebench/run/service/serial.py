@@ -41,7 +41,7 @@ class SerialRun(ServiceRun):
         if total < schedule.requests_in(every):
             self.result.stopped_by = f"request bound ({self.workload.max_requests})"
         self.say(f"serial schedule: {total} requests from {len(self.users)} users, one at a time")
-        conversations = {u.name: Conversation(u, texts) for u in self.users}
+        conversations = {u.name: Conversation(u, texts, self.seen) for u in self.users}
         client = self.client()
         woke_planned = False  # the next request comes after an idle gap in which the server slept
         try:
@@ -56,7 +56,7 @@ class SerialRun(ServiceRun):
                     self.result.stopped_by = f"a call failed ({request.label}): {call.record.error}"
                     return
                 if conversation is not None:
-                    conversation.answered(request.prompt, call.completion.tokens)
+                    conversation.answered(call.completion.tokens)
                 self._check(call, request, woke_planned)
                 woke_planned = False
                 self._progress(total)
@@ -68,7 +68,7 @@ class SerialRun(ServiceRun):
         if step.kind == StepKind.PROBE:
             check = self.workload.health_check
             assert check is not None
-            return texts.probe(check.tokens, step.number), None
+            return texts.probe(check.tokens, step.number, self.seen), None
         assert step.user is not None
         conversation = conversations[step.user.name]
         return conversation.request(step.number, self.result.sleeps), conversation

@@ -14,7 +14,7 @@ from reusebench.config.workload import Workload
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.facts import NO_LORA
 from reusebench.records import Role
-from reusebench.reuse.verification import common_prefix
+from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run.service.calls import Request
 
 CHARS_PER_TOKEN = 12  # generous for the corpus' words (one token per word): texts are cut to tokens after
@@ -30,13 +30,12 @@ class Texts:
     summary: list[int]
     probe_tail: list[int]
 
-    def probe(self, tokens: int, number: int, in_flight: tuple[str, ...] = ()) -> Request:
-        """The health check's `number`-th probe: `tokens` tokens that open as the system prompt does; a perfect
-        cache re-processes all but that opening."""
+    def probe(self, tokens: int, number: int, seen: PerfectCache, in_flight: tuple[str, ...] = ()) -> Request:
+        """The health check's `number`-th probe: `tokens` tokens that open as the system prompt does."""
         shared = min(len(self.system), tokens - 1)
-        return Request(users.HEALTH_CHECK, number, users.HEALTH_CHECK, Role.PROBE,
-                       self.system[:shared] + self.probe_tail[: tokens - shared], NO_LORA, expected_hit=False,
-                       ideal=tokens - shared, in_flight=in_flight)
+        prompt = self.system[:shared] + self.probe_tail[: tokens - shared]
+        return Request(users.HEALTH_CHECK, number, users.HEALTH_CHECK, Role.PROBE, prompt, NO_LORA,
+                       expected_hit=False, ideal=seen.ideal(prompt), in_flight=in_flight)
 
 
 def make_texts(client: LlamaClient, workload: Workload, drawn: list[User]) -> Texts:
@@ -61,19 +60,13 @@ def make_texts(client: LlamaClient, workload: Workload, drawn: list[User]) -> Te
     )
 
 
-@dataclass(frozen=True)
-class Answer:
-    tokens: list[int]  # what the server generated
-    sequence: list[int]  # the prompt and the answer: what the slot holds after the turn
-
-
 class Conversation:
-    """One user's prompts turn by turn, and what a perfect cache would re-process of each."""
+    """One user's prompts turn by turn, and what a perfect cache (`seen`, the run's) would re-process of each."""
 
-    def __init__(self, user: User, texts: Texts) -> None:
-        self.user, self.texts = user, texts
+    def __init__(self, user: User, texts: Texts, seen: PerfectCache) -> None:
+        self.user, self.texts, self.seen = user, texts, seen
         self.prompt = texts.system + texts.openings[user.name]
-        self.previous: Answer | None = None
+        self.answer: list[int] | None = None  # what the server generated last turn
         self._seen_sleeps: int | None = None
 
     def request(self, turn: int, sleeps: int, in_flight: tuple[str, ...] = ()) -> Request:
@@ -81,19 +74,19 @@ class Conversation:
         prompt = self.next_prompt(turn)
         kind = self.kind(turn, sleeps)
         return Request(self.user.name, turn, kind, Role.MEASURE, prompt, self.user.request_lora,
-                       expected_hit=kind in users.SHOULD_HIT, ideal=self.ideal(prompt), in_flight=in_flight)
+                       expected_hit=kind in users.SHOULD_HIT, ideal=self.seen.ideal(prompt), in_flight=in_flight)
 
     def next_prompt(self, turn: int) -> list[int]:
         """Turn `turn`'s prompt, by the turn's structural kind: a regeneration sends the same prompt again."""
         kind, texts = self.user.kinds[turn - 1], self.texts
         question = texts.questions[self.user.name][turn - 1]
         if turn > 1 and kind == users.HEAD_INSERT:
-            assert self.previous is not None
-            history = self.prompt[len(texts.system):] + self.previous.tokens
+            assert self.answer is not None
+            history = self.prompt[len(texts.system):] + self.answer
             self.prompt = texts.system + texts.summary + history + question
         elif turn > 1 and kind == users.CONTINUES:
-            assert self.previous is not None
-            self.prompt = self.prompt + self.previous.tokens + question
+            assert self.answer is not None
+            self.prompt = self.prompt + self.answer + question
         return self.prompt
 
     def kind(self, turn: int, sleeps: int) -> str:
@@ -101,15 +94,8 @@ class Conversation:
         seen, self._seen_sleeps = self._seen_sleeps, sleeps
         return users.AFTER_SLEEP if seen is not None and seen != sleeps else self.user.kinds[turn - 1]
 
-    def ideal(self, prompt: list[int]) -> int:
-        """What a perfect cache re-processes: all but the shared system prompt at first, then all but what the
-        previous turn left in the slot."""
-        system = len(self.texts.system)
-        kept = system if self.previous is None else max(system, common_prefix(prompt, self.previous.sequence))
-        return max(1, len(prompt) - kept)
-
-    def answered(self, prompt: list[int], generated: list[int]) -> None:
-        self.previous = Answer(generated, prompt + generated)
+    def answered(self, generated: list[int]) -> None:
+        self.answer = generated
 
 
 def _chunks(tokens: list[int], size: int) -> list[list[int]]:

@@ -1,0 +1,170 @@
+"""One recorded request as the tap reads it, in memory only: what its body asks (prompt, LoRA), the prompt's
+token ids as the server makes them, and what the streamed or whole answer says (timings, slot, output ids).
+
+Recorded endpoints are llama-server's completion routes: ``/completion`` (and ``/completions``),
+``/v1/completions`` and ``/v1/chat/completions`` (and ``/chat/completions``). The prompt's ids come the server's
+own way: a ``/completion`` prompt of ids is taken as it is; text goes through ``/tokenize`` with special tokens
+added and parsed, as the completion routes tokenize (llama-server ``tokenize_input_prompts(..., true, true)``),
+so a model that adds BOS counts it; chat messages are first rendered by ``/apply-template`` from the same body.
+The count is checked against the server's own ``prompt_n + cache_n``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from reusebench.records import Lora
+
+COMPLETION, OAI_COMPLETION, CHAT = "/completion", "/v1/completions", "/v1/chat/completions"
+RECORDED = {"/completion": COMPLETION, "/completions": COMPLETION, "/v1/completions": OAI_COMPLETION,
+            "/v1/chat/completions": CHAT, "/chat/completions": CHAT}
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a recorded request's body asks, held while it is in flight."""
+
+    endpoint: str  # one of COMPLETION, OAI_COMPLETION, CHAT
+    body: dict[str, Any]
+    lora: Lora
+
+    @property
+    def ids(self) -> list[int] | None:
+        """The prompt when the body sends token ids (a workload's ``/completion``)."""
+        prompt = self.body.get("prompt")
+        if self.endpoint != CHAT and isinstance(prompt, list) and prompt and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return list(prompt)
+        return None
+
+
+def read_asked(path: str, body: bytes) -> Asked | str:
+    """The request's ``Asked``, or why it cannot be classed (recorded all the same, with its counts)."""
+    endpoint = RECORDED[path]
+    try:
+        parsed = json.loads(body or b"{}")
+    except ValueError:
+        return "the body is not JSON"
+    if not isinstance(parsed, dict):
+        return "the body is not a JSON object"
+    lora = parsed.get("lora")
+    if not (lora is None or isinstance(lora, list) and all(isinstance(a, dict) and "id" in a for a in lora)):
+        lora = None
+    asked = Asked(endpoint, parsed, lora)
+    if endpoint == CHAT:
+        return asked if isinstance(parsed.get("messages"), list) else "no messages"
+    prompt = parsed.get("prompt")
+    if isinstance(prompt, str) or asked.ids is not None:
+        return asked
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, int)) for p in prompt):
+        return asked  # text and ids mixed: /tokenize takes the same
+    return "several prompts, or a prompt the tap does not read (multimodal)"
+
+
+@dataclass
+class Tokenized:
+    ids: list[int]
+    ms: float  # what /apply-template and /tokenize took
+
+
+def tokenize(asked: Asked, upstream: httpx.Client, headers: Mapping[str, str]) -> Tokenized:
+    """The prompt's ids as the server makes them (raises httpx or ValueError errors for the caller to record)."""
+    started = time.perf_counter()
+    ids = asked.ids
+    if ids is None:
+        content: Any = asked.body.get("prompt")
+        if asked.endpoint == CHAT:
+            rendered = upstream.post("/apply-template", json=asked.body, headers=headers)
+            rendered.raise_for_status()
+            content = rendered.json()["prompt"]
+        ids = tokens_of(content, upstream, headers, add_special=True)
+    return Tokenized(ids, (time.perf_counter() - started) * 1000.0)
+
+
+def tokens_of(content: Any, upstream: httpx.Client, headers: Mapping[str, str], *, add_special: bool) -> list[int]:
+    found = upstream.post("/tokenize", json={"content": content, "add_special": add_special, "parse_special": True},
+                          headers=headers)
+    found.raise_for_status()
+    return [int(t) for t in found.json()["tokens"]]
+
+
+@dataclass
+class Answer:
+    """What the response says, fed as its bytes pass; the text of a chat answer is kept only to tokenize it for
+    the next turn's ideal when the stream carries no ids."""
+
+    streamed: bool
+    timings: dict[str, Any] = field(default_factory=dict)
+    id_slot: int | None = None
+    ids: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    error: str | None = None
+    first_token_at: float | None = None  # perf_counter seconds
+    done: bool = False  # the final chunk (timings) came
+    _pending: bytes = b""
+    _whole: list[bytes] = field(default_factory=list)
+
+    def feed(self, data: bytes) -> None:
+        if not self.streamed:
+            self._whole.append(data)
+            return
+        lines = (self._pending + data).split(b"\n")
+        self._pending = lines.pop()
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                continue
+            try:
+                self._chunk(json.loads(payload))
+            except ValueError:
+                continue
+
+    def finish(self) -> None:
+        if not self.streamed and self._whole:
+            try:
+                self._chunk(json.loads(b"".join(self._whole)))
+            except ValueError:
+                self.error = self.error or "the answer is not JSON"
+            self._whole = []
+
+    def _chunk(self, obj: Any) -> None:
+        if not isinstance(obj, dict):
+            return
+        if "error" in obj:
+            err = obj["error"]
+            self.error = str(err.get("message", "error") if isinstance(err, dict) else err)
+            return
+        if "prompt_progress" in obj:
+            return  # a progress event carries no output
+        ids = [int(t) for t in obj.get("tokens") or []]
+        for choice in obj.get("choices") or []:
+            piece = (choice.get("delta") or choice.get("message") or {}).get("content") or choice.get("text")
+            if piece:
+                self.text.append(piece)
+            ids += [int(e["id"]) for e in ((choice.get("logprobs") or {}).get("content") or []) if "id" in e]
+        content = obj.get("content")
+        if isinstance(content, str) and content:
+            self.text.append(content)
+        if (ids or self.text) and self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        self.ids += ids
+        if isinstance(obj.get("id_slot"), int):
+            self.id_slot = obj["id_slot"]
+        if obj.get("timings"):
+            self.timings = obj["timings"]
+        finished = obj.get("stop") is True or any(c.get("finish_reason") for c in obj.get("choices") or [])
+        self.done = self.done or bool(self.timings and (finished or not self.streamed))
+
+    @property
+    def tokens_are_ids(self) -> bool:
+        """The answer's ids came in the stream (else, for the next turn's ideal, its text is tokenized)."""
+        return bool(self.ids) or not self.text

@@ -1,0 +1,350 @@
+"""The tap: the relay, and one record per recorded request, written through the suite's recording core.
+
+A request's life: its body is read in memory (``exchange``); it goes upstream at once; beside it, the prompt's ids
+are made (from the body, else through ``/apply-template`` and ``/tokenize`` on one worker thread, so the calls for
+one conversation stay in order) and classed (``conversations``); each piece of the answer is read before it is
+forwarded; once the client has the whole answer the task is found in the server's log (``TaskLog``: slot, prompt
+length, server lifetime) and the record is written. Nothing of the text, the ids or the output reaches disk: the
+records hold counts, positions and keyed hashes (``keys``).
+
+``stop`` (Ctrl-C, SIGTERM) cuts what is in flight, records it as interrupted, and writes the summary record last.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+import httpx
+
+from reusebench.config import workload
+from reusebench.llama import logs
+from reusebench.llama.client import Completion
+from reusebench.llama.task_log import TaskLog
+from reusebench.records import Record, RecordWriter, Role, verdict
+from reusebench.run.recording import Recorder, RunDir, Source
+from reusebench.tap import exchange
+from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, Conversations, Ticket
+from reusebench.tap.exchange import Answer, Asked
+from reusebench.tap.keys import Hasher, load_key
+from reusebench.tap.relay import Relay
+
+SCENARIO = "tap"
+DEFAULT_LONG_PREFILL = 4096
+CLAIM_WAIT_S = 5.0  # how long a finished request waits for its task's lines (a log-filter pipe may lag)
+AUTH_HEADERS = ("authorization", "x-api-key")
+INTERRUPTED = "interrupted: the tap stopped ({why})"
+
+
+@dataclass(frozen=True)
+class TapOptions:
+    upstream: str
+    listen: tuple[str, int]
+    results: Path
+    key_file: Path
+    server_log: Path | None = None
+    probe_tokens: int = DEFAULT_PROBE_TOKENS
+    gap_s: float = DEFAULT_GAP_S
+    long_prefill_tokens: int = DEFAULT_LONG_PREFILL
+    claim_wait_s: float = CLAIM_WAIT_S
+
+
+@dataclass
+class Tally:
+    """What the summary record says beside the requests."""
+
+    requests: int = 0
+    interrupted: int = 0
+    without_task: int = 0
+    length_mismatches: int = 0
+    tokenize_calls: int = 0
+    tokenize_ms: float = 0.0
+    tokenize_tokens: int = 0
+    unclassed: int = 0
+
+
+class Tap:
+    """Relays `options.upstream` on `options.listen` and records what passes; a context manager."""
+
+    def __init__(self, options: TapOptions, out: TextIO = sys.stderr) -> None:
+        self.options, self.out = options, out
+        self.hasher = Hasher(load_key(options.key_file, options.results))
+        self.run = RunDir.create(options.results)
+        upstream = urlsplit(options.upstream)
+        self.writer = RecordWriter(self.run.records_path)
+        self.recorder = Recorder(self.writer, Source(SCENARIO, upstream.netloc, "unknown"), run_id=self.run.run_id,
+                                 session=f"{SCENARIO}/{upstream.netloc}", size=0, log_dir=self.run.log_dir,
+                                 hash_tokens=self.hasher.tokens)
+        self.tasks = TaskLog(options.server_log) if options.server_log else None
+        self.conversations = Conversations(probe_tokens=options.probe_tokens, gap_s=options.gap_s)
+        self.tally = Tally()
+        self.unrecorded_paths: Counter[str] = Counter()
+        self.relay = Relay(options.upstream, options.listen, self)
+        self.helper = httpx.Client(base_url=options.upstream.rstrip("/"), timeout=httpx.Timeout(120.0, connect=5.0))
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tap-tokenize")  # in order: see above
+        self.started_at = time.time()
+        self.stopped_by = ""
+        self._learned = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._summary: Record | None = None
+
+    # -- start and stop ---------------------------------------------------------------------------
+
+    def start(self) -> str:
+        for line in self.log_warnings():
+            self.say(f"warning: {line}")
+        self._thread = threading.Thread(target=self.relay.serve_forever, name="tap-relay", daemon=True)
+        self._thread.start()
+        self.say(f"relaying {self.relay.address} -> {self.options.upstream}; records -> {self.run.records_path}")
+        return self.relay.address
+
+    def stop(self, why: str = "stopped") -> Record:
+        """Cut what is in flight (recorded as interrupted), write the summary, drop every id held."""
+        if self._summary is not None:
+            return self._summary
+        self.stopped_by = why
+        self.relay.stop(INTERRUPTED.format(why=why))
+        if self._thread is not None:
+            self._thread.join()
+        self.worker.shutdown(wait=True)
+        self.helper.close()
+        self._summary = self.recorder.summary(SCENARIO, self.started_at, time.time() - self.started_at,
+                                              self.summary_extra())
+        self.writer.close()
+        self.conversations.clear()
+        return self._summary
+
+    def __enter__(self) -> Tap:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop("interrupted (Ctrl-C)" if exc[0] is KeyboardInterrupt else "stopped")
+
+    def summary_extra(self) -> dict[str, Any]:
+        t = self.tally
+        return {
+            "schedule": workload.TAPPED, "requests": t.requests, "users": self.conversations.started,
+            "sleeps": self.tasks.sleeps() if self.tasks else 0, "stopped_by": self.stopped_by, "gaps": [],
+            "long_prefill_tokens": self.options.long_prefill_tokens,
+            "system_prompt_tokens": self.conversations.shared_opening(),
+            "upstream": self.options.upstream, "unrecorded": dict(self.unrecorded_paths),
+            "interrupted": t.interrupted, "without_task": t.without_task, "length_mismatches": t.length_mismatches,
+            "unclassed": t.unclassed, "tokenize": {"calls": t.tokenize_calls, "ms": round(t.tokenize_ms, 3),
+                                                   "tokens": t.tokenize_tokens},
+            "server_lifetimes": self.tasks.lifetimes if self.tasks else 0,
+            "log_warnings": self.log_warnings(),
+        }
+
+    def log_warnings(self) -> list[str]:
+        """What the server log lacks for the causes: none given, missing, or without the ``-lv 4`` lines."""
+        path = self.options.server_log
+        if path is None:
+            return ["no --server-log: the records carry counts but no causes"]
+        if not path.is_file():
+            return [f"--server-log {path}: no such file yet; the causes need llama-server's -lv 4 log there"]
+        kinds = {e.kind for e in logs.parse_lines(logs.LogTail(path).read_since(0))}
+        if not kinds:
+            return [f"--server-log {path}: no llama-server line the tap reads (run the server with -lv 4, "
+                    "through `reusebench log-filter`)"]
+        if "processing_task" in kinds and "new_prompt" not in kinds:
+            return [f"--server-log {path}: tasks without their 'new prompt' lines: the server runs below -lv 4, "
+                    "so no request can be paired with its task"]
+        if self.tally.without_task:
+            return [f"--server-log {path}: {self.tally.without_task} request(s) found no task in the log"]
+        return []
+
+    def say(self, text: str) -> None:
+        print(f"[tap] {text}", file=self.out, flush=True)
+
+    # -- the relay's observer ---------------------------------------------------------------------
+
+    def observe(self, path: str, body: bytes) -> _Request:
+        return _Request(self, path, body)
+
+    def unrecorded(self, method: str, path: str) -> None:
+        with self._lock:
+            self.unrecorded_paths[f"{method} {path}"] += 1
+
+    def learn(self, headers: dict[str, str]) -> None:
+        """The build and the model from /props (which wakes no server), with the first request's credentials."""
+        with self._lock:
+            if self._learned:
+                return
+            self._learned = True
+        try:
+            props = self.helper.get("/props", headers=headers).json()
+        except (httpx.HTTPError, ValueError):
+            return
+        model = Path(str(props.get("model_path") or "unknown")).name
+        self.recorder.source = Source(self.recorder.source.profile, self.recorder.source.variant, model)
+        self.recorder.learn_build(str(props.get("build_info") or "unknown"))
+
+    def sleeps(self) -> int:
+        return self.tasks.sleeps() if self.tasks else 0
+
+
+class _Request:
+    """One recorded request in flight (``relay.Observed``)."""
+
+    def __init__(self, tap: Tap, path: str, body: bytes) -> None:
+        self.tap, self.path = tap, path
+        self.started_at, self.t0 = time.time(), time.perf_counter()
+        asked = exchange.read_asked(path, body)
+        self.asked: Asked | None = asked if isinstance(asked, Asked) else None
+        self.unclassed = None if self.asked is not None else str(asked)
+        self.answer: Answer | None = None
+        self.status: int | None = None
+        self.ticket: Future[tuple[Ticket, exchange.Tokenized] | None] | None = None
+        self.headers: dict[str, str] = {}
+        self._ended_conversation = False
+
+    def sending(self, headers: dict[str, str]) -> None:
+        self.headers = {k: v for k, v in headers.items() if k.lower() in AUTH_HEADERS}
+        tap = self.tap
+        if not tap._learned:
+            tap.worker.submit(tap.learn, self.headers)
+        if self.asked is None:
+            return
+        if self.asked.ids is not None:  # no server call needed: classed now, before the answer can come
+            done: Future[tuple[Ticket, exchange.Tokenized] | None] = Future()
+            done.set_result(self._classify(exchange.Tokenized(self.asked.ids, 0.0)))
+            self.ticket = done
+        else:
+            self.ticket = tap.worker.submit(self._tokenize_and_classify)
+
+    def _tokenize_and_classify(self) -> tuple[Ticket, exchange.Tokenized] | None:
+        assert self.asked is not None
+        try:
+            made = exchange.tokenize(self.asked, self.tap.helper, self.headers)
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            self.unclassed = f"the prompt could not be tokenized ({type(exc).__name__})"
+            return None
+        with self.tap._lock:
+            t = self.tap.tally
+            t.tokenize_calls, t.tokenize_ms, t.tokenize_tokens = (t.tokenize_calls + 1, t.tokenize_ms + made.ms,
+                                                                  t.tokenize_tokens + len(made.ids))
+        return self._classify(made)
+
+    def _classify(self, made: exchange.Tokenized) -> tuple[Ticket, exchange.Tokenized]:
+        return self.tap.conversations.classify(made.ids, sleeps=self.tap.sleeps(), now=time.monotonic()), made
+
+    def answered(self, status: int) -> None:
+        self.status = status
+        streamed = bool(self.asked and self.asked.body.get("stream"))
+        self.answer = Answer(streamed=streamed)
+
+    def piece(self, data: bytes) -> None:
+        assert self.answer is not None
+        self.answer.feed(data)
+        if self.answer.done and not self._ended_conversation:
+            self._end_conversation()  # before the last piece reaches the client, which may send its next turn
+
+    def _end_conversation(self) -> None:
+        self._ended_conversation = True
+        if self.ticket is None:
+            return
+        answer, ticket = self.answer, self.ticket
+        ok = answer is not None and answer.done and answer.error is None
+        if ok and answer is not None and not answer.tokens_are_ids:
+            def later() -> None:  # the text's ids, on the worker: after this turn's classing, before the next's
+                found = ticket.result()
+                if found is not None:
+                    try:
+                        ids = exchange.tokens_of("".join(answer.text), self.tap.helper, self.headers,
+                                                 add_special=False)
+                    except (httpx.HTTPError, ValueError, KeyError):
+                        ids = None
+                    self.tap.conversations.ended(found[0], ids, now=time.monotonic())
+            self.tap.worker.submit(later)
+            return
+
+        def now() -> None:
+            found = ticket.result()
+            if found is not None:
+                self.tap.conversations.ended(found[0], answer.ids if ok and answer is not None else None,
+                                             now=time.monotonic())
+        if ticket.done():
+            now()
+        else:
+            self.tap.worker.submit(now)
+
+    def ended(self, error: str | None) -> None:
+        tap = self.tap
+        if self.answer is not None:
+            self.answer.finish()
+        if not self._ended_conversation:
+            self._end_conversation()
+        answer = self.answer
+        found = None
+        if self.ticket is not None:
+            try:
+                found = self.ticket.result(timeout=30.0)
+            except Exception:  # the worker stopped with the tap
+                found = None
+        ticket, made = found if found is not None else (None, None)
+        c = ticket.classed if ticket is not None else None
+        endpoint = self.asked.endpoint if self.asked is not None else self.path
+        record = tap.recorder.record(
+            SCENARIO, c.kind if c else "unclassed", c.role if c else Role.MEASURE, endpoint, self.started_at,
+            status=self.status, user=c.user if c else None, turn=c.turn if c else None,
+            expected_hit=c.expected_hit if c else None)
+        if made is not None and c is not None:
+            tap.recorder.request(record, made.ids, self.asked.lora if self.asked else None, c.ideal)
+            record.extra |= {"diverges_at": c.divergence, "gap_s": None if c.gap_s is None else round(c.gap_s, 3),
+                             "inserted": c.inserted, "tokenize_ms": round(made.ms, 3)}
+        else:
+            record.extra["unclassed"] = self.unclassed or "no prompt read"
+        complete = answer is not None and answer.done and answer.error is None
+        if complete and answer is not None:
+            self._fill(record, answer)
+        failure = error if not complete else None
+        record.error = failure or (answer.error if answer is not None else None) or (
+            None if complete else "the answer ended without its timings")
+        with tap._lock:
+            tap.tally.requests += 1
+            tap.tally.interrupted += bool(error and error.startswith("interrupted"))
+            tap.tally.unclassed += c is None
+        if complete and self.tap.tasks is not None and record.prompt_n is not None:
+            task = tap.tasks.claim(record.slot, record.prompt_n + (record.cache_n or 0),
+                                   wait_s=tap.options.claim_wait_s)
+            if task is None:
+                with tap._lock:
+                    tap.tally.without_task += 1
+            else:
+                Recorder.attach_task(record, task)
+                record.slot = task.slot if record.slot is None else record.slot
+                record.extra["lifetime"] = task.lifetime
+        if complete and record.prompt_tokens is not None and record.prompt_n is not None:
+            served = record.prompt_n + (record.cache_n or 0)
+            if served != record.prompt_tokens:
+                record.extra["length_mismatch"] = {"tap": record.prompt_tokens, "server": served}
+                with tap._lock:
+                    tap.tally.length_mismatches += 1
+        if record.role == Role.MEASURE and complete and c is not None:
+            record.verdict = verdict(record)
+        tap.recorder.write(record)
+
+    def _fill(self, record: Record, answer: Answer) -> None:
+        t = answer.timings
+        prompt_n, cache_n = int(t.get("prompt_n", 0)), int(t.get("cache_n", 0))
+        ttft = None if answer.first_token_at is None else (answer.first_token_at - self.t0) * 1000.0
+        ideal, hashed = record.ideal, record.prompt_hash
+        self.tap.recorder.fill(record, Completion(
+            prompt_n=prompt_n, cache_n=cache_n, prompt_ms=float(t.get("prompt_ms", 0.0)),
+            predicted_n=int(t.get("predicted_n", 0)), predicted_ms=float(t.get("predicted_ms", 0.0)),
+            tokens_evaluated=prompt_n + cache_n, id_slot=answer.id_slot, ttft_ms=ttft,
+            wall_ms=(time.perf_counter() - self.t0) * 1000.0, tokens=answer.ids))
+        record.ideal, record.prompt_hash = ideal, hashed
+        if not answer.ids:
+            record.output_hash = None  # no ids in the answer: nothing to hash but text, which the tap does not keep
+        if ideal is None:
+            record.excess = None
