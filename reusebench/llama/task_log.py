@@ -99,6 +99,11 @@ class TaskLog:
                           and other.launched_at < task.launched_at
                           and (other.released_at is None or other.released_at > task.launched_at))
 
+    def refresh(self) -> None:
+        """Read what the log gained (a claimed task's later lines land in it)."""
+        with self._lock:
+            self._read()
+
     def sleeps(self) -> int:
         """How often the server went to sleep, in the log read so far (read up to now)."""
         with self._lock:

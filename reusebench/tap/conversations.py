@@ -45,6 +45,7 @@ class Conversation:
     last_seen: float  # monotonic seconds: when its last call ended (or was sent, while in flight)
     sleeps: int  # the server's sleeps counted when its last turn was sent
     failed: bool = False  # its last call failed or was cut off
+    unseen_answer: int | None = None  # tokens of its last answer, when the answer carried no ids
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,12 @@ class Conversations:
         with self._lock:
             self._forget(now)
             kind, conversation, inserted = self._place(ids, now)
+            if (conversation is not None and conversation.unseen_answer and len(ids) > len(conversation.prompt)
+                    and shared_prefix(ids, conversation.prompt) == len(conversation.prompt)):
+                # it extends the last prompt: the answer's ids come back in it right after that prompt
+                self.seen.add(ids[: len(conversation.prompt) + conversation.unseen_answer])
+            if conversation is not None:
+                conversation.unseen_answer = None
             if conversation is not None and kind != users.FIRST and conversation.sleeps != sleeps:
                 kind = users.AFTER_SLEEP
             divergence = self.seen.longest_prefix(ids)
@@ -172,15 +179,20 @@ class Conversations:
             return 0
         return min(shared_prefix(openings[0], other) for other in openings[1:])
 
-    def ended(self, ticket: Ticket, output: list[int] | None, *, now: float) -> None:
-        """The call ended: with the answer's ids, or None when it failed."""
+    def ended(self, ticket: Ticket, output: list[int] | None, *, now: float, answered_n: int = 0) -> None:
+        """The call ended: with the answer's ids, or None when it failed, or when the answer carried no ids
+        (an OpenAI-style answer without logprobs) with `answered_n`, its length: the next turn of the
+        conversation shows them."""
         with self._lock:
             if output is not None:
                 self.seen.add(np.concatenate([ticket.prompt, np.asarray(output, dtype=np.int32)]))
+            elif answered_n:
+                self.seen.add(ticket.prompt)
             c = ticket.conversation
             if c is None or c.prompt is not ticket.prompt:
                 return  # a probe, or the conversation has moved on since
-            c.last_seen, c.failed = now, output is None
+            c.last_seen, c.failed = now, output is None and not answered_n
+            c.unseen_answer = answered_n or None
 
     def _forget(self, now: float) -> None:
         self._live = [c for c in self._live if now - c.last_seen < self.forget_after_s][-MAX_CONVERSATIONS:]

@@ -83,27 +83,23 @@ def tokenize(asked: Asked, upstream: httpx.Client, headers: Mapping[str, str]) -
             rendered = upstream.post("/apply-template", json=asked.body, headers=headers)
             rendered.raise_for_status()
             content = rendered.json()["prompt"]
-        ids = tokens_of(content, upstream, headers, add_special=True)
+        found = upstream.post("/tokenize", json={"content": content, "add_special": True, "parse_special": True},
+                              headers=headers)
+        found.raise_for_status()
+        ids = [int(t) for t in found.json()["tokens"]]
     return Tokenized(ids, (time.perf_counter() - started) * 1000.0)
-
-
-def tokens_of(content: Any, upstream: httpx.Client, headers: Mapping[str, str], *, add_special: bool) -> list[int]:
-    found = upstream.post("/tokenize", json={"content": content, "add_special": add_special, "parse_special": True},
-                          headers=headers)
-    found.raise_for_status()
-    return [int(t) for t in found.json()["tokens"]]
 
 
 @dataclass
 class Answer:
-    """What the response says, fed as its bytes pass; the text of a chat answer is kept only to tokenize it for
-    the next turn's ideal when the stream carries no ids."""
+    """What the response says, fed as its bytes pass: its figures and output ids, never its text (an answer
+    without ids, OpenAI-style without logprobs, is seen in the conversation's next prompt instead)."""
 
     streamed: bool
     timings: dict[str, Any] = field(default_factory=dict)
     id_slot: int | None = None
     ids: list[int] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
+    generated: bool = False  # some output came (ids or text)
     error: str | None = None
     first_token_at: float | None = None  # perf_counter seconds
     done: bool = False  # the final chunk (timings) came
@@ -147,14 +143,11 @@ class Answer:
             return  # a progress event carries no output
         ids = [int(t) for t in obj.get("tokens") or []]
         for choice in obj.get("choices") or []:
-            piece = (choice.get("delta") or choice.get("message") or {}).get("content") or choice.get("text")
-            if piece:
-                self.text.append(piece)
+            if (choice.get("delta") or choice.get("message") or {}).get("content") or choice.get("text"):
+                self.generated = True
             ids += [int(e["id"]) for e in ((choice.get("logprobs") or {}).get("content") or []) if "id" in e]
-        content = obj.get("content")
-        if isinstance(content, str) and content:
-            self.text.append(content)
-        if (ids or self.text) and self.first_token_at is None:
+        self.generated = self.generated or bool(ids or obj.get("content"))
+        if self.generated and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.ids += ids
         if isinstance(obj.get("id_slot"), int):
@@ -163,8 +156,3 @@ class Answer:
             self.timings = obj["timings"]
         finished = obj.get("stop") is True or any(c.get("finish_reason") for c in obj.get("choices") or [])
         self.done = self.done or bool(self.timings and (finished or not self.streamed))
-
-    @property
-    def tokens_are_ids(self) -> bool:
-        """The answer's ids came in the stream (else, for the next turn's ideal, its text is tokenized)."""
-        return bool(self.ids) or not self.text

@@ -254,28 +254,17 @@ class _Request:
             return
         answer, ticket = self.answer, self.ticket
         ok = answer is not None and answer.done and answer.error is None
-        if ok and answer is not None and not answer.tokens_are_ids:
-            def later() -> None:  # the text's ids, on the worker: after this turn's classing, before the next's
-                found = ticket.result()
-                if found is not None:
-                    try:
-                        ids = exchange.tokens_of("".join(answer.text), self.tap.helper, self.headers,
-                                                 add_special=False)
-                    except (httpx.HTTPError, ValueError, KeyError):
-                        ids = None
-                    self.tap.conversations.ended(found[0], ids, now=time.monotonic())
-            self.tap.worker.submit(later)
-            return
+        ids = answer.ids if ok and answer is not None and answer.ids else None
+        answered_n = int(answer.timings.get("predicted_n", 0)) if ok and answer is not None and ids is None else 0
 
-        def now() -> None:
+        def end() -> None:
             found = ticket.result()
             if found is not None:
-                self.tap.conversations.ended(found[0], answer.ids if ok and answer is not None else None,
-                                             now=time.monotonic())
+                self.tap.conversations.ended(found[0], ids, now=time.monotonic(), answered_n=answered_n)
         if ticket.done():
-            now()
+            end()
         else:
-            self.tap.worker.submit(now)
+            self.tap.worker.submit(end)  # after its classing, on the worker
 
     def ended(self, error: str | None) -> None:
         tap = self.tap

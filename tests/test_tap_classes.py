@@ -1,0 +1,129 @@
+"""The tap's reading of traffic without a server: classes from token ids, the perfect cache's ideal, the answer's
+stream cut at any byte, the key kept out of the results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reusebench.config import users
+from reusebench.records import Role
+from reusebench.reuse.perfect_cache import PerfectCache
+from reusebench.tap import exchange, keys
+from reusebench.tap.conversations import Conversations
+
+SYSTEM = list(range(1, 26))  # 25 tokens every conversation opens with
+
+
+def ids(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def test_a_conversation_turn_by_turn() -> None:
+    c = Conversations()
+    first = SYSTEM + ids(1000, 200)
+    t1 = c.classify(first, sleeps=0, now=0.0)
+    assert (t1.classed.kind, t1.classed.user, t1.classed.turn, t1.classed.role) == ("first", "conv-1", 1, Role.MEASURE)
+    assert t1.classed.ideal == 225  # nothing seen before
+    c.ended(t1, ids(5000, 10), now=1.0)
+    second = first + ids(5000, 10) + ids(2000, 16)  # the answer and a question
+    t2 = c.classify(second, sleeps=0, now=2.0)
+    # a perfect cache holds first + answer (235 tokens): the 16-token question is new
+    assert (t2.classed.kind, t2.classed.turn, t2.classed.ideal, t2.classed.divergence) == ("continues", 2, 16, 235)
+    assert t2.classed.gap_s == 1.0
+    c.ended(t2, ids(6000, 10), now=3.0)
+    again = c.classify(second, sleeps=0, now=4.0)
+    assert (again.classed.kind, again.classed.turn, again.classed.ideal) == ("regenerate", 3, 1)
+
+
+def test_a_failed_call_sent_again_is_a_retry_and_a_sleep_makes_the_next_turn_after_sleep() -> None:
+    c = Conversations()
+    prompt = SYSTEM + ids(1000, 100)
+    c.ended(c.classify(prompt, sleeps=0, now=0.0), None, now=1.0)  # the call failed
+    retry = c.classify(prompt, sleeps=0, now=2.0)
+    assert retry.classed.kind == users.RETRY and retry.classed.ideal == 125  # nothing of it was computed
+    c.ended(retry, ids(5000, 5), now=3.0)
+    after = c.classify(prompt + ids(5000, 5) + ids(2000, 8), sleeps=1, now=4.0)
+    assert after.classed.kind == users.AFTER_SLEEP and after.classed.ideal == 8
+
+
+def test_a_long_idle_conversation_continues_after_a_gap() -> None:
+    c = Conversations(gap_s=600.0)
+    prompt = SYSTEM + ids(1000, 100)
+    c.ended(c.classify(prompt, sleeps=0, now=0.0), ids(5000, 5), now=10.0)
+    later = c.classify(prompt + ids(5000, 5) + ids(2000, 8), sleeps=0, now=700.0)
+    assert later.classed.kind == users.AFTER_GAP and later.classed.gap_s == 690.0
+
+
+def test_a_summary_at_the_head_is_a_head_insert_of_the_same_conversation() -> None:
+    c = Conversations()
+    other = c.classify(SYSTEM + ids(3000, 50), sleeps=0, now=0.0)
+    c.ended(other, ids(7000, 5), now=0.5)
+    prompt = SYSTEM + ids(1000, 100)
+    t1 = c.classify(prompt, sleeps=0, now=1.0)
+    c.ended(t1, ids(5000, 5), now=2.0)
+    summary = ids(9000, 40)
+    moved = SYSTEM + summary + prompt[25:] + ids(5000, 5) + ids(2000, 8)
+    t2 = c.classify(moved, sleeps=0, now=3.0)
+    assert (t2.classed.kind, t2.classed.user, t2.classed.turn, t2.classed.inserted) == ("head insert", "conv-2", 2, 40)
+    assert t2.classed.ideal == len(moved) - 25  # only the system prompt is a prefix seen before
+
+
+def test_an_edit_inside_the_history_and_a_short_unrelated_request() -> None:
+    c = Conversations(probe_tokens=32)
+    for n in (1, 2):
+        c.ended(c.classify(SYSTEM + ids(1000 * n, 200), sleeps=0, now=0.0), ids(5000, 5), now=1.0)
+    assert c.shared_opening() == 25
+    edited = SYSTEM + ids(1000, 100) + [99999] + ids(1101, 99)
+    t = c.classify(edited, sleeps=0, now=2.0)
+    assert (t.classed.kind, t.classed.user, t.classed.ideal) == ("edit", "conv-1", 100)
+    probe = SYSTEM[:20] + [77777]
+    p1, p2 = c.classify(probe, sleeps=0, now=3.0), c.classify(probe, sleeps=0, now=4.0)
+    assert (p1.classed.kind, p1.classed.role, p1.classed.turn, p2.classed.turn) == (users.UNRELATED, Role.PROBE, 1, 2)
+    assert c.started == 2  # probes start no conversation
+
+
+def test_the_perfect_cache_drops_what_a_newer_sequence_extends_and_stays_in_its_bound() -> None:
+    seen = PerfectCache(max_tokens=300)
+    seen.add(ids(0, 100))
+    seen.add(ids(0, 150))  # extends the first: one entry of 150
+    assert seen.tokens == 150 and seen.ideal(ids(0, 160)) == 10
+    seen.add(ids(500, 200))  # over the bound: the oldest goes
+    assert seen.tokens == 200 and seen.ideal(ids(0, 160)) == 160
+
+
+def test_an_answer_stream_cut_at_every_byte_reads_the_same() -> None:
+    chunks = [{"tokens": [5, 6], "content": "ab"}, {"prompt_progress": {"total": 9}},
+              {"tokens": [7], "stop": True, "id_slot": 2, "timings": {"prompt_n": 3, "cache_n": 6}}]
+    wire = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    for cut in range(1, len(wire)):
+        answer = exchange.Answer(streamed=True)
+        answer.feed(wire[:cut])
+        answer.feed(wire[cut:])
+        assert (answer.ids, answer.id_slot, answer.done, answer.timings["cache_n"]) == ([5, 6, 7], 2, True, 6)
+
+
+def test_a_chat_answer_without_ids_keeps_no_text_and_its_next_turn_shows_its_ids() -> None:
+    body = {"choices": [{"message": {"content": "hello"}, "finish_reason": "stop"}], "timings": {"predicted_n": 5}}
+    answer = exchange.Answer(streamed=False)
+    answer.feed(json.dumps(body).encode())
+    answer.finish()
+    assert answer.done and answer.generated and answer.ids == [] and "hello" not in repr(answer)
+    c = Conversations()
+    prompt = SYSTEM + ids(1000, 100)
+    c.ended(c.classify(prompt, sleeps=0, now=0.0), None, answered_n=5, now=1.0)
+    after = c.classify(prompt + ids(5000, 5) + ids(2000, 8), sleeps=0, now=2.0)
+    # the 5 answer tokens come back right after the prompt: a perfect cache held them
+    assert (after.classed.kind, after.classed.ideal) == ("continues", 8)
+
+
+def test_the_key_is_made_private_and_refused_inside_the_results(tmp_path: Path) -> None:
+    key = keys.load_key(tmp_path / "conf" / "tap.key", tmp_path / "results")
+    assert len(key) == keys.KEY_BYTES and (tmp_path / "conf" / "tap.key").stat().st_mode & 0o777 == 0o600
+    assert keys.load_key(tmp_path / "conf" / "tap.key", tmp_path / "results") == key
+    with pytest.raises(keys.KeyFileError, match="inside the results directory"):
+        keys.load_key(tmp_path / "results" / "tap.key", tmp_path / "results")
+    a, b = keys.Hasher(key), keys.Hasher(b"another key of 32 bytes, really!")
+    assert a.tokens([1, 2, 3]) == a.tokens([1, 2, 3]) != b.tokens([1, 2, 3])
