@@ -74,21 +74,25 @@ class TaskLog:
         self._asleep = False
 
     def claim(self, slot: int | None, n_tokens: int, wait_s: float = 2.0) -> Task | None:
-        """The first unclaimed task on `slot` (any slot: None) whose prompt had `n_tokens` tokens, waiting up to
-        `wait_s` for its lines to reach the log; None when it never shows (the request's record then has no
-        cause)."""
+        """The first unclaimed task on `slot` (any slot: None) whose prompt had `n_tokens` tokens, with its lines
+        up to its release, waiting up to `wait_s` for them to reach the log (the server logs the release, and the
+        prompt's timing, as the answer ends, so a reader may come first); None when the task never shows (the
+        request's record then has no cause). A task whose release does not come in time is returned as read."""
         deadline = time.monotonic() + wait_s
+        found: Task | None = None
         while True:
             with self._lock:
                 self._read()
-                candidates = self._by_slot.get(slot, []) if slot is not None else sorted(
-                    (t for tasks in self._by_slot.values() for t in tasks), key=lambda t: t.launched_at)
-                for task in candidates:
-                    if not task.claimed and task.n_tokens == n_tokens:
-                        task.claimed = True
-                        return task
+                if found is None:
+                    candidates = self._by_slot.get(slot, []) if slot is not None else sorted(
+                        (t for tasks in self._by_slot.values() for t in tasks), key=lambda t: t.launched_at)
+                    found = next((t for t in candidates if not t.claimed and t.n_tokens == n_tokens), None)
+                    if found is not None:
+                        found.claimed = True
+                if found is not None and found.released_at is not None:
+                    return found
             if time.monotonic() > deadline:
-                return None
+                return found
             time.sleep(POLL_S)
 
     def running_at_launch(self, task: Task) -> list[int]:
@@ -98,11 +102,6 @@ class TaskLog:
             return sorted(other.task for other in self._tasks.values() if other is not task
                           and other.launched_at < task.launched_at
                           and (other.released_at is None or other.released_at > task.launched_at))
-
-    def refresh(self) -> None:
-        """Read what the log gained (a claimed task's later lines land in it)."""
-        with self._lock:
-            self._read()
 
     def sleeps(self) -> int:
         """How often the server went to sleep, in the log read so far (read up to now)."""
