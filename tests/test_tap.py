@@ -143,6 +143,7 @@ def chat_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 found["health"] = client.get("/health").status_code
             found["summary"] = tap.stop("the test ended")
             found["run"] = tap.run.path
+            found["raw_log_has_marker"] = MARKER in server.raw_log_path.read_text(errors="replace")
         finally:
             os.killpg(follow.pid, signal.SIGTERM)
             follow.wait()
@@ -177,6 +178,7 @@ def test_credentials_pass_through_and_other_endpoints_are_counted_unrecorded(cha
 
 
 def test_the_marker_reaches_no_file_the_tap_or_the_filter_wrote(chat_run) -> None:
+    assert chat_run["raw_log_has_marker"]  # at -lv 9 the server logs prompts: the filter had something to drop
     written = [p for p in chat_run["tmp"].rglob("*") if p.is_file()]
     names = {p.name for p in written}
     assert {"records.jsonl", "server.log", "tap.key"} <= names

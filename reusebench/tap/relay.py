@@ -117,6 +117,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._client_left = threading.Event()  # the client closed its connection mid-answer
         self._answered = threading.Event()  # the answer is over: the watcher ends
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ConnectionResetError, BrokenPipeError, TimeoutError):
+            pass  # the client closed a kept-alive connection between requests
+
     def log_message(self, format: str, *args: object) -> None:
         """No access log: a path's query may carry what a client sent."""
 
