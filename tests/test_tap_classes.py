@@ -1,5 +1,6 @@
 """The tap's reading of traffic without a server: classes from token ids, the perfect cache's ideal, the answer's
-stream cut at any byte, the key kept out of the results."""
+stream cut at any byte, the key kept out of the results, tasks paired across server restarts, and the warning
+for a log without the lines the causes need."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from reusebench.config import users
+from reusebench.llama import task_log
 from reusebench.records import Role
 from reusebench.reuse.perfect_cache import PerfectCache
-from reusebench.tap import exchange, keys
+from reusebench.tap import Tap, TapOptions, exchange, keys
 from reusebench.tap.conversations import Conversations
 
 SYSTEM = list(range(1, 26))  # 25 tokens every conversation opens with
@@ -127,3 +129,47 @@ def test_the_key_is_made_private_and_refused_inside_the_results(tmp_path: Path) 
         keys.load_key(tmp_path / "results" / "tap.key", tmp_path / "results")
     a, b = keys.Hasher(key), keys.Hasher(b"another key of 32 bytes, really!")
     assert a.tokens([1, 2, 3]) == a.tokens([1, 2, 3]) != b.tokens([1, 2, 3])
+
+
+def lifetime(port: int, n_tokens: int, slot_size: int) -> str:
+    """One server's start and its task 0 on slot 0, as b11434 logs them at -lv 4."""
+    return f"""\
+0.00.100.000 I srv  llama_server: listening on http://127.0.0.1:{port}
+0.01.000.000 I slot get_availabl: id  0 | task -1 | selected slot by LRU, t_last = -1
+0.01.000.001 I slot launch_slot_: id  0 | task 0 | processing task, is_child = 0
+0.01.000.002 I slot   operator(): id  0 | task 0 | new prompt, n_ctx_slot = 4096, n_keep = 0, task.n_tokens = {n_tokens}
+0.01.000.003 I slot      release: id  0 | task 0 | stop processing: n_tokens = {slot_size}, truncated = 0
+"""
+
+
+def test_tasks_are_paired_across_server_restarts_appended_or_started_anew(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(lifetime(8080, 40, 44))
+    tasks = task_log.TaskLog(log)
+    first = tasks.claim(None, 40, wait_s=0)
+    with log.open("a") as f:  # restarted, appending (>>): task ids start again at 0
+        f.write(lifetime(8080, 50, 54))
+    second = tasks.claim(None, 50, wait_s=0)
+    assert (first.task, first.lifetime, second.task, second.lifetime) == (0, 0, 0, 1)
+    assert first.cause().n_tokens_after == 44 and second.cause().n_tokens_after == 54  # its own release
+    log.write_text(lifetime(8080, 60, 64))  # restarted, writing anew (>): the file shrank
+    third = tasks.claim(0, 60, wait_s=0)
+    assert (third.task, third.lifetime, tasks.lifetimes) == (0, 2, 3)
+
+
+def test_the_tap_warns_when_the_log_lacks_the_lines_its_causes_need(tmp_path: Path) -> None:
+    def warnings_for(log: Path | None) -> list[str]:
+        tap = Tap(TapOptions(upstream="http://127.0.0.1:9", listen=("127.0.0.1", 0), results=tmp_path / "results",
+                             key_file=tmp_path / "tap.key", server_log=log))
+        try:
+            return tap.log_warnings()
+        finally:
+            tap.stop()
+    assert "no --server-log" in warnings_for(None)[0]
+    assert "no such file yet" in warnings_for(tmp_path / "missing.log")[0]
+    info_only = tmp_path / "info.log"  # at the default verbosity the launch shows, the 'new prompt' line does not
+    info_only.write_text("\n".join(line for line in lifetime(8080, 40, 44).splitlines() if "new prompt" not in line))
+    assert "below -lv 4" in warnings_for(info_only)[0]
+    full = tmp_path / "full.log"
+    full.write_text(lifetime(8080, 40, 44))
+    assert warnings_for(full) == []

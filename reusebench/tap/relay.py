@@ -53,7 +53,8 @@ class Observer(Protocol):
 
 
 class Relay:
-    """Listens on `listen` (host, port) and relays to `upstream`; ``serve_forever`` in a thread, ``stop`` ends it."""
+    """Listens on `listen` (host, port) and relays to `upstream`; ``serve_forever`` in a thread, ``stop`` ends it
+    (``close`` when it never served)."""
 
     def __init__(self, upstream: str, listen: tuple[str, int], observer: Observer,
                  timeout_s: float = 3600.0) -> None:
@@ -90,6 +91,10 @@ class Relay:
             handler.cut()
         for handler in active:
             handler.done.wait(wait_s)
+        self.close()
+
+    def close(self) -> None:
+        """Release the listening socket and the upstream connections."""
         self.server.server_close()
         self.client.close()
 

@@ -111,9 +111,11 @@ class Tap:
         if self._summary is not None:
             return self._summary
         self.stopped_by = why
-        self.relay.stop(INTERRUPTED.format(why=why))
         if self._thread is not None:
+            self.relay.stop(INTERRUPTED.format(why=why))
             self._thread.join()
+        else:  # stopped before it served
+            self.relay.close()
         self.worker.shutdown(wait=True)
         self.helper.close()
         self._summary = self.recorder.summary(SCENARIO, self.started_at, time.time() - self.started_at,
