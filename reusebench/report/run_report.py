@@ -16,6 +16,7 @@ from tabulate import tabulate
 from reusebench.report import service_runs
 from reusebench.machine import spread
 from reusebench.records import Record, Role, deviation
+from reusebench.config import workload
 from reusebench.config.sizes import size_label
 
 
@@ -166,7 +167,9 @@ def render_text(records: Iterable[Record]) -> str:
     workload_runs = {r.run_id for r in records if r.user is not None}
     scenario_records = [r for r in records if r.run_id not in workload_runs]
     tables = variant_tables(scenario_records) + repeat_tables(scenario_records)
-    tables += [(f"workload run {run_id}", service_runs.render_runs([r for r in records if r.run_id == run_id]))
+    tapped = {r.run_id for r in records if r.scenario == workload.TAPPED}
+    tables += [(f"{'tap' if run_id in tapped else 'workload'} run {run_id}",
+                service_runs.render_runs([r for r in records if r.run_id == run_id]))
                for run_id in dict.fromkeys(r.run_id for r in records if r.run_id in workload_runs)]
     return "\n\n".join(f"## {title}\n\n{table}" for title, table in tables)
 

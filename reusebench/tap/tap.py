@@ -36,7 +36,7 @@ from reusebench.tap.exchange import Answer, Asked
 from reusebench.tap.keys import Hasher, load_key
 from reusebench.tap.relay import Relay
 
-SCENARIO = "tap"
+SCENARIO = workload.TAPPED  # the records' scenario and the summary's schedule
 DEFAULT_LONG_PREFILL = 4096
 CLAIM_WAIT_S = 5.0  # how long a finished request waits for its task's lines (a log-filter pipe may lag)
 AUTH_HEADERS = ("authorization", "x-api-key")
@@ -134,7 +134,7 @@ class Tap:
     def summary_extra(self) -> dict[str, Any]:
         t = self.tally
         return {
-            "schedule": workload.TAPPED, "requests": t.requests, "users": self.conversations.started,
+            "schedule": SCENARIO, "requests": t.requests, "users": self.conversations.started,
             "sleeps": self.tasks.sleeps() if self.tasks else 0, "stopped_by": self.stopped_by, "gaps": [],
             "long_prefill_tokens": self.options.long_prefill_tokens,
             "system_prompt_tokens": self.conversations.shared_opening(),
