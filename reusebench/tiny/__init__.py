@@ -6,7 +6,7 @@ deterministic and every cache mechanism behaves as with a real model, so
 "reused output equals cold output" is a meaningful check.
 
 Shapes are written in ggml `ne` order (as in llama.cpp); numpy shapes are the
-reverse. One file per architecture (``llama``, ``granitehybrid``, ``nemotron_h``, ``qwen35``, ``glm5_next``),
+reverse. One file per architecture (``llama``, ``granitehybrid``, ``nemotron_h``, ``qwen35``, ``glm5_next``, ``gemma3``),
 what they share in ``shapes`` and ``layers``, adapters and projectors in ``adapters``; this module names the
 recipes and keeps the generated files in the cache.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 from gguf import GGUFWriter
 
 from reusebench.tiny.adapters import build_lora, build_mmproj
+from reusebench.tiny.gemma3 import build_gemma3
 from reusebench.tiny.glm5_next import build_glm5_next
 from reusebench.tiny.granitehybrid import build_granitehybrid
 from reusebench.tiny.llama import build_llama
@@ -72,6 +73,9 @@ RECIPES: dict[str, Recipe] = {
     "nemotron_h-longmem": Recipe("nemotron_h", "MAMF", seed=5002, recurrent=LONG_MEMORY_RECURRENT),
     "llama": Recipe("llama", "AAAA", seed=1001),
     "glm5-next": Recipe("glm5-next", "KKKA", seed=6001),
+    # A 128-token window: with the base profile's -ub 512 the window's cache holds 768 cells, so a prompt of 2K
+    # already lies mostly outside it, as a 32K prompt does for Gemma 3's 512-token window.
+    "gemma3": Recipe("gemma3", "WWWWWA", seed=7001, window=128),
 }
 
 
@@ -162,6 +166,7 @@ _MODEL_BUILDERS: dict[str, Callable[[str, Recipe], GGUFWriter]] = {
     "nemotron_h": build_nemotron_h,
     "qwen35": build_qwen35,
     "glm5-next": build_glm5_next,
+    "gemma3": build_gemma3,
 }
 
 

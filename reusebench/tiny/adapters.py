@@ -19,7 +19,7 @@ def lora_targets(recipe: Recipe) -> list[tuple[str, int]]:
     return [
         (f"blk.{il}.{target}.weight", width)
         for il, kind in enumerate(recipe.layers)
-        if kind == "A"
+        if kind in "AW"
         for target, width in (("attn_q", q_width), ("attn_v", recipe.attention.kv_heads * HEAD_DIM))
     ]
 

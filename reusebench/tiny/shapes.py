@@ -229,8 +229,9 @@ class Recipe:
     """Everything that determines one generated text model."""
 
     arch: str
-    # One letter per layer: A attention, M Mamba2, D Gated DeltaNet, K KDA, F MLP only.
+    # One letter per layer: A attention, W sliding-window attention, M Mamba2, D Gated DeltaNet, K KDA, F MLP only.
     layers: str
     seed: int
     recurrent: RecurrentInit = DEFAULT_RECURRENT
     attention: AttentionShape = AttentionShape()
+    window: int = 0  # the sliding window of the W layers, in tokens
