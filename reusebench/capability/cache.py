@@ -22,10 +22,11 @@ from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.binaries import Binary, BinaryError
 from reusebench.llama.client import ClientError
 from reusebench.llama.server import LlamaServer, ServerError
+from reusebench.records import file_sha256
 
 CACHE_ENV = "REUSEBENCH_CAPABILITY_CACHE"
 ELF_MAGIC = b"\x7fELF"
-FILE_VERSION = 5  # bump when a probe changes what it shows: every cached result is probed again
+FILE_VERSION = 6  # bump when a probe changes what it shows: every cached result is probed again
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Executable:
         """sha256 over the executable and the shared libraries in its directory, names and contents."""
         digest = hashlib.sha256()
         for part in [self.path, *sorted(self.path.parent.glob("lib*.so*"))]:
-            digest.update(f"{part.name}\n{sha256_of(part)}\n".encode())
+            digest.update(f"{part.name}\n{file_sha256(part)}\n".encode())
         return digest.hexdigest()
 
 
@@ -47,14 +48,6 @@ def cache_dir() -> Path:
     """`$REUSEBENCH_CAPABILITY_CACHE`, else `~/.cache/reusebench/capabilities`."""
     configured = os.environ.get(CACHE_ENV)
     return Path(configured) if configured else Path.home() / ".cache" / "reusebench" / "capabilities"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def executable(binary: Binary) -> Executable:

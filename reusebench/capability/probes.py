@@ -7,8 +7,9 @@ Granite-class one: its recurrent state outlasts a prompt, so a state reused from
 shows in the output (on the tiny Qwen3.5-class hybrid it fades within a hundred tokens). Four servers
 run, one after the other: the slot and checkpoint probes without a RAM cache (so no RAM entry
 competes with the slot), a slot save with the tiny Qwen3.5-class hybrid's mmproj loaded, the RAM-cache
-and LoRA probes with a RAM cache, and the sleep probe with a one-second idle limit (a stall in the
-other probes must not put their server to sleep).
+and LoRA probes with a RAM cache, the sliding-window rules on the tiny Gemma 3-class model (with and without
+--swa-full), and the sleep probe with a one-second idle limit (a stall in the other probes must not put their
+server to sleep).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from reusebench.llama.binaries import Binary
 from reusebench.llama.client import ClientError, Completion, LlamaClient
 from reusebench.llama.handle import ServerHandle
 from reusebench.llama.server import LlamaServer, ServerError
-from reusebench.reuse.verification import output_difference
+from reusebench.reuse.verification import difference
 
 MMPROJ_MODEL = "qwen35"  # the tiny model with a vision projector
+SWA_MODEL = "gemma3"  # sliding-window layers: a 128-token window, 256 window cells at these batch sizes
 MODEL = "granitehybrid-longmem"  # recurrent state that outlasts a prompt: a foreign one shows in the output
 N_BATCH, N_UBATCH = 64, 16  # end-of-prompt checkpoints 20 and 4 tokens before the end
 N_PREDICT = 8  # enough greedy tokens for a foreign state to show
@@ -106,6 +108,13 @@ def _ram_probes(client: LlamaClient, found: Found, evidence: Evidence) -> None:
     _lora(client, words, found, evidence)
 
 
+def _swa_probes(client: LlamaClient, found: Found, evidence: Evidence) -> None:
+    words = Words(client)
+    _bounded_search(client, words, found, evidence)
+    client.slot_erase(0)
+    _window_only_state(client, words, found, evidence)
+
+
 def probe(binary: Binary, say: Say = lambda _m: None, *, env: Mapping[str, str] | None = None) -> Capabilities:
     """Every capability of `binary`, from four short servers, each stopped also on errors. A server that does not
     start or fails a request (an option or architecture the build lacks) leaves its own capabilities unshown,
@@ -126,6 +135,14 @@ def probe(binary: Binary, say: Say = lambda _m: None, *, env: Mapping[str, str] 
              ["--lora", str(tiny.lora_path(MODEL)), "--cache-ram", "64"], None,
              lambda h: _ram_probes(h.client, found, evidence)),
         ]
+        swa_model = tiny.model_path(SWA_MODEL)
+        servers.append(("sliding-window rules", ("checkpoint_search_bounded", "swa_state_window_only"),
+                        ["--cache-ram", "64"], swa_model, lambda h: _swa_probes(h.client, found, evidence)))
+        if "swa-full" in accepted:
+            servers.append(("--swa-full", ("swa_full_drops_window",), ["--swa-full", "--cache-ram", "0"], swa_model,
+                            lambda h: _swa_full(h.client, Words(h.client), found, evidence)))
+        else:
+            evidence["swa_full_drops_window"] = "no --swa-full in this build's --help"
         if "sleep-idle-seconds" in accepted:
             servers.append(("what wakes a sleeping server", ("metrics_wakes_sleeping",),
                             ["--metrics", "--sleep-idle-seconds", str(SLEEP_IDLE_S)], None,
@@ -165,10 +182,11 @@ def _restore(client: LlamaClient, words: Words, found: dict[str, bool | None], e
     far, near = facts.end_checkpoint_offsets(N_BATCH, N_UBATCH)
     from_file = len(first) - far
     from_slot = {len(other) - far, len(other) - near}
-    wrong = output_difference(got, reference)
+    compared = difference(got, reference)
     said = (f"saved {len(first)} tokens, another {len(other)}-token document in the slot, restored, re-asked "
             f"{len(reask)} tokens sharing {len(document)}: cache_n={got.cache_n}")
-    said += f"; output differs from no reuse ({wrong})" if wrong else "; output as without reuse"
+    said += ("; output as without reuse" if compared.identical
+             else f"; output differs from no reuse ({compared.describe()})")
     if got.cache_n == from_file:  # the file's replace whatever the slot held: that rule is not shown
         found.update(slot_file_checkpoints=True, restore_keeps_slot_checkpoints=None)
         said += f" (the file's checkpoint at {from_file})"
@@ -270,6 +288,46 @@ def _lora(client: LlamaClient, words: Words, found: dict[str, bool | None], evid
     found["ram_cache_keeps_lora"] = _reused_at(got, len(conversation) - facts.end_checkpoint_offsets(N_BATCH, N_UBATCH)[1])
     evidence["ram_cache_keeps_lora"] = (f"{len(conversation)} tokens with the LoRA, another prompt without it, then "
                                         f"the first again with it: cache_n={got}")
+
+
+def _bounded_search(client: LlamaClient, words: Words, found: Found, evidence: Evidence) -> None:
+    """A prompt shorter than the window, resent with its last token changed. Everything it shares lies inside the
+    window, so the test's threshold is 0 and the window's lowest cell (0) meets it: only a checkpoint helps. The
+    bounded search takes the one 4 tokens before the end, which starts at position 0; the other kind finds none
+    below 0 and re-processes everything."""
+    prompt = words.prompt(99)
+    _complete(client, prompt)
+    changed = prompt[:-1] + words.tokens(1)
+    got = _complete(client, changed).cache_n
+    near = len(prompt) - facts.end_checkpoint_offsets(N_BATCH, N_UBATCH)[1] - 1  # a window checkpoint resumes one early
+    found["checkpoint_search_bounded"] = True if got == near else False if got == 0 else None
+    evidence["checkpoint_search_bounded"] = (f"a {len(prompt)}-token prompt within the 128-token window, resent with "
+                                             f"its last token changed: cache_n={got} ({near} from the checkpoint 4 "
+                                             f"before the end, 0 without one)")
+
+
+def _window_only_state(client: LlamaClient, words: Words, found: Found, evidence: Evidence) -> None:
+    """P, another prompt (P goes to RAM), then P extended: from RAM, a state that holds only the window must return
+    to P's checkpoint 4 tokens before its end; one that kept every cell extends as it is."""
+    prompt = words.prompt(400)
+    _complete(client, prompt)
+    _complete(client, words.prompt(24))
+    got = _complete(client, prompt + words.tokens(QUESTION)).cache_n
+    near = len(prompt) - facts.end_checkpoint_offsets(N_BATCH, N_UBATCH)[1] - 1
+    found["swa_state_window_only"] = True if got == near else False if got == len(prompt) else None
+    evidence["swa_state_window_only"] = (f"{len(prompt)} tokens, another prompt, then the first extended: "
+                                         f"cache_n={got} ({near} from its checkpoint, {len(prompt)} as it was)")
+
+
+def _swa_full(client: LlamaClient, words: Words, found: Found, evidence: Evidence) -> None:
+    """With --swa-full, a prompt sharing 50 tokens with the last: kept, unless the build still tests them against
+    the window (50 < 128), finds no checkpoint (--swa-full makes none) and re-processes everything."""
+    prompt = words.prompt(99)
+    _complete(client, prompt)
+    got = _complete(client, prompt[:50] + words.tokens(50)).cache_n
+    found["swa_full_drops_window"] = True if got == 50 else False if got == 0 else None
+    evidence["swa_full_drops_window"] = (f"--swa-full, a prompt sharing 50 of {len(prompt)} tokens with the last: "
+                                         f"cache_n={got}")
 
 
 def _metrics_wake(handle: ServerHandle, found: dict[str, bool | None], evidence: dict[str, str]) -> None:

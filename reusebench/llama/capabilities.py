@@ -40,6 +40,16 @@ class Capabilities:
     ram_cache_keeps_lora: bool | None = None
     # GET /metrics wakes a sleeping server (none of the releases: /metrics and /props do not, /slots does).
     metrics_wakes_sleeping: bool | None = None
+    # The checkpoint search skips checkpoints past the divergence, takes one that starts at position 0, and tests
+    # an identical prompt one position stricter (from 2026-10-01; 2026-03 takes any checkpoint that starts below
+    # the threshold). It decides sliding-window models: a recurrent checkpoint starts where it ends.
+    checkpoint_search_bounded: bool | None = None
+    # A saved sliding-window state (a checkpoint, a RAM cache entry, a slot file) holds only the window, so once
+    # loaded it cannot serve a prompt without a checkpoint (from 2026-10-01; 2026-03 keeps every cell).
+    swa_state_window_only: bool | None = None
+    # --swa-full makes the server treat the model as one without a window (from 2026-10-01; 2026-03 still tests a
+    # shared prefix against the window, so one no longer than the window is re-processed).
+    swa_full_drops_window: bool | None = None
     # What each probe saw: counts, and the server's own error where it refused: {capability: evidence}.
     evidence: Mapping[str, str] = field(default_factory=dict, compare=False)
     how: str = "not probed"  # "probed", "probed (cached)", or "not probed: why"
@@ -105,6 +115,9 @@ PINNED_RULES: dict[str, bool] = {
     "empty_slot_loads_from_ram": True,
     "ram_cache_keeps_lora": False,
     "metrics_wakes_sleeping": False,
+    "checkpoint_search_bounded": True,
+    "swa_state_window_only": True,
+    "swa_full_drops_window": True,
 }
 WORDS: dict[str, str] = {
     "slot_file_checkpoints": "slot files carry checkpoints",
@@ -116,6 +129,9 @@ WORDS: dict[str, str] = {
     "empty_slot_loads_from_ram": "an empty slot loads from the RAM cache",
     "ram_cache_keeps_lora": "RAM cache entries keep their LoRA",
     "metrics_wakes_sleeping": "GET /metrics wakes a sleeping server",
+    "checkpoint_search_bounded": "checkpoints past the divergence are never restored",
+    "swa_state_window_only": "a saved sliding-window state holds only the window",
+    "swa_full_drops_window": "--swa-full drops the window from the reuse test",
 }
 PINNED = Capabilities(**PINNED_RULES, how="not probed: the pinned build's rules")
 

@@ -255,6 +255,34 @@ def applied_number(lines: Iterable[str], name: str) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class KvCache:
+    """One KV cache the context made, as its start-up lines state it (libllama INFO)."""
+
+    window: bool  # the sliding-window layers' cache of an iSWA model
+    cells: int
+    layers: int
+    mib: float
+
+
+_ISWA_CACHE = re.compile(r"llama_kv_cache_iswa: creating +(non-SWA|SWA) KV cache, size = (\d+) cells")
+_KV_SIZE = re.compile(r"llama_kv_cache: size = +(\d+\.\d+) MiB \( *(\d+) cells, +(\d+) layers")
+
+
+def kv_caches(lines: Iterable[str]) -> list[KvCache]:
+    """The KV caches the lines state (read them from one start), each with its cells, layers and MiB; an iSWA
+    model's two say which is the window's."""
+    found: list[KvCache] = []
+    window = False
+    for line in lines:
+        if iswa := _ISWA_CACHE.search(line):
+            window = iswa.group(1) == "SWA"
+        elif size := _KV_SIZE.search(line):
+            found.append(KvCache(window, int(size.group(2)), int(size.group(3)), float(size.group(1))))
+            window = False
+    return found
+
+
 _DISABLED_OPTION_KINDS = frozenset({
     "cache_reuse_unsupported", "ctx_shift_unsupported", "swa_full_unsupported", "cache_idle_slots_need_cache_ram",
 })

@@ -8,14 +8,17 @@ keeps (``answered``). Every rule is written down in docs/llama-server-reuse.md w
 the comments below name the section.
 
 What the model is told about the world: the model's memory (``memory_of_gguf``, from the GGUF: attention,
-recurrent or hybrid, and whether its attention cache can shift), the launch options that decide reuse
+recurrent, hybrid or sliding-window, and whether its attention cache can shift), the launch options that decide reuse
 (``launch_of_options``), and the build's capabilities where llama.cpp builds differ, as its probes showed them
 (``reusebench.capability``; b11434's rules where nothing was probed). It is deliberately not told what the
 server logged at start-up: a build that quietly changes a rule no probe covers (say, turns checkpoints off)
 must show up as a step the model did not expect.
 
-Not modelled: SWA windows, multimodal chunks in a prompt, aLoRA, speculative decoding, and the RAM
-cache's size and token limits (the tiny models' states are far below them; an eviction the model did not
+A sliding-window model's window cache is replayed cell by cell (``reuse.swa``): which positions it still holds
+decides whether a prompt can keep its state without a checkpoint.
+
+Not modelled: multimodal chunks in a prompt, aLoRA, speculative decoding, sliding windows in a hybrid, and the
+RAM cache's size and token limits (the tiny models' states are far below them; an eviction the model did not
 predict shows as UNEXPECTED).
 """
 
@@ -32,6 +35,7 @@ from reusebench.config import options as options_mod
 from reusebench.config.profiles import Variant
 from reusebench.llama.facts import (
     AUTO_SLOTS,
+    SWA_PATTERNS,
     DEFAULT_BATCH,
     DEFAULT_CACHE_RAM_MIB,
     DEFAULT_CHECKPOINT_MIN_STEP,
@@ -42,9 +46,10 @@ from reusebench.llama.facts import (
     F_KEEP_SAVE,
     end_checkpoint_offsets,
 )
+from reusebench.reuse import swa
 from reusebench.reuse.verification import common_prefix
 
-MEMORY_KINDS = ("attention", "recurrent", "hybrid")
+MEMORY_KINDS = ("attention", "recurrent", "hybrid", "swa")
 MIN_CHECKPOINT_SPACING = 64  # on a build without close checkpoints: none before this many tokens, none closer
 
 
@@ -54,16 +59,21 @@ class Memory:
 
     kind: str  # one of MEMORY_KINDS
     can_shift: bool  # its attention cache can shift positions (what --cache-reuse needs)
+    window: int = 0  # the sliding window of its SWA layers (n_swa), 0 without
+    window_layers: int = 0  # how many of its layers keep only the window
 
     @property
     def needs_checkpoints(self) -> bool:
-        """Recurrent state cannot be cut at any position: only checkpoints take it back."""
+        """Recurrent state cannot be cut at any position, and a window's cache has dropped what came before it:
+        only checkpoints take either back."""
         return self.kind != "attention"
 
 
 def memory_of_gguf(path: Path) -> Memory:
     """The memory kind from a GGUF's metadata: recurrent layers carry ``{arch}.ssm.*`` keys, attention layers
-    a non-zero kv-head count; multi-position RoPE (``rope.dimension_sections``) cannot shift."""
+    a non-zero kv-head count, sliding-window layers ``{arch}.attention.sliding_window`` on an architecture that
+    applies it (``facts.SWA_PATTERNS``, or the GGUF's own ``sliding_window_pattern``); multi-position RoPE
+    (``rope.dimension_sections``) cannot shift."""
     fields = gguf.GGUFReader(path).fields
     arch = str(fields["general.architecture"].contents())
     recurrent = any(name.startswith(f"{arch}.ssm.") for name in fields)
@@ -71,7 +81,19 @@ def memory_of_gguf(path: Path) -> Memory:
     kv_values = kv_heads.contents() if kv_heads is not None else [1]
     attention = any(int(v) > 0 for v in (kv_values if isinstance(kv_values, list) else [kv_values]))
     kind = "hybrid" if recurrent and attention else "recurrent" if recurrent else "attention"
-    return Memory(kind, can_shift=f"{arch}.rope.dimension_sections" not in fields)
+    can_shift = f"{arch}.rope.dimension_sections" not in fields
+    window_field = fields.get(f"{arch}.attention.sliding_window")
+    window = int(window_field.contents()) if window_field is not None and arch in SWA_PATTERNS else 0
+    if kind != "attention" or window <= 0:
+        return Memory(kind, can_shift)
+    layers = int(fields[f"{arch}.block_count"].contents())
+    pattern = fields.get(f"{arch}.attention.sliding_window_pattern")
+    if pattern is not None and isinstance(pattern.contents(), list):
+        windowed = sum(bool(v) for v in pattern.contents())
+    else:
+        every = int(pattern.contents()) if pattern is not None else SWA_PATTERNS[arch]
+        windowed = sum(il % every < every - 1 for il in range(layers))
+    return Memory("swa", can_shift, window, windowed)
 
 
 @dataclass(frozen=True)
@@ -91,15 +113,28 @@ class Launch:
     cache_prompt: bool = True
     multimodal: bool = False
     lora_adapters: int = 0
+    n_ctx: int = 0  # --ctx-size; 0: not known, then a slot's context bounds nothing
+    swa_full: bool = False
+
+    @property
+    def slot_ctx(self) -> int:
+        """A slot's context as the server sizes it: all of it with unified KV, else its share, padded to 256."""
+        n_ctx = swa.pad(self.n_ctx)
+        return n_ctx if self.kv_unified else swa.pad(n_ctx // self.n_slots)
 
 
-def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False, lora_adapters: int = 0) -> Launch:
-    """A variant's options (long names, as in a profile) read as the server reads them."""
+def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False, lora_adapters: int = 0,
+                      n_ctx: int = 0) -> Launch:
+    """A variant's options (long names, as in a profile) read as the server reads them; `n_ctx` is the context the
+    harness gives when the options set none."""
     def number(name: str, default: float) -> float:
         return float(options_mod.number(options, name, default))  # type: ignore[arg-type]
 
     parallel = int(number("parallel", -1))
+    n_ctx = int(number("ctx-size", n_ctx))
     n_batch = int(number("batch-size", DEFAULT_BATCH))
+    if n_ctx:
+        n_batch = min(n_batch, n_ctx)  # the context clamps the batch to itself
     cache_ram = int(number("cache-ram", DEFAULT_CACHE_RAM_MIB))
     return Launch(
         n_batch=n_batch,
@@ -117,23 +152,38 @@ def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False
         cache_prompt=not options.get("no-cache-prompt") and options.get("cache-prompt") is not False,
         multimodal=multimodal,
         lora_adapters=lora_adapters,
+        n_ctx=n_ctx,
+        swa_full=bool(options.get("swa-full")),
     )
 
 
-def of_variant(variant: Variant) -> tuple[Memory, Launch]:
+def of_variant(variant: Variant, n_ctx: int = 0) -> tuple[Memory, Launch]:
     """What the model is told about a variant: its GGUF's memory, and its launch options as the server reads them."""
     return memory_of_gguf(variant.model), launch_of_options(variant.options, multimodal=variant.mmproj is not None,
-                                                            lora_adapters=len(variant.lora))
+                                                            lora_adapters=len(variant.lora), n_ctx=n_ctx)
 
 
-def for_variant(variant: Variant, capabilities: Capabilities) -> ServerModel:
-    """The model of `variant`'s server, by the rules of its binary's `capabilities`."""
-    return ServerModel(*of_variant(variant), capabilities)
+def for_variant(variant: Variant, capabilities: Capabilities, n_ctx: int = 0) -> ServerModel:
+    """The model of `variant`'s server with a context of `n_ctx`, by the rules of its binary's `capabilities`."""
+    return ServerModel(*of_variant(variant, n_ctx), capabilities)
+
+
+def window_cells(memory: Memory, launch: Launch) -> int:
+    """The cells of a window's cache per stream (``swa.window_cells``); a slot's context when nothing bounds it."""
+    n_ctx = launch.n_ctx or swa.pad(memory.window * launch.n_slots + launch.n_ubatch) * launch.n_slots
+    return swa.window_cells(n_ctx, memory.window, launch.n_ubatch, launch.n_slots, launch.kv_unified, launch.swa_full)
+
+
+def can_shift(memory: Memory, launch: Launch) -> bool:
+    """Whether the memory can shift positions: a window's cache only when it is as large as the full one."""
+    if memory.kind != "swa":
+        return memory.can_shift
+    return memory.can_shift and launch.n_ctx > 0 and window_cells(memory, launch) == launch.slot_ctx
 
 
 def active_cache_reuse(memory: Memory, launch: Launch) -> int:
     """--cache-reuse as the server applies it: forced to 0 with an mmproj, or when the memory cannot shift."""
-    return 0 if launch.multimodal or not memory.can_shift else launch.cache_reuse
+    return 0 if launch.multimodal or not can_shift(memory, launch) else launch.cache_reuse
 
 
 @dataclass(frozen=True)
@@ -148,9 +198,18 @@ class Expected:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    n_tokens: int  # the state after this many tokens (pos_min = pos_max = n_tokens - 1 for recurrent state)
+    n_tokens: int  # the state after this many tokens
     task: int  # the request that created it
     foreign: bool = False  # computed from other tokens than the ones it now sits under (kept across a restore)
+    # The memory's lowest and highest position when it was taken (recurrent state: both n_tokens - 1; a window's
+    # cache: its lowest cell), and the window's positions it holds.
+    pos_min: int = -1
+    pos_max: int = -1
+    window: tuple[int, ...] = ()
+
+    @classmethod
+    def recurrent(cls, n_tokens: int, task: int) -> Checkpoint:
+        return cls(n_tokens, task, pos_min=n_tokens - 1, pos_max=n_tokens - 1)
 
 
 @dataclass(frozen=True)
@@ -161,10 +220,12 @@ class Held:
     checkpoints: tuple[Checkpoint, ...] = ()
     computed_with: tuple[float, ...] | None = None  # adapter scales; None: mixed, matches nothing
     stale: bool = False  # a shifted chunk left removed tokens in the recurrent state
+    window: tuple[int, ...] = ()  # a saved copy's window positions (a slot's own live in its cells)
 
 
 @dataclass
 class Slot:
+    index: int
     held: Held = field(default_factory=Held)
     lora: tuple[float, ...] = ()
     t_last: int = -1
@@ -194,6 +255,13 @@ class ServerModel:
         self.launch = launch
         self.capabilities = capabilities
         self.cache_reuse = active_cache_reuse(memory, launch)
+        # The window the server's reuse test subtracts: none without SWA, nor with --swa-full on a build that then
+        # treats the model as one without.
+        dropped = launch.swa_full and capabilities.holds("swa_full_drops_window")
+        self.window = 0 if dropped else memory.window
+        # Checkpoints for memory that cannot be rolled back: recurrent state, or a window's cache unless it is full.
+        self.checkpointing = launch.ctx_checkpoints > 0 and memory.needs_checkpoints and not (
+            memory.kind == "swa" and launch.swa_full)
         self.restart()
 
     @property
@@ -202,20 +270,53 @@ class ServerModel:
 
     def restart(self) -> None:
         """A fresh server (or one that woke from sleep): empty slots and an empty RAM cache."""
-        self.slots = [Slot(Held(computed_with=self.global_lora), self.global_lora) for _ in range(self.launch.n_slots)]
+        self.slots = [Slot(i, Held(computed_with=self.global_lora), self.global_lora)
+                      for i in range(self.launch.n_slots)]
         self.ram: list[CacheEntry] = []
         self.task = 0
         self.last_slot = 0
+        self.streams: list[swa.Cells] = []
+        if self.memory.kind == "swa":  # one stream for all slots with unified KV, else one each
+            cells = window_cells(self.memory, self.launch)
+            count = 1 if self.launch.kv_unified else self.launch.n_slots
+            self.streams = [swa.Cells(cells, self.memory.window) for _ in range(count)]
 
     def sleep(self) -> None:
         """Sleeping frees the model; waking reloads it with empty slots and RAM cache."""
         self.restart()
 
+    # -- the window's cells ------------------------------------------------------------------------------
+
+    def _cells(self, slot: Slot) -> swa.Cells | None:
+        if not self.streams:
+            return None
+        return self.streams[0 if self.launch.kv_unified else slot.index]
+
+    def _snapshot(self, slot: Slot) -> Held:
+        """What a saved copy of the slot holds (RAM entry, slot file): its window's positions too."""
+        cells = self._cells(slot)
+        if cells is None:
+            return slot.held
+        return replace(slot.held, window=cells.state(slot.index, self.capabilities.holds("swa_state_window_only")))
+
+    def _hold(self, slot: Slot, held: Held) -> None:
+        """The slot takes `held` as its contents: a saved copy is read back, an empty one clears its memory."""
+        slot.held = replace(held, window=())
+        cells = self._cells(slot)
+        if cells is not None:
+            cells.load(slot.index, held.window)
+
+    def _pos_min(self, slot: Slot, last_pos: int) -> int:
+        """The lowest position the slot's memory holds: the recurrent state's, which is its last; a window's lowest
+        cell."""
+        cells = self._cells(slot)
+        return cells.pos_min(slot.index) if cells is not None else last_pos
+
     # -- slot files ----------------------------------------------------------------------------------
 
     def saved(self, slot: int) -> Held:
         """What a slot file written now holds: tokens and state; its checkpoints only on a build that writes them."""
-        held = self.slots[slot].held
+        held = self._snapshot(self.slots[slot])
         return held if self.capabilities.holds("slot_file_checkpoints") else replace(held, checkpoints=())
 
     def restore(self, slot: int, held: Held) -> None:
@@ -229,11 +330,11 @@ class ServerModel:
             checkpoints = tuple(replace(c, foreign=c.foreign or c.n_tokens > shared) for c in before.checkpoints)
         else:
             checkpoints = ()
-        self.slots[slot].held = replace(held, checkpoints=checkpoints)
+        self._hold(self.slots[slot], replace(held, checkpoints=checkpoints))
 
     def erase(self, slot: int) -> None:
         """`POST /slots/N?action=erase`: the slot holds nothing, its checkpoints gone; its LoRA stays."""
-        self.slots[slot].held = Held(computed_with=self.slots[slot].lora)
+        self._hold(self.slots[slot], Held(computed_with=self.slots[slot].lora))
 
     # -- a completion --------------------------------------------------------------------------------
 
@@ -253,7 +354,7 @@ class ServerModel:
         slot, why = self._select(tokens, scales)
         cleared = bool(lora) and scales != slot.lora  # a non-empty lora that differs clears the slot
         if cleared:
-            slot.held = Held(computed_with=scales)
+            self._hold(slot, Held(computed_with=scales))
             why = ["LoRA-change clear after restoring from RAM" if why else "LoRA-change clear"]
         slot.lora = scales
         self._save_idle_slots(slot)
@@ -264,10 +365,13 @@ class ServerModel:
         held = slot.held
         wrong = n_past > 0 and (stale or held.computed_with != scales)
         # checkpoints past the kept position go (before the one token given back below)
-        kept = tuple(c for c in held.checkpoints if c.n_tokens - 1 <= n_past)
+        kept = tuple(c for c in held.checkpoints if c.pos_max <= n_past)
         if n_past == len(tokens) and n_past > 0:  # one token is always evaluated, for its logits
             n_past -= 1
         slot.held = Held(tokens[:n_past], kept, None if wrong else scales, stale and n_past > 0)
+        cells = self._cells(slot)
+        if cells is not None:
+            cells.seq_rm(slot.index, n_past)
         marked = user_starts if self.capabilities.holds("user_message_checkpoints") else ()
         self._prefill(slot, tokens, n_past, frozenset(marked))
         slot.t_last = self.task
@@ -276,7 +380,13 @@ class ServerModel:
     def answered(self, generated: Sequence[int]) -> None:
         """The reply: generated tokens are fed back as they are sampled, all but the last one."""
         slot = self.slots[self.last_slot]
-        slot.held = replace(slot.held, tokens=slot.held.tokens + tuple(generated[:-1]))
+        fed = tuple(generated[:-1])
+        cells = self._cells(slot)
+        if cells is not None:
+            start = len(slot.held.tokens)
+            for position in range(start, start + len(fed)):  # one decode per sampled token
+                cells.decode(slot.index, [position], self.launch.n_ubatch)
+        slot.held = replace(slot.held, tokens=slot.held.tokens + fed)
 
     # -- slot selection and the RAM cache ------------------------------------------------------------
 
@@ -320,7 +430,7 @@ class ServerModel:
             return
         self.ram = [e for e in self.ram if not (common_prefix(e.held.tokens, held.tokens) == len(e.held.tokens)
                                                 and same(e))]
-        self.ram.append(CacheEntry(held, slot.lora))
+        self.ram.append(CacheEntry(self._snapshot(slot), slot.lora))
 
     def _ram_load(self, slot: Slot, tokens: tuple[int, ...], scales: tuple[float, ...]) -> bool:
         """Take the entry that beats the slot on both kept share and covered share; it leaves the cache. On a build
@@ -342,7 +452,7 @@ class ServerModel:
         if best is None:
             return False
         entry = self.ram.pop(best)
-        slot.held = entry.held
+        self._hold(slot, entry.held)
         if lora_aware:
             slot.lora = entry.lora
         return True
@@ -355,42 +465,53 @@ class ServerModel:
             if slot is not busy:
                 self._ram_save(slot)
                 if self.launch.kv_unified:
-                    slot.held = Held(computed_with=slot.lora)
+                    self._hold(slot, Held(computed_with=slot.lora))
 
     # -- what is kept, and the checkpoints a prefill creates ---------------------------------------------
 
     def _n_past(self, slot: Slot, tokens: tuple[int, ...]) -> tuple[int, str, bool]:
-        """(tokens kept, why, whether the kept state holds removed tokens)."""
+        """(tokens kept, why, whether the kept state holds removed tokens or another prompt's)."""
         held = slot.held
         n_past = common_prefix(held.tokens, tokens)
         stale = held.stale
         last_pos = len(held.tokens) - 1  # where the recurrent state stands
         shifted = 0
         if self.cache_reuse > 0:
-            shifted, last_pos = self._shift_chunks(held.tokens, tokens, n_past, last_pos)
+            shifted, last_pos = self._shift_chunks(slot, tokens, n_past, last_pos)
             n_past += shifted
         if n_past == 0:
             return 0, "no common prefix" if held.tokens else "empty slot", False
         if not self.memory.needs_checkpoints:
             return n_past, f"kept {n_past} tokens in slot", stale
+        # The state is kept as it is while its lowest position lies below the threshold; b11434's test keeps one
+        # position more for an identical prompt and looks at a prompt that extends everything the slot holds too.
+        bounded = self.capabilities.holds("checkpoint_search_bounded")
         has_new = n_past < len(tokens)
-        threshold = max(0, n_past - (0 if has_new else 1))
-        if last_pos < threshold:  # the new prompt extends everything the state has seen
+        threshold = max(0, n_past - self.window - (0 if has_new or not bounded else 1))
+        tested = n_past <= len(held.tokens) if bounded else n_past < len(held.tokens)
+        if not tested or self._pos_min(slot, last_pos) < threshold:
             return n_past, f"kept {n_past} tokens in slot", stale or shifted > 0
         for checkpoint in reversed(held.checkpoints):
-            pos = checkpoint.n_tokens - 1
-            if pos <= n_past and (pos < threshold or pos == 0):
+            if bounded and checkpoint.pos_max > n_past:  # past the divergence
+                continue
+            if checkpoint.pos_min < threshold or (bounded and checkpoint.pos_min == 0):
+                pos_next = min(n_past, max(checkpoint.pos_min + 1, checkpoint.pos_max))
+                cells = self._cells(slot)
+                if cells is not None:
+                    cells.load(slot.index, checkpoint.window)
                 how = "cache-reuse shifted chunk then restored" if shifted else "restored"
                 whose = " (another prompt's, kept across the restore)" if checkpoint.foreign else ""
-                return min(n_past, checkpoint.n_tokens), \
+                return min(pos_next, len(held.tokens), checkpoint.n_tokens), \
                     f"{how} checkpoint at n_tokens={checkpoint.n_tokens}{whose}", \
                     stale or shifted > 0 or checkpoint.foreign
         return 0, "forced full re-processing (no checkpoint before divergence)", False
 
-    def _shift_chunks(self, cached: tuple[int, ...], tokens: tuple[int, ...], n_past: int,
-                      last_pos: int) -> tuple[int, int]:
-        """--cache-reuse: chunks of at least N cached tokens that reappear later move to their new place.
-        Returns (tokens gained, where the recurrent state's position ends up: it moves with its chunk)."""
+    def _shift_chunks(self, slot: Slot, tokens: tuple[int, ...], n_past: int, last_pos: int) -> tuple[int, int]:
+        """--cache-reuse: chunks of at least N cached tokens that reappear later move to their new place (the gap
+        before each is removed). Returns (tokens gained, where the recurrent state's position ends up: it moves
+        with its chunk)."""
+        cached = slot.held.tokens
+        cells = self._cells(slot)
         head_c = head_p = n_past
         gained = 0
         while head_c < len(cached) and head_p < len(tokens):
@@ -398,6 +519,9 @@ class ServerModel:
             if match >= self.cache_reuse:
                 if head_c <= last_pos < head_c + match:
                     last_pos += head_p - head_c
+                if cells is not None:
+                    cells.seq_rm(slot.index, head_p, head_c)
+                    cells.seq_add(slot.index, head_c, head_c + match, head_p - head_c)
                 gained += match
                 head_c += match
                 head_p += match
@@ -407,8 +531,13 @@ class ServerModel:
 
     def _prefill(self, slot: Slot, tokens: tuple[int, ...], start: int, user_starts: frozenset[int]) -> None:
         """Process the prompt in batches as the server does, creating checkpoints where it would."""
+        cells = self._cells(slot)
         slot.held = replace(slot.held, tokens=tokens)
-        if not (self.memory.needs_checkpoints and self.launch.ctx_checkpoints > 0):
+        if not self.checkpointing:
+            if cells is not None:
+                for batch_start in range(start, len(tokens), self.launch.n_batch):
+                    batch = range(batch_start, min(len(tokens), batch_start + self.launch.n_batch))
+                    cells.decode(slot.index, batch, self.launch.n_ubatch)
             return
         n_batch, n_ubatch, min_step = self.launch.n_batch, self.launch.n_ubatch, self.launch.checkpoint_min_step
         end = len(tokens)
@@ -433,6 +562,8 @@ class ServerModel:
                     not checkpoints or batch_start > checkpoints[-1].n_tokens + MIN_CHECKPOINT_SPACING)
             if wanted:
                 self._checkpoint(slot, batch_start)
+            if cells is not None:
+                cells.decode(slot.index, range(batch_start, n), n_ubatch)
 
     def _checkpoint(self, slot: Slot, n_tokens: int) -> None:
         """create_checkpoint: thin out earlier tasks' close ones when full, drop the oldest, replace a twin."""
@@ -448,4 +579,10 @@ class ServerModel:
         while len(kept) >= limit:
             kept.pop(0)
         kept = [c for c in kept if c.n_tokens != n_tokens]
-        slot.held = replace(slot.held, checkpoints=(*kept, Checkpoint(n_tokens, self.task)))
+        cells = self._cells(slot)
+        if cells is None:
+            made = Checkpoint.recurrent(n_tokens, self.task)
+        else:  # the window's lowest cell as the server records it, and what a partial state write holds
+            made = Checkpoint(n_tokens, self.task, pos_min=cells.pos_min(slot.index), pos_max=n_tokens - 1,
+                              window=cells.state(slot.index, self.capabilities.holds("swa_state_window_only")))
+        slot.held = replace(slot.held, checkpoints=(*kept, made))

@@ -23,6 +23,7 @@ from reusebench.config.sizes import size_label
 from reusebench.llama.client import Completion
 from reusebench.records import Lora, Record, Role, lora_key, tokens_hash
 from reusebench.reuse import expectation
+from reusebench.run.recording import ctx_size
 from reusebench.run.variant_steps import VariantSteps
 
 STOP_ABOVE_TOKENS = 8192  # a step that would re-process more than this may stop once its count is known
@@ -66,7 +67,7 @@ class PlanSteps(VariantSteps):
                  capabilities: Capabilities, verify: bool, early_stop: bool) -> None:
         self.variant, self.spec, self.plan, self.verify, self.early_stop = variant, spec, plan, verify, early_stop
         self.capabilities = capabilities
-        self.model = expectation.for_variant(variant, capabilities)
+        self.model = expectation.for_variant(variant, capabilities, ctx_size(variant, size))
         self._ids: dict[str, int] = {}
         question = max(len(q.split()) for q in spec.questions)
         self.document = self._words("d", size - question - 1)

@@ -55,9 +55,16 @@ class RunDir:
         return self.path / "logs"
 
 
+def ctx_size(variant: Variant, longest_prompt: int) -> int:
+    """The context a server gets: the variant's ``--ctx-size``, else prompts up to `longest_prompt` tokens plus the
+    margin."""
+    configured = variant.number("ctx-size")
+    return int(configured) if configured is not None else longest_prompt + CTX_MARGIN
+
+
 def ctx_size_args(variant: Variant, longest_prompt: int) -> list[str]:
     """``--ctx-size`` for prompts up to `longest_prompt` tokens plus the margin, unless the variant sets one."""
-    return [] if variant.option("ctx-size") is not None else ["--ctx-size", str(longest_prompt + CTX_MARGIN)]
+    return [] if variant.option("ctx-size") is not None else ["--ctx-size", str(ctx_size(variant, longest_prompt))]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from reusebench.check.context import ProbeContext, of_kind, quote
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.llama.client import Completion
-from reusebench.reuse.verification import output_difference
+from reusebench.reuse.verification import difference
 
 
 def probe_parallel(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
@@ -79,10 +79,10 @@ def probe_lora(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
     prompt = ctx.prompt(64)
     applied = ctx.complete(prompt, cache_prompt=False, lora=_adapter_scales(ctx, 1.0))
     zero = ctx.complete(prompt, cache_prompt=False, lora=_adapter_scales(ctx, 0.0))
-    difference = output_difference(applied, zero)
-    if difference is None:
+    found = difference(applied, zero)  # two computations of one shape: identical unless the adapter acts
+    if found.identical:
         return [setting.verdict(Verdict.INEFFECTIVE, "output at scale 1 equals output at scale 0")]
-    return [setting.verdict(Verdict.ACTIVE, f"output at scale 1 differs from scale 0 ({difference})")]
+    return [setting.verdict(Verdict.ACTIVE, f"output at scale 1 differs from scale 0 ({found.describe()})")]
 
 
 def probe_lora_init_without_apply(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
@@ -93,14 +93,14 @@ def probe_lora_init_without_apply(ctx: ProbeContext, setting: Setting) -> list[O
         return [setting.verdict(verdict, f"{scales}: no --lora adapters to hold back")]
     prompt = ctx.prompt(64)
     plain = ctx.complete(prompt, cache_prompt=False)  # no lora field: the global scales apply
-    as_applied, as_held_back = (
-        output_difference(plain, ctx.complete(prompt, cache_prompt=False, lora=_adapter_scales(ctx, scale)))
+    as_applied, as_held_back = (  # whether the output with no lora field equals the one at that scale
+        difference(plain, ctx.complete(prompt, cache_prompt=False, lora=_adapter_scales(ctx, scale))).identical
         for scale in (1.0, 0.0)
     )
     evidence = (scales,
-                f"output with no lora field {'equals' if as_applied is None else 'differs from'} output with scale 1",
-                f"output with no lora field {'equals' if as_held_back is None else 'differs from'} output with scale 0")
-    if as_held_back is None and as_applied is not None:
+                f"output with no lora field {'equals' if as_applied else 'differs from'} output with scale 1",
+                f"output with no lora field {'equals' if as_held_back else 'differs from'} output with scale 0")
+    if as_held_back and not as_applied:
         return [setting.verdict(Verdict.DISABLED if setting.value is None else Verdict.ACTIVE, *evidence)]
     if setting.value is None:
         return [setting.verdict(Verdict.DISABLED, *evidence)]
