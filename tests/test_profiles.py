@@ -86,7 +86,8 @@ def test_shipped_profile_validates_against_real_help(name: str, real_binary: bin
         assert passed <= known, passed - known
         assert not passed & set(profile_files.HARNESS_OWNED_OPTIONS)
         assert "ctx-size" not in passed  # the harness sizes the context
-        assert variant.sizes == (32768, 131072)
+        # report A's sizes; the real model on a CPU at what a 2-core machine runs in minutes (it was trained on 32K)
+        assert variant.sizes == ((4096, 8192) if name == "gemma3-270m" else (32768, 131072))
 
 
 def test_shipped_profile_list() -> None:

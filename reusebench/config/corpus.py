@@ -7,9 +7,13 @@ edit inserted at 50%, and a summary for the head-insert case. Sources:
 
 - ``words``: seeded words from the tiny models' vocabulary (one token per word);
 - ``stdlib``: this Python's standard-library sources, concatenated in sorted order;
-- ``file``: any UTF-8 text file (``path:``), never repeated: a file with fewer
-  tokens than the requested size is an error that names it and both sizes
-  (a repeated text would let a cache match the document against itself).
+- ``python-docs``: English prose that every Python carries, its language reference
+  (``pydoc_data.topics``, about 100K tokens), topic by topic;
+- ``file``: any UTF-8 text file (``path:``).
+
+``python-docs`` and ``file`` are never repeated: a text with fewer tokens than the
+requested size is an error that names it and both sizes (a repeated text would let a
+cache match the document against itself).
 
 Sizing takes a handful of tokenizer calls, never one per word: estimate the
 characters per token on a sample, cut, tokenize, then cut exactly at the wanted
@@ -30,7 +34,7 @@ from reusebench import reader, tiny
 
 MAX_TOKENIZER_CALLS = 5
 SPEC_KEYS = {"description", "source", "seed", "path", "questions", "edit", "summary"}
-SOURCES = ("words", "stdlib", "file")
+SOURCES = ("words", "stdlib", "python-docs", "file")
 CORPORA_DIR = Path(__file__).resolve().parents[2] / "corpora"
 
 
@@ -131,6 +135,8 @@ def source_text(spec: CorpusSpec, variant: int, n_chars: int) -> str:
         return _words(spec.seed + variant, n_chars)
     if spec.source == "stdlib":
         return _repeat(_stdlib_text(reverse=variant == 1), n_chars)
+    if spec.source == "python-docs":
+        return _python_docs_text(reverse=variant == 1)
     return _file_text(spec, variant)
 
 
@@ -159,6 +165,12 @@ def _stdlib_text(*, reverse: bool) -> str:
     return "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
 
 
+def _python_docs_text(*, reverse: bool) -> str:
+    from pydoc_data.topics import topics  # the text `help()` shows: 0.5 MB, read only for this source
+
+    return "\n\n".join(topics[name] for name in sorted(topics, reverse=reverse))
+
+
 def _repeat(text: str, n_chars: int) -> str:
     if not text.strip():
         raise CorpusError("the corpus source is empty")
@@ -179,9 +191,10 @@ def exact_document(spec: CorpusSpec, tokenizer: Tokenizer, size: int, *, variant
         tokens = tokenizer.tokenize(text)
         if len(tokens) >= size:
             break
-        if spec.source == "file" and len(text) == len(source):  # the whole file, and still too short
-            raise CorpusError(f"{spec.path}: path: corpus file {spec.file} has {len(tokens):,} tokens, fewer than the "
-                              f"requested size of {size:,} (use a longer file or a smaller size)")
+        if spec.source in ("file", "python-docs") and len(text) == len(source):  # the whole text, still too short
+            what = f"path: corpus file {spec.file}" if spec.source == "file" else "source: python-docs"
+            raise CorpusError(f"{spec.path}: {what} has {len(tokens):,} tokens, fewer than the requested size of "
+                              f"{size:,} (use a longer text or a smaller size)")
         if calls >= MAX_TOKENIZER_CALLS - 1:
             raise CorpusError(f"{spec.path}: could not reach {size} tokens in {calls} tokenizer calls")
         want_chars = int(want_chars * size / max(1, len(tokens)) * 1.05) + 64

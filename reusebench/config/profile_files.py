@@ -45,6 +45,7 @@ _FIELD_TYPES: dict[str, type] = {
     "scenarios": list,
     "verify": bool,
     "n_predict": int,
+    "corpus": str,
     "matrix": dict,
 }
 

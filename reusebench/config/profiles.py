@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reusebench import reader
-from reusebench.config import options
+from reusebench import reader, real
+from reusebench.config import corpus, options
 from reusebench.config.options import OptionValue
 from reusebench.config.profile_files import (
     MMPROJ_AXIS,
@@ -48,6 +48,7 @@ __all__ = [  # the profile API; reading and checking the files is profile_files'
 ]
 
 DEFAULT_N_PREDICT = 8
+DEFAULT_CORPUS = "tiny-words"  # the tiny models' vocabulary: one token per word
 
 @dataclass(frozen=True)
 class Variant:
@@ -95,6 +96,7 @@ class Profile:
     path: Path
     description: str
     variants: tuple[Variant, ...]
+    corpus: str = DEFAULT_CORPUS  # the corpus spec its sessions' documents come from (`run --corpus` overrides)
 
     def variant(self, name: str) -> Variant:
         for variant in self.variants:
@@ -230,7 +232,11 @@ def _build(
         )
         for point in _matrix_points(matrix)
     )
-    return Profile(name=path.stem, path=path, description=merged.get("description", ""), variants=variants)
+    corpus_name = merged.get("corpus", DEFAULT_CORPUS)
+    with _reported_at(origins, "corpus"):
+        corpus.load_spec(corpus_name)  # a corpus that is not there is the profile's error, before anything runs
+    return Profile(name=path.stem, path=path, description=merged.get("description", ""), variants=variants,
+                   corpus=corpus_name)
 
 
 def _matrix_points(matrix: dict[str, list[OptionValue]]) -> list[tuple[tuple[str, OptionValue], ...]]:
@@ -274,10 +280,15 @@ def _expand_value(value: OptionValue, origins: _Origins, where: str) -> OptionVa
 
 
 def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
-    """A model, mmproj or LoRA file (by `where`): `tiny:NAME` (generated if missing) or an existing path."""
+    """A model, mmproj or LoRA file (by `where`): `tiny:NAME` (generated if missing), `real:NAME` (a model installed
+    by `reusebench models --real`) or an existing path."""
     with _reported_at(origins, where):
         from reusebench import tiny  # imported lazily: it pulls in numpy and gguf
 
+        if real.is_real_spec(spec):
+            if where != "model":
+                raise ProfileError(f"{origins.file(where)}: {where}: {spec}: a real model is a `model:`")
+            return real.model_path(spec.removeprefix(real.SPEC_PREFIX))
         if tiny.is_tiny_spec(spec):
             name = spec.removeprefix(tiny.SPEC_PREFIX)
             if where == "model":

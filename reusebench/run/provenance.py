@@ -18,6 +18,7 @@ from typing import Any
 from reusebench.llama.capabilities import Capabilities
 from reusebench.llama import build
 from reusebench.config import profiles
+from reusebench.records import file_sha256
 
 STAMP_FILE = "run.json"
 REPO = Path(__file__).resolve().parents[2]
@@ -69,14 +70,10 @@ def binary_build(binary: Path) -> str:
     info = build.read_build_info(binary)
     if info:
         return build.describe(info)
-    digest = hashlib.sha256()
     try:
-        with open(binary, "rb") as file:
-            while chunk := file.read(1 << 20):
-                digest.update(chunk)
+        return f"sha256 {file_sha256(binary)[:16]} of {binary}"
     except OSError as error:  # gone since the profile was loaded: the session says so when it starts it
         return f"{binary}: {error.strerror}"
-    return f"sha256 {digest.hexdigest()[:16]} of {binary}"
 
 
 def stamp(profile: profiles.Profile, variants: Iterable[str] | None = None,
