@@ -1,7 +1,9 @@
 """Correctness of reused output: does a reused prompt give the output computed without reuse?
 
 Each reuse step is compared with a reference request sent with ``cache_prompt:
-false`` (same tokens, top logprobs within a tolerance). A correct server scores 0.
+false``, teacher-forced, against the noise band that a change of batch shape alone
+causes on the same model and build (``reusebench.reuse.verification``). A correct
+server scores 0.
 """
 
 from . import common

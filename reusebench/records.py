@@ -28,7 +28,10 @@ from typing import Any, TextIO
 
 # 2: ``lora`` is one format for every driver (``lora_key``); version 1 records of scenario runs held it as JSON
 # pairs, and ``read_records`` converts them.
-SCHEMA_VERSION = 2
+# 3: a verified step's ``extra`` says ``output_check`` (identical, within noise or WRONG), ``output_delta`` and
+# ``noise_band`` (``reuse.verification``) where version 2 held ``max_logprob_delta``; role "noise" records the
+# band's computations.
+SCHEMA_VERSION = 3
 
 
 class Role(StrEnum):
@@ -38,6 +41,9 @@ class Role(StrEnum):
     MEASURE = "measure"  # a measured step (a scenario's, or a workload user's turn)
     REFERENCE = "reference"  # a no-reuse computation of a measured prompt, for its output
     PROBE = "probe"  # a workload's health check: no turn of a conversation
+    # A no-reuse computation of a measured prompt at another batch shape, on a second server: the noise band its
+    # reused outputs are judged against (not part of the prefill budget, which counts what the session costs).
+    NOISE = "noise"
     # One record per session that is no HTTP call: its timing (wall, server, loads, waits, harness overhead,
     # corpus building) and prefill tokens by role, in ``extra``.
     SESSION = "session"
@@ -90,6 +96,15 @@ def text_hash(text: str) -> str:
 
 def tokens_hash(tokens: Sequence[int]) -> str:
     return hashlib.sha256(",".join(map(str, tokens)).encode()).hexdigest()[:16]
+
+
+def file_sha256(path: Path) -> str:
+    """The whole sha256 of a file (models, executables), read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @dataclass
@@ -227,7 +242,8 @@ def apply_verification(measured: Record, check: dict[str, Any]) -> None:
     """Set a measured record's correctness fields from one entry of a reference's ``extra["verifies"]``."""
     measured.matches_reference = check["matches_reference"]
     measured.mismatch = check.get("mismatch")
-    measured.extra["max_logprob_delta"] = check.get("max_logprob_delta")
+    for name in ("output_check", "output_delta", "noise_band"):
+        measured.extra[name] = check.get(name)
     measured.extra["verified_by"] = check.get("by")
     measured.verdict = verdict(measured)
 

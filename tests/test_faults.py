@@ -144,7 +144,8 @@ def test_on_failure_continue_restarts_the_server_and_runs_the_next_scenarios(tmp
     assert "going on with the next scenario" in output and "restarting the server after the failure" in output
     reask = [r for r in kept if (r.scenario, r.role) == ("reask", "measure")]
     assert len(reask) == 1 and not reask[0].error and reask[0].prompt_n
-    assert s.server.starts == 2
+    # the first start, the restart after the failure, and one more where a reused output needed its noise band
+    assert s.server.starts == 2 + bool(s.result.noise)
 
 
 def test_hung_server_hits_a_deadline_scaled_from_the_first_load(tmp_path, monkeypatch):

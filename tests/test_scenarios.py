@@ -268,7 +268,7 @@ def test_plain_resend_and_reask_pass_the_correctness_check(hybrid, control):
         for step in (("resend", "same prompt"), ("reask", "new question"), ("interleave", "back to first")):
             record = result.step(*step)
             assert record.cache_n > 0 and record.matches_reference is True, (record.session, step)
-            assert record.extra["max_logprob_delta"] < 1e-3
+            assert record.extra["output_check"] in ("identical", "within noise"), (record.session, step)
 
 
 @pytest.mark.e2e

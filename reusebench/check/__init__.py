@@ -9,7 +9,7 @@ For each option the profile sets, and for the defaults that decide prompt reuse,
   level, or an HTTP error), or the value turns it off and the probe saw no effect;
 - INEFFECTIVE: accepted and on, but without a measurable effect;
 - UNSAFE: in effect, but reused output is not what a computation without reuse gives
-  (``verification.output_difference``);
+  beyond the noise of batch shapes (``verification.judge``);
 - UNSUPPORTED: this binary's ``--help`` does not accept it (``binaries.option_problem``; found before any launch);
 - UNVERIFIED: no probe exists, or the probe could not decide; the evidence says why.
 

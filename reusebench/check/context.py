@@ -8,7 +8,7 @@ from typing import Any
 
 from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.llama import binaries, facts, logs
-from reusebench.reuse import expectation
+from reusebench.reuse import expectation, verification
 from reusebench import tiny
 from reusebench.llama.client import Completion, LlamaClient
 from reusebench.llama.handle import ServerHandle
@@ -135,6 +135,28 @@ class ProbeContext:
 
     def disabled_warning(self, kind: str) -> Event | None:
         return next(iter(of_kind(self.startup, kind)), None)
+
+    # reused output against no reuse
+
+    def output_check(self, reused: Completion, reference: Completion, prompt: Sequence[int],
+                     **kwargs: Any) -> tuple[str, str]:
+        """identical, within noise or WRONG (``verification.judge``), with its evidence. An output that is not
+        identical is judged against the noise band: the reference again on this server restarted at a quarter of
+        its ubatch, then restarted as it was (the probes after this one start from an empty server)."""
+        found = verification.difference(reused, reference)
+        if found.identical:
+            return verification.IDENTICAL, "identical to the cache_prompt:false reference"
+        n_ubatch = verification.alternative_ubatch(self.applied("n_ubatch") or facts.DEFAULT_UBATCH)
+        try:
+            self.handle.restart(("--ubatch-size", str(n_ubatch)))
+            alternative = self.complete(prompt, cache_prompt=False, **kwargs)
+        finally:
+            self.handle.restart()
+        band = verification.difference(reference, alternative).delta
+        outcome = verification.judge(found, band)
+        assert outcome is not None
+        return outcome, (f"against the cache_prompt:false reference: {found.describe()}; noise band {band:.2g} "
+                         f"(the reference at ubatch {n_ubatch}), so {outcome}")
 
 
 Probe = Callable[[ProbeContext, Setting], list[OptionVerdict]]

@@ -37,6 +37,7 @@ class ServerHandle:
 
     def __init__(self, server: LlamaServer, *, call_timeout_s: float) -> None:
         self.server = server
+        self.launch_args = list(server.args)  # what it was made with; a restart may add to them
         self.call_timeout_s = call_timeout_s  # any call that does not give its own deadline
         self._client: LlamaClient | None = None
         self._log = logs.LogTail(server.raw_log_path)
@@ -56,9 +57,11 @@ class ServerHandle:
         self._close_client()
         self.server.stop()
 
-    def restart(self) -> None:
-        """Stop and start with the same arguments (a --slot-save-path directory survives); a new port."""
+    def restart(self, extra_args: tuple[str, ...] = ()) -> None:
+        """Stop and start with the arguments it was made with (a --slot-save-path directory survives), plus
+        `extra_args` (a later option wins over the same one before it); a new port."""
         self.stop()
+        self.server.args = [*self.launch_args, *extra_args]
         self.start()
 
     def close(self) -> None:

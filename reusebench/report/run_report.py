@@ -21,15 +21,20 @@ from reusebench.config.sizes import size_label
 
 
 def correctness(r: Record) -> str:
+    """How a verified step's output compares with no reuse: identical, the same within the measured noise band
+    (with the band), or DIFFERS."""
     foreign = r.extra.get("foreign_reused")
     note = f"; {foreign:,} tokens reused from another prefix or LoRA" if foreign else ""
+    check, delta, band = (r.extra.get(name) for name in ("output_check", "output_delta", "noise_band"))
     if r.matches_reference is None:
-        return "-" + note
+        waiting = "not judged: no noise band" if r.mismatch or check is None and delta is not None else "-"
+        return waiting + note
     if not r.matches_reference:
-        return f"DIFFERS ({r.mismatch}){note}"
-    delta = r.extra.get("max_logprob_delta")
-    closeness = {None: "", 0.0: " (identical logprobs)"}.get(delta, f" (logprobs within {delta:.1g})")
-    return f"same{closeness}{note}"
+        beyond = "" if band is None else f", noise band {band:.2g}"
+        return f"DIFFERS ({r.mismatch}{beyond}){note}"
+    if check == "within noise":
+        return f"same within noise ({delta:.2g}, band {band:.2g}){note}"
+    return f"identical{note}"
 
 
 def cause_words(r: Record) -> str:
@@ -43,9 +48,9 @@ def cause_words(r: Record) -> str:
     if c.get("woke") or c.get("lora_clear") or c.get("cache_reuse_chunks"):
         return c.get("summary", "")
     if c.get("forced_full") and r.extra.get("slot_from") == "disk":
-        return "a slot restored from disk carries no checkpoints: a hybrid must re-process the whole prompt"
+        return "a slot restored from disk carries no checkpoints: the whole prompt is re-processed"
     if c.get("forced_full"):
-        return f"{ram}no checkpoint at or before the divergence{at}: a hybrid must re-process the whole prompt"
+        return f"{ram}no checkpoint at or before the divergence{at}: the whole prompt is re-processed"
     checkpoint = c.get("checkpoint_n_tokens")
     if checkpoint is not None and r.prompt_tokens:
         return (f"{ram}returned to the checkpoint {r.prompt_tokens - checkpoint:,} tokens before the end "
@@ -179,6 +184,7 @@ def summary_json(records: Iterable[Record]) -> str:
     keep = ("session", "profile", "variant", "build", "size", "scenario", "step", "prompt_tokens", "prompt_n",
             "cache_n", "ideal", "excess", "expected", "cause_expected", "prompt_ms", "ttft_ms", "wall_ms", "verdict", "matches_reference",
             "mismatch", "expected_hit", "error")
-    rows = [{k: getattr(r, k) for k in keep} | {"cause": cause_words(r) or None, "repeat": r.extra.get("repeat")}
+    checks = ("output_check", "output_delta", "noise_band", "repeat")
+    rows = [{k: getattr(r, k) for k in keep} | {"cause": cause_words(r) or None} | {k: r.extra.get(k) for k in checks}
             for r in records if r.role == Role.MEASURE]
     return json.dumps(rows, indent=2)

@@ -28,6 +28,7 @@ from reusebench.config.sizes import size_label
 from reusebench.machine.host import under_load
 from reusebench.records import Record, Role
 from reusebench.report import run_report, service_report
+from reusebench.reuse import verification
 
 PAGE = "index.html"
 CHECK_FILE = "check.json"  # a check's run directory: its verdicts, as `check --json` prints them
@@ -140,7 +141,7 @@ def _session(name: str, rs: list[Record]) -> str:
     budget = next(iter(records.prefill_budgets(rs)), None)
     head = (f"<h2>{_e(first.profile)} [{_e(first.variant)}] at {size_label(first.size)}</h2>"
             f"<p class=muted>{_e(name)}; build {_e(first.build)}; model {_e(first.model)}"
-            + (f"; {_e(budget.line().split(': ', 1)[1])}" if budget else "") + "</p>")
+            + (f"; {_e(budget.line().split(': ', 1)[1])}" if budget else "") + _noise_band(rs) + "</p>")
     if not measured:
         return head + "<p>no measured step</p>"
     scale = max(r.prompt_tokens or 1 for r in measured)
@@ -149,6 +150,17 @@ def _session(name: str, rs: list[Record]) -> str:
             "expected</th><th>diverged at / resumed at</th><th>verdict</th><th>output</th><th>why</th>"
             "<th>model's why</th><th>prefill s</th><th>machine before and during</th></tr>"
             + rows + "</table>")
+
+
+def _noise_band(rs: list[Record]) -> str:
+    """The session's noise band, where a reused output was not identical to its reference."""
+    summary = next((r for r in rs if r.role == Role.SESSION), None)
+    noise = summary.extra.get("noise") if summary else None
+    if not noise:
+        return ""
+    return (f"; noise band {noise['noise_band']:.2g} (largest probability difference of the no-reuse output at "
+            f"ubatch {noise['n_ubatch']:.0f}; a reused output within {verification.NOISE_MARGIN:g} times it is "
+            "the same)")
 
 
 def _row(r: Record, scale: int) -> str:

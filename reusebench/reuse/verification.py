@@ -1,38 +1,56 @@
-"""Is a reused output the same as output computed without reuse? One rule, for `run` and `check`.
+"""Is a reused output the output computed without reuse? One rule, for `run` and `check`.
 
-The rule (``output_difference``): two greedy outputs are the same when they have the same token ids
-and every log-probability both report (the chosen token's, and each top-k alternative both list at
-a position) agrees within ``LOGPROB_TOLERANCE``.
+A reused computation batches the prompt differently from a cold one (the part computed again starts
+mid-ubatch), so on real weights its logits move a little, and a near-tie can flip a greedy token: llama.cpp
+does not promise the same floats across batch shapes. So "the same output" cannot mean equal numbers. The
+rule (``difference``, then ``judge``):
 
-Why 1e-2: a reused and a cold computation batch the prompt differently (the part that is computed
-again starts mid-ubatch), so their floats are summed in another order. Measured with b11434 on
-CPU, that noise is at most 3e-5 at 2K but reaches 1.1e-3 at 32K on the pure-attention control,
-whose mid-document edit reuses a 16K prefix exactly and recomputes the other 16K: a correct
-reuse that a tolerance of 1e-3 called WRONG OUTPUT. 1e-2 sits ten times above the largest noise
-measured and still below a flipped greedy token. A state computed under another LoRA moved the
-logprobs by only 2e-3 (qwen35) to 7e-3 (nemotron_h) at 2K, inside the noise band of long
-prompts: no logprob tolerance separates the two, so the session flags that case from its own
-history (FOREIGN REUSE) instead of from the output. A difference names positions, token ids and
-logprobs, never text.
+- Compare the two outputs teacher-forced: position by position while their tokens agree, up to and including
+  the first token where they differ, and nothing after it (after a flipped near-tie the two continue from
+  different text, and their distributions say nothing about reuse).
+- At each compared position, the largest difference in probability of any token that both top-k lists hold
+  (one list only: at least its probability less the other list's k-th), over the probability of the
+  position's most likely token.
+- identical: the same tokens and the same logprobs; same within the noise: the largest difference is at most
+  ``NOISE_MARGIN`` times the noise band (and never less than ``NOISE_FLOOR``); WRONG beyond it.
 
-Also here: where runs of token ids first part (``common_prefix``), which both the perfect-cache
-``ideal`` and the comparison use, and the bookkeeping of no-reuse references (``References``):
-steps with the same prompt and LoRA share one reference, and a step whose reference is not
-computed yet waits for it.
+The noise band is measured, not assumed: the same difference between two correct computations that differ only
+in batch shape, the no-reuse reference at the server's ubatch and at a quarter of it (``ALT_UBATCH_DIVISOR``) on
+a second server of the same build and model. Measured on Gemma 3 270M Q4_K_M (b11434, CPU, the python-docs
+corpus): the band is 0.08-0.29 at 2K-8K, and a correct resend or re-ask differs by 0.7-1.4 times its session's
+band. On 2026-03, whose restore keeps the slot's checkpoints, a re-ask that returns to another document's
+checkpoint (146 to 446 tokens computed fresh after it, then 19) differs by 6.6-7.5 times the band. Probability,
+not logprob: a real model's top-5 holds tokens of probability 1e-5 whose logprobs move by tenths of a nat with
+the batch shape while nothing that matters moves; and over the top token's probability, so a random model's flat
+distribution reads on the same scale.
+
+What no output can show (a wrong state whose effect stays inside the noise), the session flags from its history
+where the reuse model knows the state to be foreign (FOREIGN REUSE, ``expected_wrong_output``).
+
+Also here: where runs of token ids first part (``common_prefix``), which both the perfect-cache ``ideal`` and
+the comparison use, and the bookkeeping of no-reuse references (``References``): steps with the same prompt and
+LoRA share one reference, and a step whose reference is not computed yet waits for it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from reusebench.llama.client import Completion
+from reusebench.llama.client import Completion, TokenProbs
 from reusebench.records import Record, Role, apply_verification, step_id
 
-LOGPROB_TOLERANCE = 1e-2
+NOISE_MARGIN = 3.0  # a difference up to this many noise bands is noise
+# Differences below this are noise whatever the band: a reuse through another slot of a unified cache reads its
+# keys in another cell order, which moves the sums in their last bits even where a change of ubatch alone moves
+# nothing (measured on a tiny model whose band was 0).
+NOISE_FLOOR = 1e-3
+ALT_UBATCH_DIVISOR = 4  # the band's second computation runs at a quarter of the server's ubatch
+IDENTICAL, WITHIN_NOISE, WRONG = "identical", "within noise", "WRONG"
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -44,42 +62,70 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if diff.size else n
 
 
-def token_difference(got: Completion, reference: Completion) -> str | None:
-    """Where two outputs' token ids first differ, or their lengths do; None when the ids are the same."""
-    shared = common_prefix(got.tokens, reference.tokens)
-    if shared < min(len(got.tokens), len(reference.tokens)):
-        return f"token {shared}: id {got.tokens[shared]} != reference id {reference.tokens[shared]}"
-    if len(got.tokens) != len(reference.tokens):
-        return f"length {len(got.tokens)} != reference {len(reference.tokens)}"
-    return None
+@dataclass(frozen=True)
+class Difference:
+    """How far an output is from a reference, teacher-forced (positions up to the first differing token)."""
+
+    identical: bool
+    delta: float  # the largest probability difference at a compared position, over its most likely token's
+    first_token: int | None  # where the tokens first differ (or one output ends), None when they never do
+    compared: int  # positions compared
+
+    def describe(self) -> str:
+        """Positions, ids and figures only, never text."""
+        where = "same tokens" if self.first_token is None else f"tokens differ from position {self.first_token}"
+        return f"{where}; largest difference {self.delta:.2g} of the top probability over {self.compared} position(s)"
 
 
-def logprob_deltas(got: Completion, reference: Completion) -> list[tuple[int, int, float, float]]:
-    """(position, token id, logprob, reference logprob) for every token both outputs give a logprob for at a position:
-    the chosen token and each top-k alternative both list."""
-    found = []
+def _probabilities(position: TokenProbs) -> dict[int, float]:
+    return {token: math.exp(logprob) for token, logprob in ((position.id, position.logprob), *position.top)}
+
+
+def _position_delta(a: TokenProbs, b: TokenProbs) -> float:
+    """The largest probability difference of a token either top-k list holds at one position, over the
+    probability of the position's most likely token: a real model's sharp distribution and a random model's flat
+    one on one scale."""
+    pa, pb = _probabilities(a), _probabilities(b)
+    least_a, least_b = min(pa.values()), min(pb.values())
+
+    def gap(token: int) -> float:
+        if token in pa and token in pb:
+            return abs(pa[token] - pb[token])
+        # listed on one side only: on the other it is at most as likely as that list's least likely token
+        return max(0.0, pa[token] - least_b) if token in pa else max(0.0, pb[token] - least_a)
+
+    return max(gap(token) for token in {*pa, *pb}) / max(*pa.values(), *pb.values())
+
+
+def difference(got: Completion, reference: Completion) -> Difference:
+    """`got` against `reference`, position by position up to and including the first token where they differ."""
+    delta, compared, first = 0.0, 0, None
+    same_numbers = True
     for position, (a, b) in enumerate(zip(got.probs, reference.probs)):
-        theirs = {b.id: b.logprob, **dict(b.top)}
-        ours = {a.id: a.logprob, **dict(a.top)}
-        found += [(position, token, logprob, theirs[token]) for token, logprob in ours.items() if token in theirs]
-    return found
+        delta = max(delta, _position_delta(a, b))
+        same_numbers = same_numbers and (a.id, a.logprob, a.top) == (b.id, b.logprob, b.top)
+        compared += 1
+        if a.id != b.id:
+            first = position
+            break
+    shared = common_prefix(got.tokens, reference.tokens)
+    if first is None and (shared < max(len(got.tokens), len(reference.tokens))):
+        first = shared  # the ids (or the lengths) part where no probabilities were given
+    return Difference(first is None and same_numbers, delta, first, compared)
 
 
-def max_logprob_delta(got: Completion, reference: Completion) -> float:
-    """How close "same" was: the largest |logprob difference| the rule looked at (0.0 when there were none)."""
-    return max((abs(a - b) for _, _, a, b in logprob_deltas(got, reference)), default=0.0)
+def judge(found: Difference, band: float | None) -> str | None:
+    """identical, within noise or WRONG; None while a non-identical output waits for its noise band."""
+    if found.identical:
+        return IDENTICAL
+    if band is None:
+        return None
+    return WITHIN_NOISE if found.delta <= max(NOISE_MARGIN * band, NOISE_FLOOR) else WRONG
 
 
-def output_difference(got: Completion, reference: Completion, tolerance: float = LOGPROB_TOLERANCE) -> str | None:
-    """None when the two outputs are the same by the rule above; otherwise where they first differ."""
-    differs = token_difference(got, reference)
-    if differs is not None:
-        return differs
-    for position, token, logprob, expected in logprob_deltas(got, reference):
-        if abs(logprob - expected) > tolerance:
-            return (f"token {position}: logprob of id {token} {logprob:.5f} != reference {expected:.5f} "
-                    f"(> {tolerance:g} apart)")
-    return None
+def alternative_ubatch(n_ubatch: int) -> int:
+    """The ubatch of the noise band's second computation."""
+    return max(1, n_ubatch // ALT_UBATCH_DIVISOR)
 
 
 RequestT = TypeVar("RequestT")
@@ -93,6 +139,16 @@ class Pending(Generic[RequestT]):
     steps: list[tuple[Record, Completion]] = field(default_factory=list)
 
 
+@dataclass
+class Unjudged(Generic[RequestT]):
+    """Measured steps whose output is not identical to their prompt's reference, waiting for a noise band."""
+
+    request: RequestT
+    reference: Completion
+    by: str
+    steps: list[tuple[Record, Completion]] = field(default_factory=list)
+
+
 def reference_key(record: Record) -> tuple[str, str]:
     """Steps with the same prompt tokens and LoRA share one no-reuse reference."""
     return record.prompt_hash or "", record.lora or ""
@@ -103,26 +159,32 @@ def reference_name(record: Record) -> str:
     return f"{record.scenario}/{record.step}" + ("" if record.role == Role.MEASURE else f" ({record.role})")
 
 
-def comparison(record: Record, got: Completion, reference: Completion, by: str) -> dict[str, Any]:
-    """One entry of ``extra["verifies"]``: the measured step, and whether its output equals the reference."""
-    mismatch = output_difference(got, reference)
-    return {**step_id(record), "matches_reference": mismatch is None, "mismatch": mismatch,
-            "max_logprob_delta": max_logprob_delta(got, reference), "by": by}
+def comparison(record: Record, got: Completion, reference: Completion, by: str,
+               band: float | None = None) -> dict[str, Any]:
+    """One entry of ``extra["verifies"]``: the measured step, and how its output compares with the reference
+    (``judge``; ``matches_reference`` None while it waits for a noise band)."""
+    found = difference(got, reference)
+    outcome = judge(found, band)
+    return {**step_id(record), "matches_reference": None if outcome is None else outcome != WRONG,
+            "mismatch": None if outcome in (IDENTICAL, WITHIN_NOISE) else found.describe(),
+            "output_check": outcome, "output_delta": found.delta, "noise_band": band, "by": by}
 
 
 class References(Generic[RequestT]):
-    """The no-reuse reference of each prompt and LoRA seen so far, and the measured steps still waiting for one."""
+    """The no-reuse reference of each prompt and LoRA seen so far, the measured steps still waiting for one, and
+    those compared but waiting for a noise band."""
 
     def __init__(self) -> None:
         self._known: dict[tuple[str, str], tuple[Completion, str]] = {}  # key -> (completion, "scenario/step")
         self._pending: dict[tuple[str, str], Pending[RequestT]] = {}
+        self._unjudged: dict[tuple[str, str], Unjudged[RequestT]] = {}
 
     def verify(self, record: Record, got: Completion, request: RequestT) -> None:
         """Compare a measured step with its reference now, or keep it waiting for one (``reference: deferred``)."""
         key = reference_key(record)
         if key in self._known:
             reference, by = self._known[key]
-            apply_verification(record, comparison(record, got, reference, by))
+            self._compared(key, request, reference, by, record, got)
         else:
             self._pending.setdefault(key, Pending(request)).steps.append((record, got))
             record.extra["reference"] = "deferred"
@@ -139,11 +201,17 @@ class References(Generic[RequestT]):
         pending = self._pending.pop(key, None)
         if pending is None:
             return []
-        checks = [comparison(measured, got, reference, by) for measured, got in pending.steps]
-        for (measured, _), check in zip(pending.steps, checks):
-            apply_verification(measured, check)
-        record.extra["verifies"] = checks
+        record.extra["verifies"] = [self._compared(key, pending.request, reference, by, measured, got)
+                                    for measured, got in pending.steps]
         return [measured for measured, _ in pending.steps]
+
+    def _compared(self, key: tuple[str, str], request: RequestT, reference: Completion, by: str, record: Record,
+                  got: Completion) -> dict[str, Any]:
+        check = comparison(record, got, reference, by)
+        apply_verification(record, check)
+        if check["output_check"] is None:
+            self._unjudged.setdefault(key, Unjudged(request, reference, by)).steps.append((record, got))
+        return check
 
     def awaits(self, record: Record) -> bool:
         """Whether a measured step waits for the no-reuse reference of `record`'s prompt and LoRA."""
@@ -152,3 +220,19 @@ class References(Generic[RequestT]):
     def waiting(self) -> list[Pending[RequestT]]:
         """The prompts no call has computed without reuse yet, each with the steps that wait for it."""
         return list(self._pending.values())
+
+    def unjudged(self) -> list[Unjudged[RequestT]]:
+        """The prompts whose reused outputs differ from the reference and wait for a noise band."""
+        return list(self._unjudged.values())
+
+    def settle(self, band: float) -> list[tuple[Unjudged[RequestT], list[dict[str, Any]]]]:
+        """Judge every step that waited for a noise band against `band`: each prompt with its steps' verdicts (for
+        the band record's ``extra["verifies"]``); the in-memory records get them too."""
+        settled = []
+        for waiting in self._unjudged.values():
+            checks = [comparison(record, got, waiting.reference, waiting.by, band) for record, got in waiting.steps]
+            for (record, _), check in zip(waiting.steps, checks):
+                apply_verification(record, check)
+            settled.append((waiting, checks))
+        self._unjudged.clear()
+        return settled

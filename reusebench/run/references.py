@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from reusebench.llama.client import Completion
 from reusebench.records import Record
-from reusebench.reuse.verification import Pending, References, reference_name
+from reusebench.reuse.verification import Pending, References, Unjudged, reference_name
 from reusebench.run.progress import Progress
 from reusebench.run.requests import Request
 
@@ -26,9 +26,8 @@ class ReferenceKeeper:
     def use(self, record: Record, c: Completion) -> None:
         """A call that reused nothing is the reference of its prompt; it verifies the steps waiting for one."""
         for measured in self._references.add(record, c):
-            same = "is the same as" if measured.matches_reference else "DIFFERS from"
-            self.progress.say(f"  {measured.scenario}/{measured.step} ({measured.verdict}): its output {same} the "
-                              f"no-reuse output of {reference_name(record)}, computed later")
+            self.progress.say(f"  {measured.scenario}/{measured.step} ({measured.verdict}): its output "
+                              f"{said(measured)} the no-reuse output of {reference_name(record)}, computed later")
 
     def awaited(self, record: Record) -> bool:
         """Whether `record`'s call, computed without reuse, is the reference a waiting step needs."""
@@ -36,3 +35,21 @@ class ReferenceKeeper:
 
     def waiting(self) -> list[Pending[Request]]:
         return self._references.waiting()
+
+    def unjudged(self) -> list[Unjudged[Request]]:
+        return self._references.unjudged()
+
+    def settle(self, band: float) -> list[tuple[Unjudged[Request], list[dict[str, object]]]]:
+        settled = self._references.settle(band)
+        for waiting, _ in settled:
+            for measured, _ in waiting.steps:
+                self.progress.say(f"  {measured.scenario}/{measured.step} ({measured.verdict}): its output "
+                                  f"{said(measured)} the no-reuse output (noise band {band:.2g})")
+        return settled
+
+
+def said(measured: Record) -> str:
+    """How a verified step's output compares, in a few words."""
+    check = measured.extra.get("output_check")
+    return {"identical": "is identical to", "within noise": "is within the noise of", "WRONG": "DIFFERS from"}.get(
+        check, "differs, waiting for the noise band, from")

@@ -93,7 +93,7 @@ def run_profile(
     variants: Sequence[str] = (),
     sizes: Sequence[int] = (),
     scenario_ids: Sequence[str] = (),
-    corpus_name: str = "tiny-words",
+    corpus_name: str | None = None,
     verify: bool = True,
     early_stop: bool = True,
     repeats: Repeats | None = None,
@@ -112,7 +112,7 @@ def run_profile(
     """
     out = out or sys.stderr  # looked up now: a redirected stderr (tests, redirect_stderr) is honoured
     sessions = _sessions(profile, variants, sizes, scenario_ids, repeats)  # refused now, before anything starts
-    spec = corpus.load_spec(corpus_name)
+    spec = corpus.load_spec(corpus_name or profile.corpus)
     rules = probe_binaries([variant for variant, _, _ in sessions], out)
     planned = plan_sessions(sessions, spec, verify=verify, early_stop=early_stop, repeats=repeats, rules=rules)
     run = RunDir.create(results_dir)
@@ -193,11 +193,11 @@ def plan_sessions(sessions: Sequence[Planned], spec: corpus.CorpusSpec, *, verif
 
 
 def plan_profile(profile: profiles.Profile, *, variants: Sequence[str] = (), sizes: Sequence[int] = (),
-                 scenario_ids: Sequence[str] = (), corpus_name: str = "tiny-words", verify: bool = True,
+                 scenario_ids: Sequence[str] = (), corpus_name: str | None = None, verify: bool = True,
                  early_stop: bool = True, repeats: Repeats | None = None) -> list[plan.SessionPlan]:
     """What `run_profile` with these arguments would send, without starting a server (``--dry-run``)."""
     sessions = _sessions(profile, variants, sizes, scenario_ids, repeats)
-    return plan_sessions(sessions, corpus.load_spec(corpus_name), verify=verify, early_stop=early_stop,
+    return plan_sessions(sessions, corpus.load_spec(corpus_name or profile.corpus), verify=verify, early_stop=early_stop,
                          repeats=repeats)
 
 

@@ -15,7 +15,7 @@ from reusebench.llama.handle import ServerHandle
 from reusebench.llama.server import LlamaServer, ServerError
 from reusebench.machine import host
 from reusebench.machine.gpu import GpuSampler
-from reusebench.run.recording import ctx_size_args
+from reusebench.run.recording import ctx_size, ctx_size_args
 
 CALL_TIMEOUT_S = 300.0  # any other call (tokenize, props, templates); a slot save/restore gets a deadline
 
@@ -26,6 +26,7 @@ class ServerLife:
 
     def __init__(self, variant: Variant, size: int, sampler: GpuSampler) -> None:
         self.variant, self.sampler = variant, sampler
+        self.ctx_size = ctx_size(variant, size)
         self.slot_dir: Path | None = None
         args = variant.server_args() + ctx_size_args(variant, size)
         if variant.option("slot-save-path") is None:
@@ -75,8 +76,10 @@ class ServerLife:
         self.handle.stop()
         self.load_s += time.monotonic() - started
 
-    def restart(self) -> None:
+    def restart(self, extra_args: tuple[str, ...] = ()) -> None:
+        """Stop, then start with the launch line plus `extra_args` (the noise band's other ubatch)."""
         self.stop()
+        self.server.args = [*self.handle.launch_args, *extra_args]
         self.start()
 
     def host_state(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ and a scrubbed log tail, the process group of a hung server is killed, and the s
 (``on_failure="stop"``, the default) or restarts the server and goes on with the next scenario
 (``"continue"``). Every record written before stays as it is.
 
-References (``verification.References``; "the same output" is ``verification.output_difference``): a reused
+References (``verification.References``; "the same output" is ``verification.judge``): a reused
 step whose prompt has no no-reuse computation yet is written at once and verified later: by any later call
 that computes the same prompt and LoRA with nothing reused (a cold measured step is a reference), or by a
 ``cache_prompt: false`` call at the end of the session. The record that verifies lists the steps in
@@ -62,6 +62,7 @@ class SessionResult:
     failures: list[str] = field(default_factory=list)
     budget: PrefillBudget | None = None
     timing: dict[str, float] = field(default_factory=dict)  # wall, server, load, wait, overhead seconds
+    noise: dict[str, float] = field(default_factory=dict)  # the noise band, when one was measured
 
     @property
     def overhead_fraction(self) -> float | None:
@@ -74,7 +75,9 @@ class SessionResult:
         fraction = self.overhead_fraction
         overhead = "" if fraction is None else (f"; harness overhead {self.timing['overhead_s']:.2f} s of "
                                                 f"{self.timing['wall_s']:.1f} s ({100 * fraction:.1f}%)")
-        return budget + overhead
+        band = "" if not self.noise else (f"; noise band {self.noise['noise_band']:.2g} ({self.noise['tokens']:,.0f} "
+                                          f"tokens at ubatch {self.noise['n_ubatch']:.0f}, not in the budget)")
+        return budget + band + overhead
 
 
 class Session:
@@ -141,6 +144,7 @@ class Session:
                         break
                     self.steps.recover()
             self.steps.deferred_references()
+            self.steps.noise_band()
         except (ClientError, ServerError) as exc:  # a CorpusError (bad input) ends the run: see cli
             self._failed(f"{type(exc).__name__}: {exc}")
         finally:
@@ -165,6 +169,7 @@ class Session:
         """The prefill budget and the harness overhead (wall time not spent by the server or waiting on purpose),
         said in one line and kept as the session's summary record (role "session", no HTTP call)."""
         budget = self.result.budget = self.recorder.budget()
+        self.result.noise = self.steps.noise
         seconds = {"server": self.steps.server_s, "load": self.life.load_s, "wait": self.steps.wait_s}
         self.result.timing = {"wall_s": wall_s, **{f"{k}_s": v for k, v in seconds.items()},
                               "overhead_s": max(0.0, wall_s - sum(seconds.values())), **self.steps.corpus_timing}
@@ -173,4 +178,4 @@ class Session:
             return  # failed before launch: no call was made, nothing to sum up
         self.recorder.summary(Role.SESSION, started_at, wall_s, {
             "timing": self.result.timing, "prefill": budget.to_dict(), "failures": self.result.failures,
-            "not_applicable": self.result.not_applicable}, slot=self.steps.last_slot)
+            "not_applicable": self.result.not_applicable, "noise": self.steps.noise}, slot=self.steps.last_slot)

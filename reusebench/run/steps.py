@@ -28,7 +28,7 @@ from reusebench.llama.client import ClientError, Completion, ProgressCallback, S
 from reusebench.llama.server import ServerError
 from reusebench.records import DEFAULT_LORA, Lora, Record, Role, lora_key, verdict
 from reusebench.reuse import expectation
-from reusebench.reuse.verification import common_prefix
+from reusebench.reuse.verification import alternative_ubatch, common_prefix, difference
 from reusebench.run.diagnosis import Diagnosis, deadline_s
 from reusebench.run.plan import stops_at
 from reusebench.run.progress import Progress
@@ -38,6 +38,7 @@ from reusebench.run.requests import Prompt, Request, Requests
 from reusebench.run.server_life import ServerLife
 from reusebench.run.variant_steps import VariantSteps
 
+BAND_PROMPTS = 2  # at most this many prompts measured for the noise band: the largest difference is the band
 SLOT_LINE_WAIT_S = 5.0  # at most, for the log to name a stopped step's slot (it takes milliseconds)
 STOPPED = "not measured: stopped at the first progress event once its count was known (--full-prefills times it)"
 
@@ -56,10 +57,11 @@ class SessionSteps(VariantSteps):
         self.references = ReferenceKeeper(verify, progress)
         # what the server should do, request by request: from the GGUF, the launch options and the build's probed
         # capabilities only
-        self.expectation = expectation.for_variant(variant, capabilities)
+        self.expectation = expectation.for_variant(variant, capabilities, life.ctx_size)
         self.server_s = 0.0  # the server's own prompt, generation and slot-file time
         self.wait_s = 0.0  # deliberate waits (idling until asleep)
         self.corpus_timing: dict[str, float] = {}
+        self.noise: dict[str, float] = {}  # the noise band, its ubatch and its prefilled tokens, once measured
         self.last_slot = 0
         self._seen: dict[str, list[list[int]]] = {}  # lora key -> sequences the server has processed
         self._slot_sequence: tuple[str, list[int]] = (DEFAULT_LORA, [])  # what the last slot used holds
@@ -379,3 +381,44 @@ class SessionSteps(VariantSteps):
             self.references.use(record, reference)
             self.recorder.write(record)
             self.progress.done(record)
+
+    def noise_band(self) -> None:
+        """When a reused output is not identical to its reference: the noise band of this model and build, measured
+        on a second server at a quarter of the ubatch (after the session's server is done, so never two at once),
+        each waiting prompt's no-reuse reference against the same at the other batch shape. The steps are judged
+        against the largest difference (``verification.judge``); the band's records carry their verdicts."""
+        waiting = self.references.unjudged()
+        if not waiting:
+            return
+        steps = sum(len(w.steps) for w in waiting)
+        if not self.life.server.is_running():
+            self.progress.say(f"{steps} reused output(s) left unjudged: the server is gone before the noise band")
+            return
+        n_ubatch = alternative_ubatch(self.expectation.launch.n_ubatch)
+        self.progress.say(f"  {steps} reused output(s) differ from no reuse: measuring the noise band at ubatch "
+                          f"{n_ubatch} (the session's: {self.expectation.launch.n_ubatch})")
+        self.life.restart(("--ubatch-size", str(n_ubatch)))  # a later option wins: the same server otherwise
+        measured: list[tuple[Record, float]] = []
+        for prompt in waiting[:BAND_PROMPTS]:
+            first = prompt.steps[0][0]
+            record = self._record(first.scenario, first.step, Role.NOISE, prompt.request.endpoint, time.time())
+            record.lora, record.prompt_tokens, record.prompt_hash = first.lora, first.prompt_tokens, first.prompt_hash
+            try:
+                alternative, _ = prompt.request.send(
+                    False, self.progress.callback(first.scenario, first.step, Role.NOISE),
+                    self._deadline(len(prompt.request.tokens)))
+            except ClientError as exc:
+                self.progress.clear()
+                raise self.diagnosis.fail(record, exc) from exc
+            self.progress.clear()
+            self._fill(record, alternative)
+            sample = difference(prompt.reference, alternative).delta
+            record.extra |= {"n_ubatch": n_ubatch, "band_sample": sample}
+            measured.append((record, sample))
+        band = max(sample for _, sample in measured)
+        checks = [check for _, done in self.references.settle(band) for check in done]
+        last = measured[-1][0]
+        last.extra |= {"noise_band": band, "verifies": checks}
+        for record, _ in measured:
+            self.recorder.write(record)
+        self.noise = {"noise_band": band, "n_ubatch": n_ubatch, "tokens": sum(r.prompt_n or 0 for r, _ in measured)}

@@ -30,6 +30,7 @@ from reusebench.check.probes.reuse import (
     probe_checkpoint_min_step,
     probe_ctx_checkpoints,
     probe_slot_prompt_similarity,
+    probe_swa_full,
 )
 
 SLEEP_OPTION = "sleep-idle-seconds"
@@ -53,6 +54,7 @@ PROBES: dict[str, Probe] = {
     "cache-idle-slots": probe_cache_idle_slots,
     "cache-ram": probe_cache_ram,
     "cache-reuse": probe_cache_reuse,
+    "swa-full": probe_swa_full,
     "slot-save-path": probe_slot_save_path,
     SLEEP_OPTION: probe_sleep_idle_seconds,
 }

@@ -9,8 +9,10 @@ from reusebench.check.probes.launch import metrics_agreement
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.llama.client import Completion
 from reusebench.llama.facts import CHATML_USER_START, message_delimiters
+from reusebench.llama import logs
 from reusebench.llama.logs import Event
-from reusebench.reuse.verification import output_difference
+from reusebench.reuse import expectation
+from reusebench.reuse.verification import WRONG
 
 
 MAX_PROBE_PROMPT = 3072  # a probe that would need a longer prompt reports UNVERIFIED instead
@@ -46,10 +48,31 @@ def _reask(ctx: ProbeContext) -> tuple[Completion, list[Event]]:
     return reask, ctx.events_since(mark)
 
 
+def _reask_from_ram(ctx: ProbeContext) -> tuple[Completion, list[Event]]:
+    """A document with one question, one short prompt per slot (the document goes to the RAM cache), then the
+    document with another question. A sliding window's cache keeps a re-ask's state as it is when the answer and
+    the question fit in it; a state that comes back from RAM holds only the window, and needs a checkpoint."""
+    document, (question, other_question) = ctx.prompt(ctx.doc_tokens), ctx.questions()
+    ctx.complete(document + question)
+    for _ in range(int(ctx.facts["n_slots"] or 1)):
+        ctx.complete(ctx.prompt(QUESTION_TOKENS))
+    mark = ctx.mark()
+    reask = ctx.complete(document + other_question)  # no id_slot: a request for a slot skips the RAM cache
+    return reask, ctx.events_since(mark)
+
+
 def probe_ctx_checkpoints(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
-    reask, events = _reask(ctx)
     configured = [quote(e) for e in of_kind(ctx.startup, "checkpoints_enabled", "checkpoints_disabled")]
-    measured = [f"re-ask of a {ctx.doc_tokens}-token document: {timings(reask)}"]
+    window = ctx.memory.kind == "swa"
+    if window and ctx.variant.option("swa-full"):
+        return [setting.verdict(Verdict.INEFFECTIVE, *configured, "--swa-full keeps every position in the window "
+                                "layers' cache, so the server makes no checkpoint and needs none")]
+    if window and ctx.facts["prompt_cache_enabled"] is False:
+        return [setting.verdict(Verdict.INEFFECTIVE, *configured, "a sliding window's own cache keeps a re-ask as it "
+                                "is; only a state from the RAM cache needs a checkpoint, and the RAM cache is off")]
+    reask, events = _reask_from_ram(ctx) if window else _reask(ctx)
+    through = " after the RAM cache held it" if window else ""
+    measured = [f"re-ask of a {ctx.doc_tokens}-token document{through}: {timings(reask)}"]
     measured += [quote(e) for e in of_kind(events, "checkpoint_restored", "forced_full_reprocess")]
     if not ctx.needs_checkpoints:
         return [setting.verdict(Verdict.INEFFECTIVE, *configured, *measured,
@@ -191,13 +214,45 @@ def probe_cache_reuse(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict
         off = " (0 turns chunk reuse off)" if min_chunk == 0 else ""
         return [setting.verdict(Verdict.DISABLED if off else Verdict.INEFFECTIVE, *evidence,
                                 f"no chunk was shifted{off}")]
-    difference = output_difference(reused, reference)
-    if difference is not None:
-        return [setting.verdict(Verdict.UNSAFE, *evidence,
-                                f"reused output differs from the cache_prompt:false reference: {difference}")]
+    outcome, said = ctx.output_check(reused, reference, edited, id_slot=slot)
+    if outcome == WRONG:
+        return [setting.verdict(Verdict.UNSAFE, *evidence, f"reused output {said}")]
     stale = [e for e in of_kind(events, "checkpoint_restored") if int(e.fields["n_tokens"]) > cut]
     if stale:
         return [setting.verdict(Verdict.UNSAFE, *evidence, "output matched the reference on this probe, but the "
                                 f"restored recurrent state (n_tokens={stale[0].fields['n_tokens']}) still holds the "
                                 "removed tokens (a recurrent state cannot drop tokens from its middle)")]
-    return [setting.verdict(Verdict.ACTIVE, *evidence, "reused output equals the cache_prompt:false reference")]
+    return [setting.verdict(Verdict.ACTIVE, *evidence, f"reused output {said}")]
+
+
+def probe_swa_full(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
+    """A document twice as long as the window's cache would be without --swa-full, then the same with one token
+    changed at its middle: a full-size cache keeps the half before the change, one that held only the last cells
+    has nothing before it to keep (its checkpoints sit at the end). The price, from the start-up lines: the window
+    layers' cache at its full size against the size it would have."""
+    warning = ctx.disabled_warning("swa_full_unsupported")
+    if warning is not None:
+        return [setting.verdict(Verdict.DISABLED, quote(warning))]
+    if ctx.memory.kind != "swa":
+        return [setting.verdict(Verdict.INEFFECTIVE, f"the model's memory is {ctx.memory.kind}, without a window")]
+    launch = expectation.launch_of_options({**ctx.variant.options, "swa-full": False},
+                                           n_ctx=ctx.applied("n_ctx") or 0)
+    without = expectation.window_cells(ctx.memory, launch)
+    length = 2 * without
+    if length > MAX_PROBE_PROMPT:
+        return [setting.verdict(Verdict.UNVERIFIED, f"showing it needs a {length}-token prompt; probes stay under "
+                                f"{MAX_PROBE_PROMPT}")]
+    prompt = ctx.prompt(length)
+    slot = ctx.complete(prompt).id_slot
+    middle = len(prompt) // 2
+    edited = [*prompt[:middle], *ctx.fresh(1), *prompt[middle + 1:]]
+    changed = ctx.complete(edited, id_slot=slot)
+    caches = [cache for cache in logs.kv_caches(ctx.startup_lines) if cache.window]
+    evidence = [f"one token of a {len(prompt)}-token document changed at {middle}: {timings(changed)}"]
+    if caches:
+        full = caches[0]
+        evidence.append(f"the window layers' cache holds {full.cells:,} cells ({full.mib:.2f} MiB) where it would "
+                        f"hold {without:,} without --swa-full ({full.mib * without / full.cells:.2f} MiB): "
+                        f"{full.mib * (full.cells - without) / full.cells:.2f} MiB more for {full.layers} layers")
+    kept = changed.cache_n >= middle - 1
+    return [setting.verdict(Verdict.ACTIVE if kept else Verdict.INEFFECTIVE, *evidence)]
