@@ -28,7 +28,7 @@ from reusebench.config.sizes import size_label
 # scenarios that need a LoRA or sleep (lora_swap, after_sleep), which do not apply to the others, and tiny-probe
 # the health-check probe with 4 unified slots and without a RAM cache.
 TINY_PROFILES = ("tiny-qwen35", "tiny-nemotron_h", "tiny-granitehybrid", "tiny-granitehybrid-longmem", "tiny-glm",
-                 "tiny-llama", "tiny-lora", "tiny-lora-llama", "tiny-sleep", "tiny-probe")
+                 "tiny-gemma3", "tiny-llama", "tiny-lora", "tiny-lora-llama", "tiny-sleep", "tiny-probe")
 DEFAULT_SIZES = (2048, 8192)
 # The three worlds the model is checked in: the pinned defaults; one checkpoint per slot (a re-ask loses the one
 # at 4 + n_ubatch before the end); and user-message checkpoints close together (the chat turns' boundaries).

@@ -312,6 +312,17 @@ class ServerModel:
         cells = self._cells(slot)
         return cells.pos_min(slot.index) if cells is not None else last_pos
 
+    def _window_lacks(self, slot: Slot, n_past: int) -> bool:
+        """Whether the window the first new token attends to (positions after ``n_past - n_swa``) starts below what
+        the slot's window cache holds. The server's own test rules that out unless --swa-full dropped it, and a
+        saved copy kept only the window of its last position: then a resend or a re-ask reads a window with a
+        hole at its start (b11434, tiny-gemma3 with --swa-full, after a RAM or slot-file round trip)."""
+        cells = self._cells(slot)
+        if cells is None or n_past == 0:
+            return False
+        held_from = cells.pos_min(slot.index)
+        return held_from < 0 or held_from > max(0, n_past - self.memory.window + 1)
+
     # -- slot files ----------------------------------------------------------------------------------
 
     def saved(self, slot: int) -> Held:
@@ -368,6 +379,7 @@ class ServerModel:
         kept = tuple(c for c in held.checkpoints if c.pos_max <= n_past)
         if n_past == len(tokens) and n_past > 0:  # one token is always evaluated, for its logits
             n_past -= 1
+        wrong = wrong or self._window_lacks(slot, n_past)
         slot.held = Held(tokens[:n_past], kept, None if wrong else scales, stale and n_past > 0)
         cells = self._cells(slot)
         if cells is not None:
