@@ -371,6 +371,7 @@ class ServerModel:
         self._save_idle_slots(slot)
         use_cache = self.launch.cache_prompt if cache_prompt is None else cache_prompt
         n_past, reason, stale = self._n_past(slot, tokens) if use_cache else (0, "cache_prompt off", False)
+        kept_as_is = reason.startswith("kept ")
         if not (cleared and n_past == 0):
             why.append(reason)
         held = slot.held
@@ -379,10 +380,9 @@ class ServerModel:
         kept = tuple(c for c in held.checkpoints if c.pos_max <= n_past)
         if n_past == len(tokens) and n_past > 0:  # one token is always evaluated, for its logits
             n_past -= 1
-        # A window with a hole makes this step's output wrong; the few positions computed over it stay within the
-        # noise (tiny-gemma3: a restored extension after it differed by 4.6e-4, under NOISE_FLOOR), so the state
-        # is not marked as computed wrongly.
-        hole = self._window_lacks(slot, n_past)
+        # A kept window with a hole makes the output wrong, and the state computed over it (a checkpoint's window
+        # always covers its own last position's).
+        wrong = wrong or (kept_as_is and self._window_lacks(slot, n_past))
         slot.held = Held(tokens[:n_past], kept, None if wrong else scales, stale and n_past > 0)
         cells = self._cells(slot)
         if cells is not None:
@@ -390,7 +390,7 @@ class ServerModel:
         marked = user_starts if self.capabilities.holds("user_message_checkpoints") else ()
         self._prefill(slot, tokens, n_past, frozenset(marked))
         slot.t_last = self.task
-        return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong or hole)
+        return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong)
 
     def answered(self, generated: Sequence[int]) -> None:
         """The reply: generated tokens are fed back as they are sampled, all but the last one."""
