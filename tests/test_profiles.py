@@ -272,6 +272,16 @@ def test_option_value_expands_env(profile_dir: Path, monkeypatch: pytest.MonkeyP
     assert load_profile(path).variant("default").option("slot-save-path") == f"{profile_dir}/slots"
 
 
+def test_a_template_file_is_found_beside_the_profile_that_names_it(profile_dir: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (profile_dir / "templates").mkdir()
+    (profile_dir / "templates" / "chat.jinja").write_text("{{ messages[0]['content'] }}")
+    base = write(profile_dir, "base", "options:\n  chat-template-file: templates/chat.jinja\n")
+    mine = write(tmp_path / "elsewhere", "mine", f"extends: {base}\nmodel: {profile_dir}/model.gguf\nsizes: [100]\n")
+    monkeypatch.chdir(tmp_path / "elsewhere")  # not from the working directory: from the file that set it
+    assert load_profile(mine).variant("default").option("chat-template-file") == str(profile_dir / "templates" / "chat.jinja")
+
+
 def test_unknown_variant_lists_valid_names(profile_dir: Path) -> None:
     path = write(profile_dir, "m", "model: model.gguf\nsizes: [100]\nmatrix:\n  cache-reuse: [0, 256]\n")
     with pytest.raises(ProfileError, match=r"no variant 'cache-reuse=1'; valid variants: cache-reuse=0, cache-reuse=256"):
@@ -306,6 +316,8 @@ ERROR_CASES = {
     "unknown key": ("modle: model.gguf\nsizes: [100]\n", r"modle: unknown field \(did you mean 'model'\?\)"),
     "missing model file": ("model: nope.gguf\nsizes: [100]\n", r"model: .*nope\.gguf does not exist"),
     "missing lora file": (VALID + "lora: [model.gguf, nope.gguf]\n", r"lora\[1\]: .*nope\.gguf does not exist"),
+    "missing template file": (VALID + "options:\n  chat-template-file: t/nope.jinja\n",
+                              r"options\.chat-template-file: .*t/nope\.jinja does not exist"),
     "unknown tiny model": ("model: tiny:mamba9\nsizes: [100]\n", r"model: unknown tiny model 'mamba9'; valid names: qwen35"),
     "unset env var": ("model: ${REUSEBENCH_TEST_UNSET}/m.gguf\nsizes: [100]\n", r"model: environment variable REUSEBENCH_TEST_UNSET is not set"),
     "harness-owned port": (VALID + "options:\n  port: 8080\n", r"options\.port: set by the harness, not by profiles \(the harness picks a free port\)"),

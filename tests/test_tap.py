@@ -102,13 +102,10 @@ def test_the_workload_through_the_tap_gives_its_own_counts_cause_by_cause(throug
     assert summary.extra["without_task"] == summary.extra["length_mismatches"] == 0
 
 
-@pytest.fixture(scope="module")
-def chat_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def converse(tmp: Path, args: tuple[str, ...]) -> dict:
     """A chat client's conversation through the tap, the server at verbosity 9 (which logs prompts), its log
     through `reusebench log-filter` into the file the tap reads."""
-    tmp = tmp_path_factory.mktemp("chat")
-    model = tiny.model_path("llama")
-    server = LlamaServer(default_llama_server(), ("-m", str(model), "-c", "8192", "-np", "1"), log_verbosity=9)
+    server = LlamaServer(default_llama_server(), (*args, "-c", "8192", "-np", "1"), log_verbosity=9)
     filtered = tmp / "server.log"
     found: dict = {"tmp": tmp, "filtered": filtered}
     with server:
@@ -151,21 +148,54 @@ def chat_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return found
 
 
-def test_a_chat_clients_turns_are_classed(chat_run) -> None:
-    turns = [r for r in chat_run["records"] if r.role == Role.MEASURE and r.status == 200]
+@pytest.fixture(scope="module")
+def chat_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return converse(tmp_path_factory.mktemp("chat"), ("-m", str(tiny.model_path("llama"))))
+
+
+@pytest.fixture(scope="module")
+def gemma_chat(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The same conversation on the real Gemma 3 270M, in its own template (the system message folds into the
+    first user turn, the assistant is `model`)."""
+    return converse(tmp_path_factory.mktemp("gemma-chat"),
+                    tuple(profiles.load_profile("gemma3-270m").variants[0].server_args()))
+
+
+def chat_turns(run: dict) -> list[Record]:
+    return [r for r in run["records"] if r.role == Role.MEASURE and r.status == 200]
+
+
+@pytest.mark.parametrize("conversation", ["chat_run", "gemma_chat"])
+def test_a_chat_clients_turns_are_classed(conversation: str, request: pytest.FixtureRequest) -> None:
+    turns = chat_turns(request.getfixturevalue(conversation))
     # first; the answer and a question; the same again; a system message at the head of the whole history
     assert [(r.step, r.user, r.turn) for r in turns] == [
         ("first", "conv-1", 1), ("continues", "conv-1", 2), ("regenerate", "conv-1", 3), ("head insert", "conv-1", 4)]
     for r in turns:  # the tap's count is the server's, BOS included; the slot and the cause come from the log
         assert r.prompt_tokens == r.prompt_n + r.cache_n and "length_mismatch" not in r.extra, r
         assert r.slot == 0 and r.cause is not None and r.cause["slot"] == 0, r
-    continues, regenerate, head = turns[1:]
-    # the slot held turn 1 and its answer; the tap's perfect cache too, the answer seen in turn 2's prompt; the
-    # server re-processes one more: the last generated token was never evaluated
-    assert continues.prompt_n == continues.ideal + 1 and continues.verdict == "hit"
+    first, continues, regenerate, head = turns
+    # the tap's perfect cache holds turn 1 and its answer, seen again in turn 2's prompt
+    assert continues.extra["diverges_at"] == first.prompt_tokens + first.predicted_n
     assert regenerate.ideal == 1 and head.extra["inserted"] > 0
     # everything after the template's first tokens (BOS, the role's opening) moved: nothing more was seen before
     assert head.ideal == head.prompt_tokens - head.extra["diverges_at"] and head.extra["diverges_at"] <= 4
+
+
+def test_the_slot_keeps_a_chat_turn_and_its_answer(chat_run) -> None:
+    _, continues, regenerate, _ = chat_turns(chat_run)
+    # the server re-processes one more than the ideal: the last generated token was never evaluated
+    assert continues.prompt_n == continues.ideal + 1 and continues.verdict == "hit"
+    assert regenerate.prompt_n == 1
+
+
+def test_a_sliding_window_chat_returns_to_the_checkpoint_before_the_last_prompts_end(gemma_chat) -> None:
+    first, continues, regenerate, _ = chat_turns(gemma_chat)
+    # The whole history is shorter than the 512-token window: the cache's pos_min (0) is not below the threshold
+    # max(0, pos_next - n_swa) = 0, so b11434 looks for a checkpoint instead of keeping the live state. It takes
+    # the one 4 tokens before the last prompt's end and keeps n_tokens - 1 of it.
+    assert continues.cache_n == first.prompt_tokens - 4 - 1 and continues.verdict == "partial"
+    assert regenerate.cache_n == continues.prompt_tokens - 4 - 1 and regenerate.prompt_n == 5
 
 
 def test_credentials_pass_through_and_other_endpoints_are_counted_unrecorded(chat_run) -> None:

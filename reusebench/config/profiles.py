@@ -49,6 +49,8 @@ __all__ = [  # the profile API; reading and checking the files is profile_files'
 
 DEFAULT_N_PREDICT = 8
 DEFAULT_CORPUS = "tiny-words"  # the tiny models' vocabulary: one token per word
+# options that name a file the profile ships: relative to the file that sets them, and there before any launch
+FILE_OPTIONS = ("chat-template-file",)
 
 @dataclass(frozen=True)
 class Variant:
@@ -206,6 +208,9 @@ def _build(
     options = {
         name: _expand_value(value, origins, f"options.{name}") for name, value in merged.get("options", {}).items()
     }
+    for name in FILE_OPTIONS:
+        if isinstance(options.get(name), str):
+            options[name] = str(_resolve_file(str(options[name]), f"options.{name}", origins))
     matrix: dict[str, list[OptionValue]] = merged.get("matrix", {})
     if check_binary:
         _check_against_help(binary, options, matrix, origins)
@@ -280,16 +285,17 @@ def _expand_value(value: OptionValue, origins: _Origins, where: str) -> OptionVa
 
 
 def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
-    """A model, mmproj or LoRA file (by `where`): `tiny:NAME` (generated if missing), `real:NAME` (a model installed
-    by `reusebench models --real`) or an existing path."""
+    """A model, mmproj, LoRA or option file (by `where`): `tiny:NAME` (generated if missing), `real:NAME` (a model
+    installed by `reusebench models --real`) or an existing path."""
     with _reported_at(origins, where):
         from reusebench import tiny  # imported lazily: it pulls in numpy and gguf
 
-        if real.is_real_spec(spec):
+        named = not where.startswith("options.")  # a model, mmproj or adapter may be generated or installed
+        if named and real.is_real_spec(spec):
             if where != "model":
                 raise ProfileError(f"{origins.file(where)}: {where}: {spec}: a real model is a `model:`")
             return real.model_path(spec.removeprefix(real.SPEC_PREFIX))
-        if tiny.is_tiny_spec(spec):
+        if named and tiny.is_tiny_spec(spec):
             name = spec.removeprefix(tiny.SPEC_PREFIX)
             if where == "model":
                 return tiny.model_path(name)
