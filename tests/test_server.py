@@ -84,6 +84,30 @@ def test_restart_keeps_the_slot_save_directory(tmp_path):
         server.close()
 
 
+def test_a_call_slowed_down_but_progressing_is_not_hung(monkeypatch: pytest.MonkeyPatch):
+    """A loaded machine: every step of a long prefill takes a while, the whole call far more than the deadline.
+    The client's clock moves one second per look, so the call outlasts its 3 s deadline many times over."""
+    import reusebench.llama.client as client_module
+
+    class Busy:
+        now = 0.0
+
+        @classmethod
+        def perf_counter(cls) -> float:
+            cls.now += 1.0
+            return cls.now
+
+    server = make_server("-b", "64", "-ub", "64").start()
+    try:
+        with LlamaClient(server.base_url, server.api_key) as client:
+            monkeypatch.setattr(client_module, "time", Busy)
+            # 640 words in batches of 64: 10 progress events, then 4 tokens, each a step on
+            done = client.complete(words(640), n_predict=4, timeout_s=3)
+            assert done.prompt_n > 640 and Busy.now > 3 * 3
+    finally:
+        server.close()
+
+
 def test_hung_server_times_out_and_is_still_stopped():
     server = make_server().start()
     try:

@@ -213,7 +213,10 @@ class LlamaClient:
         timeout_s: float | None = None,
     ) -> Completion:
         acc = _Accumulator(time.perf_counter())
+        # the deadline counts from the last sign of progress: a server that is slowed down (a loaded machine) is not
+        # a hung one, and each prefill batch or generated token moves it on
         deadline = None if timeout_s is None else acc.t0 + timeout_s
+        last: tuple[object, int] | None = None
         try:
             with self.http.stream("POST", path, json=body, **_timeout(timeout_s)) as response:
                 if response.status_code >= 400:
@@ -227,8 +230,13 @@ class LlamaClient:
                         if on_progress(*numbers):
                             raise StreamEnded(path, *numbers)  # leaving the block closes the response
                     on_chunk(obj, acc)
-                    if deadline is not None and time.perf_counter() > deadline:
-                        raise ClientError(f"POST {path}: timed out after {timeout_s:.0f} s (still streaming)")
+                    if timeout_s is None or deadline is None:
+                        continue
+                    now, moved = time.perf_counter(), (progress, len(acc.tokens))
+                    if moved != last:
+                        last, deadline = moved, now + timeout_s
+                    elif now > deadline:
+                        raise ClientError(f"POST {path}: timed out: no progress for {timeout_s:.0f} s (still streaming)")
         except httpx.TimeoutException as exc:
             budget = "" if timeout_s is None else f" after {timeout_s:.0f} s"
             raise ClientError(f"POST {path}: timed out{budget} ({exc.__class__.__name__})") from exc

@@ -19,7 +19,8 @@ from reusebench.run.recording import Recorder
 from reusebench.run.server_life import ServerLife
 
 # Deadline of one completion: max(HANG_FLOOR_S, HANG_FACTOR x prompt tokens / prefill rate + HANG_MARGIN_S
-# + HANG_PER_TOKEN_S x n_predict).
+# + HANG_PER_TOKEN_S x n_predict), counted from its last progress (``LlamaClient._stream``): a call slowed more
+# than HANG_FACTOR times by a machine that got busy still ends.
 # The rate is the first load's; before it is measured, UNMEASURED_RATE (tokens/s) stands in: report A's
 # slowest 128K first load ran at ~90 tokens/s, so 100 gives a 128K first load ~87 minutes.
 HANG_FLOOR_S = 60.0
