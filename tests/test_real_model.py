@@ -7,6 +7,7 @@ identical or within the measured noise band. The other side of the check: b11434
 window test, and a RAM copy holds only the window of its last position, so a resend after an interleave reads
 a window with a hole at its start. That is a real wrong reuse (the tiny Gemma 3-class model, random weights):
 the model predicts it and the output check measures it, while the same steps without --swa-full are right.
+A chat's user messages are found with the marker the model's own template renders.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ from pathlib import Path
 import pytest
 
 from reusebench.config import profiles
+from reusebench.llama import facts
+from reusebench.llama.client import LlamaClient
+from reusebench.llama.server import LlamaServer
 from reusebench.records import Record, Role
+from reusebench.reuse import expectation
 from reusebench.reuse.verification import IDENTICAL, WITHIN_NOISE, WRONG
 from reusebench.run import runner
+
+from conftest import default_llama_server
 
 pytestmark = pytest.mark.e2e
 
@@ -78,3 +85,19 @@ def test_the_same_steps_with_the_window_test_are_right(swa_window):
     for step in (("interleave", "back to first"), ("reask", "new question")):
         r = swa_window[step]
         assert r.extra["output_check"] in (IDENTICAL, WITHIN_NOISE) and not r.extra.get("expected_wrong_output")
+
+
+@pytest.mark.parametrize("profile, marker", [("tiny-llama", facts.CHATML_USER_START),
+                                             ("gemma3-270m", "<start_of_turn>user")])
+def test_a_user_message_starts_where_the_models_own_template_says(profile: str, marker: str) -> None:
+    # the run marks where the server checkpoints a chat prompt (its user messages) with the marker the template
+    # renders, not ChatML's: on Gemma a ChatML marker would mark nothing
+    args = profiles.load_profile(profile).variants[0].server_args()
+    with LlamaServer(default_llama_server(), (*args, "-c", "2048")) as server:
+        client = LlamaClient(server.base_url, server.api_key)
+        assert facts.user_start_marker(client.apply_template) == marker
+        chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "One?"},
+                {"role": "assistant", "content": "Two."}, {"role": "user", "content": "Three?"}]
+        tokens = client.tokenize(client.apply_template(chat), add_special=True)
+        delimiter = client.tokenize(marker, add_special=False)
+        assert len(expectation.user_starts(tokens, delimiter)) == 2  # both user turns, the system message folded or not

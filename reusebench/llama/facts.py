@@ -6,6 +6,7 @@ template all read them from here; docs/llama-server-reuse.md gives each its sour
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 # The defaults of the options that decide reuse.
@@ -39,6 +40,15 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 CHATML_USER_START = "<|im_start|>user"
+USER_PROBE = "reusebench user message"  # a message text no template changes
+
+
+def user_start_marker(render: Callable[[list[dict[str, str]]], str]) -> str:
+    """Where a user message starts in a template's prompts: the text a user message's content follows (for
+    ChatML, CHATML_USER_START; for Gemma, "<start_of_turn>user"), as llama-server's autoparser finds its message
+    delimiter (`common/chat-diff-analyzer.cpp:389`); "" when the template shows none."""
+    rendered = render([{"role": "user", "content": USER_PROBE}])
+    return rendered[: max(0, rendered.find(USER_PROBE))].strip()
 
 
 def end_checkpoint_offsets(n_batch: int, n_ubatch: int) -> tuple[int, int]:

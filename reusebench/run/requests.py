@@ -34,6 +34,7 @@ class Requests:
     def __init__(self, life: ServerLife, n_predict: int) -> None:
         self.life, self.n_predict = life, n_predict
         self._tokens: dict[str, list[int]] = {}
+        self._user_start: list[int] | None = None  # the chat template's user-message marker, asked once
 
     def tokens(self, text: str, *, bos: bool = True) -> list[int]:
         key = f"{bos}:{text_hash(text)}:{len(text)}"
@@ -67,5 +68,8 @@ class Requests:
 
         # the server's own rendering, tokenized as it does (BOS added), so `ideal` compares what it compares
         tokens = self.tokens(handle.client.apply_template(messages))
-        user_starts = expectation.user_starts(tokens, self.tokens(facts.CHATML_USER_START, bos=False))
+        if self._user_start is None:
+            marker = facts.user_start_marker(handle.client.apply_template)
+            self._user_start = self.tokens(marker, bos=False) if marker else []
+        user_starts = expectation.user_starts(tokens, self._user_start)
         return Request("/v1/chat/completions", tokens, None, user_starts, send)
