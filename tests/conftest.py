@@ -44,6 +44,16 @@ def process_group_alive(pgid: int) -> bool:
     return True
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI job cancelled, `timeout`) stops the tests as Ctrl-C does, so every fixture's server is stopped;
+    Python's default would end the process with its servers left running."""
+    def terminated(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     leaked = child_llama_servers()
     if leaked:

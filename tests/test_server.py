@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -156,3 +158,30 @@ def test_handle_restart_gets_a_client_on_the_new_port_and_reads_the_log_by_mark(
     assert not raw_log.exists()
     with pytest.raises(ServerError, match="not running"):
         handle.client
+
+
+def test_tests_stopped_by_sigterm_leave_no_server(tmp_path: Path):
+    # a test that holds a server, its pytest sent SIGTERM (as a cancelled CI job or `timeout` does)
+    (tmp_path / "test_holds.py").write_text(
+        "import time\nfrom pathlib import Path\nfrom test_server import make_server\n\n"
+        "def test_holds():\n    with make_server() as server:\n"
+        f"        Path({str(tmp_path / 'pid')!r}).write_text(str(server.pid))\n        time.sleep(600)\n")
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    child = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+                              "--rootdir", str(tmp_path), str(tmp_path / "test_holds.py")], env=env, cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "pid").exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pgid = int((tmp_path / "pid").read_text())
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=60) != 0
+        left = process_group_alive(pgid)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        if (tmp_path / "pid").exists() and process_group_alive(int((tmp_path / "pid").read_text())):
+            os.killpg(int((tmp_path / "pid").read_text()), signal.SIGKILL)  # what the assert below reports
+    assert not left
