@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 from collections.abc import Iterator
@@ -11,8 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from reusebench.config import profiles
 from reusebench.llama import binaries
 from reusebench.llama.server import LlamaServer
+from reusebench.records import Record, Role
+from reusebench.run import runner
+
+REPORT_A_SIZE = 2048  # report A's steps in the tests: small enough for two cores, past every checkpoint offset
+REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
 
 
 def children(pid: int, name: str) -> list[int]:
@@ -89,3 +96,11 @@ def heed_ctrl_c() -> None:
     background job (`make test &`) with SIGINT ignored, and its children inherit that: they would not stop."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
+
+
+def report_a(profile: str, variant: str, results: Path) -> dict[tuple[str, str], Record]:
+    """Report A's six steps on one variant at REPORT_A_SIZE: the measured records by (scenario, step)."""
+    result = runner.run_profile(profiles.load_profile(profile), results_dir=results, variants=[variant],
+                                sizes=[REPORT_A_SIZE], scenario_ids=REPORT_A, out=io.StringIO())
+    assert result.failed_sessions == 0
+    return {(r.scenario, r.step): r for r in result.records if r.role == Role.MEASURE}

@@ -12,8 +12,6 @@ A chat's user messages are found with the marker the model's own template render
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
 
 import pytest
 
@@ -21,29 +19,18 @@ from reusebench.config import profiles
 from reusebench.llama import facts
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.server import LlamaServer
-from reusebench.records import Record, Role
+from reusebench.records import Record
 from reusebench.reuse import expectation
 from reusebench.reuse.verification import IDENTICAL, WITHIN_NOISE, WRONG
-from reusebench.run import runner
 
-from conftest import default_llama_server
+from conftest import default_llama_server, report_a
 
 pytestmark = pytest.mark.e2e
-
-SIZE = 2048
-REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
-
-
-def measured(profile: str, variant: str, results: Path) -> dict[tuple[str, str], Record]:
-    result = runner.run_profile(profiles.load_profile(profile), results_dir=results, variants=[variant],
-                                sizes=[SIZE], scenario_ids=REPORT_A, out=io.StringIO())
-    assert result.failed_sessions == 0
-    return {(r.scenario, r.step): r for r in result.records if r.role == Role.MEASURE}
 
 
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Record]:
-    return measured("gemma3-270m", "default", tmp_path_factory.mktemp("results"))
+    return report_a("gemma3-270m", "default", tmp_path_factory.mktemp("results"))
 
 
 def test_report_a_on_the_real_model_reads_as_the_reuse_model_predicts(gemma):
@@ -64,12 +51,12 @@ def test_every_reused_output_on_the_real_model_is_identical_or_within_the_noise_
 
 @pytest.fixture(scope="module")
 def swa_full(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Record]:
-    return measured("tiny-gemma3", "swa-full=on", tmp_path_factory.mktemp("results"))
+    return report_a("tiny-gemma3", "swa-full=on", tmp_path_factory.mktemp("results"))
 
 
 @pytest.fixture(scope="module")
 def swa_window(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Record]:
-    return measured("tiny-gemma3", "swa-full=off", tmp_path_factory.mktemp("results"))
+    return report_a("tiny-gemma3", "swa-full=off", tmp_path_factory.mktemp("results"))
 
 
 def test_a_window_with_a_hole_reads_wrong_and_was_predicted(swa_full):

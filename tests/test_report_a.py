@@ -7,45 +7,31 @@ restore after restart everything; the pure-attention control must not.
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
 
 import pytest
 
-from reusebench.config import profiles
-from reusebench.run import runner
-from reusebench.records import Record, Role
+from reusebench.records import Record
+
+from conftest import REPORT_A_SIZE, report_a
 
 pytestmark = pytest.mark.e2e
-
-SIZE = 2048
-REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
-
-
-def run(profile: str, variant: str, results: Path) -> dict[tuple[str, str], Record]:
-    result = runner.run_profile(
-        profiles.load_profile(profile), results_dir=results, variants=[variant], sizes=[SIZE],
-        scenario_ids=REPORT_A, out=io.StringIO(),
-    )
-    assert result.failed_sessions == 0
-    return {(r.scenario, r.step): r for r in result.records if r.role == Role.MEASURE}
 
 
 @pytest.fixture(scope="module")
 def hybrid(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Record]:
-    return run("tiny-qwen35", "mmproj=off,cache-reuse=0", tmp_path_factory.mktemp("results"))
+    return report_a("tiny-qwen35", "mmproj=off,cache-reuse=0", tmp_path_factory.mktemp("results"))
 
 
 @pytest.fixture(scope="module")
 def control(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Record]:
-    return run("tiny-llama", "default", tmp_path_factory.mktemp("results"))
+    return report_a("tiny-llama", "default", tmp_path_factory.mktemp("results"))
 
 
 def test_first_load_processes_the_whole_prompt(hybrid):
     cold = hybrid[("first_load", "cold")]
     assert cold.cache_n == 0
     assert cold.prompt_n == cold.prompt_tokens
-    assert abs(cold.prompt_tokens - SIZE) / SIZE < 0.02  # document of SIZE tokens plus the question
+    assert abs(cold.prompt_tokens - REPORT_A_SIZE) / REPORT_A_SIZE < 0.02  # the document plus the question
 
 
 def test_hybrid_resend_returns_to_the_checkpoint_4_tokens_before_the_end(hybrid):
@@ -81,7 +67,7 @@ def test_hybrid_restore_after_restart_reuses_only_a_strict_extension(hybrid):
     # the extension appends to exactly what the saved slot held: the appended tokens (the ideal) are processed, and
     # one more, the last generated token, which was sampled but never decoded into the saved state
     assert extension.prompt_n == extension.expected == extension.ideal + 1
-    assert extension.cache_n > SIZE
+    assert extension.cache_n > REPORT_A_SIZE
 
 
 def test_reused_output_equals_output_without_reuse(hybrid, control):
