@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import gguf
 
@@ -239,6 +240,15 @@ def user_starts(tokens: Sequence[int], delimiter: Sequence[int]) -> tuple[int, .
     return tuple(i for i in range(len(tokens) - width + 1) if list(tokens[i:i + width]) == list(delimiter))
 
 
+class _Kept(NamedTuple):
+    """What a prompt keeps of its slot's state."""
+
+    n_past: int
+    why: str
+    stale: bool = False  # the kept state holds removed tokens or another prompt's
+    as_is: bool = False  # the live state itself, not a checkpoint's: its window may have a hole
+
+
 @dataclass(frozen=True)
 class CacheEntry:
     """A RAM prompt-cache entry: what it holds, and the LoRA of the slot it was saved from."""
@@ -370,8 +380,7 @@ class ServerModel:
         slot.lora = scales
         self._save_idle_slots(slot)
         use_cache = self.launch.cache_prompt if cache_prompt is None else cache_prompt
-        n_past, reason, stale = self._n_past(slot, tokens) if use_cache else (0, "cache_prompt off", False)
-        kept_as_is = reason.startswith("kept ")
+        n_past, reason, stale, kept_as_is = self._n_past(slot, tokens) if use_cache else _Kept(0, "cache_prompt off")
         if not (cleared and n_past == 0):
             why.append(reason)
         held = slot.held
@@ -484,8 +493,8 @@ class ServerModel:
 
     # -- what is kept, and the checkpoints a prefill creates ---------------------------------------------
 
-    def _n_past(self, slot: Slot, tokens: tuple[int, ...]) -> tuple[int, str, bool]:
-        """(tokens kept, why, whether the kept state holds removed tokens or another prompt's)."""
+    def _n_past(self, slot: Slot, tokens: tuple[int, ...]) -> _Kept:
+        """How much of the slot's state this prompt keeps, and why."""
         held = slot.held
         n_past = common_prefix(held.tokens, tokens)
         stale = held.stale
@@ -495,9 +504,9 @@ class ServerModel:
             shifted, last_pos = self._shift_chunks(slot, tokens, n_past, last_pos)
             n_past += shifted
         if n_past == 0:
-            return 0, "no common prefix" if held.tokens else "empty slot", False
+            return _Kept(0, "no common prefix" if held.tokens else "empty slot")
         if not self.memory.needs_checkpoints:
-            return n_past, f"kept {n_past} tokens in slot", stale
+            return _Kept(n_past, f"kept {n_past} tokens in slot", stale, True)
         # The state is kept as it is while its lowest position lies below the threshold; b11434's test keeps one
         # position more for an identical prompt and looks at a prompt that extends everything the slot holds too.
         bounded = self.capabilities.holds("checkpoint_search_bounded")
@@ -505,7 +514,7 @@ class ServerModel:
         threshold = max(0, n_past - self.window - (0 if has_new or not bounded else 1))
         tested = n_past <= len(held.tokens) if bounded else n_past < len(held.tokens)
         if not tested or self._pos_min(slot, last_pos) < threshold:
-            return n_past, f"kept {n_past} tokens in slot", stale or shifted > 0
+            return _Kept(n_past, f"kept {n_past} tokens in slot", stale or shifted > 0, True)
         for checkpoint in reversed(held.checkpoints):
             if bounded and checkpoint.pos_max > n_past:  # past the divergence
                 continue
@@ -516,10 +525,10 @@ class ServerModel:
                     cells.load(slot.index, checkpoint.window)
                 how = "cache-reuse shifted chunk then restored" if shifted else "restored"
                 whose = " (another prompt's, kept across the restore)" if checkpoint.foreign else ""
-                return min(pos_next, len(held.tokens), checkpoint.n_tokens), \
-                    f"{how} checkpoint at n_tokens={checkpoint.n_tokens}{whose}", \
-                    stale or shifted > 0 or checkpoint.foreign
-        return 0, "forced full re-processing (no checkpoint before divergence)", False
+                return _Kept(min(pos_next, len(held.tokens), checkpoint.n_tokens),
+                             f"{how} checkpoint at n_tokens={checkpoint.n_tokens}{whose}",
+                             stale or shifted > 0 or checkpoint.foreign)
+        return _Kept(0, "forced full re-processing (no checkpoint before divergence)")
 
     def _shift_chunks(self, slot: Slot, tokens: tuple[int, ...], n_past: int, last_pos: int) -> tuple[int, int]:
         """--cache-reuse: chunks of at least N cached tokens that reappear later move to their new place (the gap
