@@ -73,7 +73,7 @@ def test_the_budget_counts_every_prefilled_token_and_is_printed_per_session(hybr
     noise = [r for r in result.records if r.role == Role.NOISE]
     if noise:  # measured when a reused output was not identical: said beside the budget, not in it
         assert summary.extra["noise"]["tokens"] == sum(r.prompt_n for r in noise)
-        assert f"tokens at ubatch 128, not in the budget)" in output
+        assert "tokens at ubatch 127, not in the budget)" in output  # 512 odd, near a quarter
     assert f"prefill budget {b.ratio:.2f}" in output
     # One reference per distinct reused prompt, none for prompts some call computed without reuse:
     # 2.09 measured on this machine; the bound leaves room for a build that reuses differently.

@@ -93,8 +93,8 @@ def test_judged_against_the_noise_band() -> None:
     assert judge(last_bits, 0.0) == WITHIN_NOISE and last_bits.delta < NOISE_FLOOR
 
 
-def test_the_band_s_second_computation_runs_at_a_quarter_of_the_ubatch() -> None:
-    assert (alternative_ubatch(512), alternative_ubatch(16), alternative_ubatch(2)) == (128, 4, 1)
+def test_the_band_s_second_computation_runs_at_an_odd_ubatch_near_a_quarter() -> None:
+    assert [alternative_ubatch(n) for n in (512, 64, 16, 12, 2)] == [127, 15, 3, 3, 1]
 
 
 def test_a_step_waits_for_its_reference_then_for_its_noise_band() -> None:

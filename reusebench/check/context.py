@@ -141,8 +141,8 @@ class ProbeContext:
     def output_check(self, reused: Completion, reference: Completion, prompt: Sequence[int],
                      **kwargs: Any) -> tuple[str, str]:
         """identical, within noise or WRONG (``verification.judge``), with its evidence. An output that is not
-        identical is judged against the noise band: the reference again on this server restarted at a quarter of
-        its ubatch, then restarted as it was (the probes after this one start from an empty server)."""
+        identical is judged against the noise band: the reference again on this server restarted at an odd ubatch
+        near a quarter of its own, then restarted as it was (the probes after this one start from an empty server)."""
         found = verification.difference(reused, reference)
         if found.identical:
             return verification.IDENTICAL, "identical to the cache_prompt:false reference"

@@ -15,8 +15,11 @@ rule (``difference``, then ``judge``):
   ``NOISE_MARGIN`` times the noise band (and never less than ``NOISE_FLOOR``); WRONG beyond it.
 
 The noise band is measured, not assumed: the same difference between two correct computations that differ only
-in batch shape, the no-reuse reference at the server's ubatch and at a quarter of it (``ALT_UBATCH_DIVISOR``) on
-a second server of the same build and model. Measured on Gemma 3 270M Q4_K_M (b11434, CPU, the python-docs
+in batch shape, the no-reuse reference at the server's ubatch and at an odd size near a quarter of it
+(``alternative_ubatch``) on a second server of the same build and model. Odd, because a reused step's batches
+start and end anywhere: a batch whose size the kernels' tiles do not divide takes other code paths. Tiny llama at
+32K: a resend (its last token computed alone) differs by 7.1e-4 from no reuse; no reuse at ubatch 128 by 0,
+at 127 by 2.5e-3. Measured on Gemma 3 270M Q4_K_M (b11434, CPU, the python-docs
 corpus): the band is 0.08-0.29 at 2K-8K, and a correct resend or re-ask differs by 0.7-1.4 times its session's
 band. On 2026-03, whose restore keeps the slot's checkpoints, a re-ask that returns to another document's
 checkpoint (146 to 446 tokens computed fresh after it, then 19) differs by 6.6-7.5 times the band. Probability,
@@ -49,7 +52,7 @@ NOISE_MARGIN = 3.0  # a difference up to this many noise bands is noise
 # keys in another cell order, which moves the sums in their last bits even where a change of ubatch alone moves
 # nothing (measured on a tiny model whose band was 0).
 NOISE_FLOOR = 1e-3
-ALT_UBATCH_DIVISOR = 4  # the band's second computation runs at a quarter of the server's ubatch
+ALT_UBATCH_DIVISOR = 4  # the band's second computation runs near a quarter of the server's ubatch
 IDENTICAL, WITHIN_NOISE, WRONG = "identical", "within noise", "WRONG"
 
 
@@ -124,8 +127,9 @@ def judge(found: Difference, band: float | None) -> str | None:
 
 
 def alternative_ubatch(n_ubatch: int) -> int:
-    """The ubatch of the noise band's second computation."""
-    return max(1, n_ubatch // ALT_UBATCH_DIVISOR)
+    """The ubatch of the noise band's second computation: odd, near a quarter of the server's (127 for 512)."""
+    quarter = n_ubatch // ALT_UBATCH_DIVISOR
+    return max(1, quarter - 1 if quarter % 2 == 0 else quarter)
 
 
 RequestT = TypeVar("RequestT")

@@ -384,9 +384,10 @@ class SessionSteps(VariantSteps):
 
     def noise_band(self) -> None:
         """When a reused output is not identical to its reference: the noise band of this model and build, measured
-        on a second server at a quarter of the ubatch (after the session's server is done, so never two at once),
-        each waiting prompt's no-reuse reference against the same at the other batch shape. The steps are judged
-        against the largest difference (``verification.judge``); the band's records carry their verdicts."""
+        on a second server at an odd ubatch near a quarter of the session's (``verification.alternative_ubatch``;
+        after the session's server is done, so never two at once), each waiting prompt's no-reuse reference against
+        the same at the other batch shape. The steps are judged against the largest difference
+        (``verification.judge``); the band's records carry their verdicts."""
         waiting = self.references.unjudged()
         if not waiting:
             return
