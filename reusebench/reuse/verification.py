@@ -19,13 +19,12 @@ in batch shape, the no-reuse reference at the server's ubatch and at an odd size
 (``alternative_ubatch``) on a second server of the same build and model. Odd, because a reused step's batches
 start and end anywhere: a batch whose size the kernels' tiles do not divide takes other code paths. Tiny llama at
 32K: a resend (its last token computed alone) differs by 7.1e-4 from no reuse; no reuse at ubatch 128 by 0,
-at 127 by 2.5e-3. Measured on Gemma 3 270M Q4_K_M (b11434, CPU, the python-docs
-corpus): the band is 0.08-0.29 at 2K-8K, and a correct resend or re-ask differs by 0.7-1.4 times its session's
-band. On 2026-03, whose restore keeps the slot's checkpoints, a re-ask that returns to another document's
-checkpoint (146 to 446 tokens computed fresh after it, then 19) differs by 6.6-7.5 times the band. Probability,
-not logprob: a real model's top-5 holds tokens of probability 1e-5 whose logprobs move by tenths of a nat with
-the batch shape while nothing that matters moves; and over the top token's probability, so a random model's flat
-distribution reads on the same scale.
+at 127 by 2.5e-3. Measured on Gemma 3 270M Q4_K_M (b11434, CPU, the python-docs corpus, report A): the band
+is 0.19 at 4K and 0.26 at 8K, and a correct resend or re-ask differs by 0.3-0.95 times it. On 2026-03, whose
+restore keeps the slot's checkpoints, a re-ask that returns to another document's checkpoint (past its
+divergence) differs by 4.7 times the band. Probability, not logprob: a real model's top-5 holds tokens of
+probability 1e-5 whose logprobs move by tenths of a nat with the batch shape while nothing that matters moves;
+and over the top token's probability, so a random model's flat distribution reads on the same scale.
 
 What no output can show (a wrong state whose effect stays inside the noise), the session flags from its history
 where the reuse model knows the state to be foreign (FOREIGN REUSE, ``expected_wrong_output``).
