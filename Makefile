@@ -17,7 +17,7 @@ CONTROL_SIZES ?= --size 32K
 # --full-prefills times every step to its end (the default stops a step whose output nothing needs at its count)
 RUN_FLAGS ?=
 
-.PHONY: setup llama-server qemu chromium site-assets bench nightly-demo test models real-model clean-results \
+.PHONY: lint setup llama-server qemu chromium site-assets bench nightly-demo test models real-model clean-results \
 	cuda-build-check gpu-check-bundle gpu-check
 
 setup: $(STAMP) llama-server
@@ -94,8 +94,11 @@ gpu-check-bundle: setup
 gpu-check:
 	sh tools/gpu_box_check.sh .gpu-check
 
-test: setup qemu chromium site-assets real-model
+test: lint setup qemu chromium site-assets real-model
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=10
+
+lint: $(STAMP)
+	$(BIN)/ruff check reusebench tests benchmarks tools
 
 clean-results:
 	rm -rf results/asv results/html results/runs

@@ -40,10 +40,10 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench.llama import build
-from reusebench.config import profiles, scenarios, sizes
-from reusebench.run import provenance, runner
 from reusebench import records
+from reusebench.config import profiles, scenarios, sizes
+from reusebench.llama import build
+from reusebench.run import provenance, runner
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = "32K,128K"

@@ -15,15 +15,16 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from reusebench import check, real, records, tiny
 from reusebench.advise import advice, agreement
 from reusebench.capability import cache as capability_cache
-from reusebench.llama import binaries, build, cuda, logs, server
-from reusebench import check, real, records, tiny
 from reusebench.config import corpus, profiles, scenarios, sizes, workload
-from reusebench.report import run_report as report, service_runs, view
+from reusebench.llama import binaries, build, cuda, logs, server
+from reusebench.report import run_report as report
+from reusebench.report import service_runs, view
 from reusebench.run import plan, runner, session
-from reusebench.run.service import ScheduleDeviation, service_run
 from reusebench.run.recording import RunDir
+from reusebench.run.service import ScheduleDeviation, service_run
 from reusebench.tap import InFront, Tap, TapOptions, conversations
 from reusebench.tap.keys import KeyFileError, default_key_path
 

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from reusebench.advise import advice
-from reusebench.reuse.expectation import Memory, launch_of_options
 from reusebench.records import Record
+from reusebench.reuse.expectation import Memory, launch_of_options
 
 HYBRID = Memory("hybrid", can_shift=False)
 LAUNCH = launch_of_options({"parallel": 1, "ubatch-size": 512, "batch-size": 2048, "ctx-checkpoints": 32})

@@ -27,10 +27,10 @@ import pytest
 from asv import util as asv_util
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench.llama import binaries
-from reusebench.config import profiles
-from reusebench.run import provenance
 from reusebench import records, tiny
+from reusebench.config import profiles
+from reusebench.llama import binaries
+from reusebench.run import provenance
 
 from conftest import default_llama_server
 
@@ -235,8 +235,6 @@ def test_a_variant_whose_option_an_older_build_lacks_is_not_applicable(monkeypat
 def test_a_variant_whose_model_architecture_a_build_does_not_know_is_not_applicable(tmp_path: Path) -> None:
     """An older llama.cpp lacks the names of later architectures; a GGUF of an architecture that no llama.cpp has
     stands in for a model that arrived after the build."""
-    from benchmarks import common
-
     model = tmp_path / "future.gguf"
     writer = gguf.GGUFWriter(str(model), "reusebench-future")
     writer.write_header_to_file()

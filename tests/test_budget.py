@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.config import profiles
 from reusebench import records
-from reusebench.run import runner
+from reusebench.config import profiles
 from reusebench.records import Record, Role
+from reusebench.run import runner
 
 pytestmark = pytest.mark.e2e
 

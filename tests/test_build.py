@@ -10,15 +10,15 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import tarfile
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from reusebench.llama import build
 from reusebench import cli
+from reusebench.llama import build
 
 REPO = Path(__file__).resolve().parents[1]
 

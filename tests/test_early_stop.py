@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import child_llama_servers
 from reusebench.config import profiles
 from reusebench.records import Record, Role
 from reusebench.run import runner
 from reusebench.run.steps import STOPPED
+
+from conftest import child_llama_servers
 
 pytestmark = pytest.mark.e2e
 

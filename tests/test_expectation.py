@@ -30,7 +30,10 @@ ANSWER = list(range(300, 308))  # n_predict 8
 PROMPT = BOS + DOC + Q1
 
 
-def model(memory: Memory = HYBRID, rules: Capabilities = Capabilities(), **options: object) -> ServerModel:
+DEFAULT_RULES = Capabilities()
+
+
+def model(memory: Memory = HYBRID, rules: Capabilities = DEFAULT_RULES, **options: object) -> ServerModel:
     return ServerModel(memory, launch_of_options({**TINY_BASE, **options}), rules)
 
 

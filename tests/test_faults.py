@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.llama.capabilities import PINNED
 from reusebench import cli, records, tiny
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import logs
-from reusebench.run import diagnosis, recording, runner
+from reusebench.llama.capabilities import PINNED
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import Record, RecordWriter, Role
+from reusebench.run import diagnosis, recording, runner
 from reusebench.run.session import Session
 
 from conftest import child_llama_servers, process_group_alive

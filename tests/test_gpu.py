@@ -18,6 +18,7 @@ from reusebench.machine.gpu_summary import (
     step_energy,
     summarize,
 )
+
 from fake_nvml import IDLE, LOST, FakeGpu, FakeNvml, Reading
 
 FAST_HZ = 200.0  # the fake answers at once; tests need rounds, not realism
@@ -296,7 +297,7 @@ def test_step_shorter_than_a_period_is_described_by_the_reading_before():
     samples = [busy(0.0, sm_clock_mhz=1500, power_w=400.0), busy(0.1, sm_clock_mhz=1800, power_w=600.0)]
     summary = summarize(trace(*samples), 0.02, 0.07)
     assert summary.samples == 0 and summary.sm_clock_mean_mhz == 1500 and summary.start_sm_clock_mhz == 1500
-    assert summary.energy_j == pytest.approx((0.05 * (440 + 540) / 2)) and summary.energy_source == "power"
+    assert summary.energy_j == pytest.approx(0.05 * (440 + 540) / 2) and summary.energy_source == "power"
 
 
 def test_step_after_the_gpu_was_lost_knows_only_why():
@@ -333,9 +334,9 @@ def load_gpu_check():
 
 @pytest.mark.e2e
 def test_gpu_check_samples_idle_and_a_prefill_and_stops_its_server(monkeypatch, capsys):
-    from conftest import child_llama_servers, default_llama_server
-
     from reusebench import tiny
+
+    from conftest import child_llama_servers, default_llama_server
 
     gpu_check = load_gpu_check()
     fake = FakeNvml([FakeGpu([IDLE] * 20 + [Reading()] * 1000)])

@@ -72,4 +72,4 @@ def test_gives_up_after_the_limit_and_one_grace_period(tmp_path: Path, monkeypat
 
 def test_no_client_before_start(tmp_path: Path) -> None:
     with pytest.raises(ServerError, match="not running"):
-        ServerHandle(LlamaServer(tmp_path / "llama-server", []), call_timeout_s=1.0).client
+        _ = ServerHandle(LlamaServer(tmp_path / "llama-server", []), call_timeout_s=1.0).client

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.llama import binaries
 from reusebench import check
 from reusebench.config import profiles
+from reusebench.llama import binaries
 
 HELP = """\
 ----- common params -----

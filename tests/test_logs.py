@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import raw_server
-from reusebench.llama import causes, logs
 from reusebench import tiny
+from reusebench.llama import causes, logs
+
+from conftest import raw_server
 
 DATA = Path(__file__).parent / "data" / "logs"
 FIXTURES = sorted(p.stem for p in DATA.glob("*.log"))

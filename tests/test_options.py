@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from reusebench import check, cli
-from reusebench.config import profiles
-from reusebench.llama.client import Completion, TokenProbs
 from reusebench.check import OptionVerdict, Verdict
 from reusebench.check import run as check_run
-from reusebench.check.run import CHECKED_DEFAULTS, PROBE_CTX_PER_SLOT, launch_args, settings_to_check
 from reusebench.check.probes.launch import metrics_agreement
 from reusebench.check.probes.reuse import probe_cache_prompt
+from reusebench.check.run import CHECKED_DEFAULTS, PROBE_CTX_PER_SLOT, launch_args, settings_to_check
+from reusebench.config import profiles
+from reusebench.llama.client import Completion, TokenProbs
 
 UNKNOWN_OPTIONS_PROFILE = """\
 binary: default

@@ -8,8 +8,8 @@ import io
 import pytest
 
 from reusebench import cli
-from reusebench.llama.server import LlamaServer
 from reusebench.config import corpus, profiles, scenarios
+from reusebench.llama.server import LlamaServer
 from reusebench.records import Record, Role
 from reusebench.run import plan
 

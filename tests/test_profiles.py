@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.llama import binaries, build
-from reusebench.config import profiles
-from reusebench.llama.binaries import BinaryError
-from reusebench.config import profile_files
+from reusebench.config import profile_files, profiles
 from reusebench.config.profiles import ProfileError, load_profile
+from reusebench.llama import binaries, build
+from reusebench.llama.binaries import BinaryError
 
 GPU_MODEL_ENV = ("REUSEBENCH_GLM_MODEL", "REUSEBENCH_QWEN35_MODEL", "REUSEBENCH_QWEN35_MMPROJ")
 

@@ -12,7 +12,6 @@ A chat's user messages are found with the marker the model's own template render
 
 from __future__ import annotations
 
-
 import pytest
 
 from reusebench.config import profiles

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reusebench.report import run_report as report
 from reusebench.records import Record, RecordWriter, Role, lora_applied, lora_key, read_records, verdict
+from reusebench.report import run_report as report
 
 
 def record(scenario: str, step: str, *, role: str = "measure", prompt_tokens: int = 1000, cache_n: int = 0,

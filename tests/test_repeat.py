@@ -17,16 +17,17 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from fake_nvml import FakeGpu, FakeNvml, Reading
 from reusebench import cli, records
 from reusebench.config import profiles
-from reusebench.report import run_report as report
-from reusebench.run import runner
 from reusebench.llama import server
 from reusebench.machine.gpu import GpuSampler
 from reusebench.machine.spread import spread
+from reusebench.report import run_report as report
+from reusebench.run import runner
 from test_asv_flow import REPO, asv_env, discover
 from test_spread import repeat
+
+from fake_nvml import FakeGpu, FakeNvml, Reading
 
 PROFILE, VARIANT = "tiny-qwen35", "mmproj=off,cache-reuse=0"
 FAST_HZ = 200.0  # the fake answers at once

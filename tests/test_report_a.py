@@ -7,7 +7,6 @@ restore after restart everything; the pure-attention control must not.
 
 from __future__ import annotations
 
-
 import pytest
 
 from reusebench.records import Record

@@ -157,7 +157,7 @@ def test_handle_restart_gets_a_client_on_the_new_port_and_reads_the_log_by_mark(
         handle.close()
     assert not raw_log.exists()
     with pytest.raises(ServerError, match="not running"):
-        handle.client
+        _ = handle.client
 
 
 def test_tests_stopped_by_sigterm_leave_no_server(tmp_path: Path):

@@ -25,7 +25,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from reusebench.report import site
-
 from test_asv_flow import MACHINE, REASK, REPO, VARIANT, asv_env, fake_llama_cpp, nightly_config, run_asv
 
 SECOND_MACHINE = "gpu-box-2"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reusebench.records import Record
 from reusebench.machine.spread import render, spread
+from reusebench.records import Record
 
 
 def repeat(seconds: float, *, throttled: float = 0.0, page_cache: float | None = 1.0, temp: float = 45.0) -> Record:

@@ -23,7 +23,10 @@ PROMPT = BOS + DOC + Q1  # 2,066 tokens
 EDITED = BOS + DOC[:1024] + [7] + DOC[1024:] + Q1  # diverges at 1,025
 
 
-def model(rules: Capabilities = Capabilities(), **options: object) -> ServerModel:
+DEFAULT_RULES = Capabilities()
+
+
+def model(rules: Capabilities = DEFAULT_RULES, **options: object) -> ServerModel:
     return ServerModel(WINDOWED, launch_of_options({**TINY_BASE, **options}, n_ctx=4096), rules)
 
 

@@ -10,8 +10,9 @@ import gguf
 import httpx
 import pytest
 
-from conftest import raw_server
 from reusebench import tiny
+
+from conftest import raw_server
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from reusebench.config import profiles
+from reusebench.records import Record, Role
 from reusebench.report import run_report as report
 from reusebench.run import runner
-from reusebench.records import Record, Role
 
 from conftest import default_llama_server
 

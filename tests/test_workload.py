@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.report import service_report
-from reusebench.llama import task_log
 from reusebench.config import users, workload
+from reusebench.llama import task_log
 from reusebench.records import Record, Role
+from reusebench.report import service_report
 
 MINIMAL = """
 profile: tiny-glm-load

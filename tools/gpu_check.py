@@ -18,10 +18,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
 from reusebench.llama.client import ClientError  # noqa: E402
-from reusebench.machine.gpu import GpuSampler, StepGpuSummary  # noqa: E402
 from reusebench.llama.handle import ServerHandle  # noqa: E402
-from reusebench.machine.host import capture  # noqa: E402
 from reusebench.llama.server import LlamaServer, ServerError  # noqa: E402
+from reusebench.machine.gpu import GpuSampler, StepGpuSummary  # noqa: E402
+from reusebench.machine.host import capture  # noqa: E402
 
 PREFILL_TIMEOUT_S = 600.0
 SENTENCE = "The quick brown fox jumps over the lazy dog while the clock on the wall keeps ticking. "

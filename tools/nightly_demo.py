@@ -34,8 +34,8 @@ from typing import Any
 
 from asv import util as asv_util
 
-from reusebench.llama import build
 from reusebench.config import scenarios
+from reusebench.llama import build
 from reusebench.report import site
 
 REPO = Path(__file__).resolve().parents[1]

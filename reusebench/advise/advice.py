@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from reusebench.config import corpus, profiles
-from reusebench.llama import facts
-from reusebench.reuse import expectation
 from reusebench import records
-from reusebench.run import runner
+from reusebench.config import corpus, profiles
+from reusebench.config.sizes import size_label
+from reusebench.llama import facts
 from reusebench.llama.handle import ServerHandle
 from reusebench.llama.server import LlamaServer
-from reusebench.config.sizes import size_label
+from reusebench.reuse import expectation
+from reusebench.run import runner
 
 TRIAL_SIZE = 2048
 # What --cache-reuse could change: the steps whose prompt shares a prefix (or a shifted chunk) with the slot.

@@ -19,10 +19,10 @@ from typing import TextIO
 import yaml
 from tabulate import tabulate
 
-from reusebench.config import profiles
 from reusebench import records
-from reusebench.run import runner
+from reusebench.config import profiles
 from reusebench.config.sizes import size_label
+from reusebench.run import runner
 
 # The tiny model profiles run the whole catalogue; tiny-lora, tiny-lora-llama and tiny-sleep add the two
 # scenarios that need a LoRA or sleep (lora_swap, after_sleep), which do not apply to the others, and tiny-probe

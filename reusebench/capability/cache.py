@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reusebench.capability import probes
-from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.binaries import Binary, BinaryError
+from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import ClientError
 from reusebench.llama.server import LlamaServer, ServerError
 from reusebench.records import file_sha256

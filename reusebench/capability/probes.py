@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from reusebench import tiny
-from reusebench.llama.capabilities import Capabilities
 from reusebench.llama import binaries, facts
 from reusebench.llama.binaries import Binary
+from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import ClientError, Completion, LlamaClient
 from reusebench.llama.handle import ServerHandle
 from reusebench.llama.server import LlamaServer, ServerError

@@ -18,8 +18,8 @@ server), ``probes`` (one function per option), ``run`` (what to check, the launc
 ``render`` (the table and report).
 """
 
-from reusebench.check.run import check_variant
 from reusebench.check.render import describe_launch, render_report, render_table
+from reusebench.check.run import check_variant
 from reusebench.check.verdicts import (
     FAILING_VERDICTS,
     VERDICT_CODES,

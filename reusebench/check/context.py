@@ -6,15 +6,15 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from reusebench.llama.capabilities import PINNED, Capabilities
-from reusebench.llama import binaries, facts, logs
-from reusebench.reuse import expectation, verification
 from reusebench import tiny
+from reusebench.check.verdicts import OptionVerdict, Setting
+from reusebench.config.profiles import Variant
+from reusebench.llama import binaries, facts, logs
+from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.llama.client import Completion, LlamaClient
 from reusebench.llama.handle import ServerHandle
 from reusebench.llama.logs import Event
-from reusebench.check.verdicts import OptionVerdict, Setting
-from reusebench.config.profiles import Variant
+from reusebench.reuse import expectation, verification
 
 PROBE_N_PREDICT = 8  # enough greedy tokens for a stale state to show in the output
 PROBE_TAIL_TOKENS = 256  # document tokens before the "4 + n_ubatch before the end" checkpoint

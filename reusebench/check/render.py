@@ -7,10 +7,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from reusebench.llama import binaries
 from reusebench.check.run import launch_args
 from reusebench.check.verdicts import OptionVerdict
 from reusebench.config.profiles import Variant
+from reusebench.llama import binaries
 
 EVIDENCE_WIDTH = 100
 

@@ -7,15 +7,15 @@ from dataclasses import replace
 from typing import TypeVar
 
 from reusebench.capability import cache as capability_cache
-from reusebench.llama.capabilities import Capabilities
-from reusebench.llama import binaries
-from reusebench.llama.binaries import HelpOption
-from reusebench.llama.client import ClientError
-from reusebench.llama.handle import ServerHandle
 from reusebench.check.context import Probe, ProbeContext, of_kind
 from reusebench.check.probes import PROBES, SLEEP_OPTION
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.config.profiles import OptionValue, Variant
+from reusebench.llama import binaries
+from reusebench.llama.binaries import HelpOption
+from reusebench.llama.capabilities import Capabilities
+from reusebench.llama.client import ClientError
+from reusebench.llama.handle import ServerHandle
 from reusebench.llama.server import LlamaServer, ServerError
 
 T = TypeVar("T")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from reusebench.config.profiles import OptionValue
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     ACTIVE = "ACTIVE"
     DISABLED = "DISABLED"
     INEFFECTIVE = "INEFFECTIVE"

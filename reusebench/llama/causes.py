@@ -9,7 +9,6 @@ from typing import Any
 from reusebench.llama.logs import Event
 
 
-
 @dataclass(frozen=True)
 class Cause:
     """Why one request reused what it did, read from the events logged while it ran.

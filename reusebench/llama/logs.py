@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, TextIO
+from typing import Any, TextIO
 
 __all__ = [
     "EVENT_PATTERNS",

@@ -13,11 +13,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from reusebench.report import service_runs
-from reusebench.machine import spread
-from reusebench.records import Record, Role, deviation
 from reusebench.config import workload
 from reusebench.config.sizes import size_label
+from reusebench.machine import spread
+from reusebench.records import Record, Role, deviation
+from reusebench.report import service_runs
 
 
 def correctness(r: Record) -> str:

@@ -341,7 +341,7 @@ def tap_section(extra: dict[str, Any], records: Sequence[Record]) -> str:
         f"requests the tap could not class: {extra.get('unclassed', 0)}; "
         f"requests without their task in the server log: {extra.get('without_task', 0)}; "
         f"server lifetimes in the log: {extra.get('server_lifetimes', 0)}",
-        f"classes: " + ", ".join(f"{kind} {n}" for kind, n in Counter(r.step for r in records if r.role in (
+        "classes: " + ", ".join(f"{kind} {n}" for kind, n in Counter(r.step for r in records if r.role in (
             Role.MEASURE, Role.PROBE)).most_common()),
     ]
     lines += [f"warning: {w}" for w in extra.get("log_warnings") or ()]

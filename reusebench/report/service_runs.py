@@ -12,6 +12,7 @@ from tabulate import tabulate
 from reusebench.records import Record
 from reusebench.report.service_report import figures, render
 
+
 def runs(records: Sequence[Record]) -> list[list[Record]]:
     """The records of each run of a workload, in order: ``reusebench workload --repeat`` keeps them in one file,
     told apart by their ``repeat``."""

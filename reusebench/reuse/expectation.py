@@ -31,12 +31,11 @@ from typing import NamedTuple
 
 import gguf
 
-from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.config import options as options_mod
 from reusebench.config.profiles import Variant
+from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.llama.facts import (
     AUTO_SLOTS,
-    SWA_PATTERNS,
     DEFAULT_BATCH,
     DEFAULT_CACHE_RAM_MIB,
     DEFAULT_CHECKPOINT_MIN_STEP,
@@ -45,6 +44,7 @@ from reusebench.llama.facts import (
     DEFAULT_UBATCH,
     F_KEEP_LOAD,
     F_KEEP_SAVE,
+    SWA_PATTERNS,
     end_checkpoint_offsets,
 )
 from reusebench.reuse import swa

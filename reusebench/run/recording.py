@@ -11,14 +11,14 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from reusebench.llama.capabilities import Capabilities
 from reusebench.config.profiles import Variant
 from reusebench.llama import logs
+from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import Completion
 from reusebench.llama.task_log import Task
 from reusebench.records import Lora, PrefillBudget, Record, RecordWriter, Role, lora_key, prefill_budgets, tokens_hash

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from reusebench.capability import cache
-from reusebench.llama.capabilities import PINNED, Capabilities
-from reusebench.config import corpus, profiles, scenarios
-from reusebench.run import plan, provenance
 from reusebench import records
+from reusebench.capability import cache
+from reusebench.config import corpus, profiles, scenarios
+from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler
+from reusebench.run import plan, provenance
 from reusebench.run.recording import RunDir
 from reusebench.run.session import Session, SessionResult, session_name
 

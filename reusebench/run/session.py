@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from reusebench.llama.capabilities import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
 from reusebench.llama import binaries
+from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import ClientError
 from reusebench.llama.server import LlamaServer, ServerError
 from reusebench.machine.gpu import GpuSampler

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reusebench.llama.capabilities import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
+from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import ClientError, Completion, ProgressCallback, StreamEnded
 from reusebench.llama.server import ServerError
 from reusebench.records import DEFAULT_LORA, Lora, Record, Role, lora_key, verdict

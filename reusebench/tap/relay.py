@@ -17,6 +17,7 @@ and cost a dependency and a second concurrency model beside the suite's threads.
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 import threading
@@ -269,7 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _fail(self, status: int, message: str) -> None:
         try:
-            data = ('{"error": {"code": %d, "message": "%s", "type": "tap_error"}}' % (status, message)).encode()
+            data = json.dumps({"error": {"code": status, "message": message, "type": "tap_error"}}).encode()
             self.send_response_only(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

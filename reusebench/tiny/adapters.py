@@ -5,7 +5,21 @@ from __future__ import annotations
 from gguf import GGUFWriter
 
 from reusebench.tiny.layers import Tensors, attention_q_width, layer_norm, linear
-from reusebench.tiny.shapes import CLIP_BLOCKS, CLIP_FF, CLIP_HEADS, CLIP_IMAGE, CLIP_PATCH, CLIP_WIDTH, HEAD_DIM, LORA_ALPHA, LORA_RANK, LORA_STD, N_EMBD, N_FF, Recipe
+from reusebench.tiny.shapes import (
+    CLIP_BLOCKS,
+    CLIP_FF,
+    CLIP_HEADS,
+    CLIP_IMAGE,
+    CLIP_PATCH,
+    CLIP_WIDTH,
+    HEAD_DIM,
+    LORA_ALPHA,
+    LORA_RANK,
+    LORA_STD,
+    N_EMBD,
+    N_FF,
+    Recipe,
+)
 
 
 def lora_targets(recipe: Recipe) -> list[tuple[str, int]]:

@@ -5,7 +5,30 @@ from __future__ import annotations
 from gguf import GGUFWriter
 
 from reusebench.tiny.layers import Tensors, gated_ffn, layer_norm, per_layer, start_text_model
-from reusebench.tiny.shapes import CONV_KERNEL, DENSE_LEAD_LAYERS, HC_EPS, HC_SINKHORN_ITERS, HC_STREAMS, INDEXER_HEADS, INDEXER_HEAD_DIM, INDEXER_KPOOL, INDEXER_TOP_K, KDA_HEAD_DIM, MLA_HEAD_DIM, MLA_KV_RANK, MLA_Q_RANK, NORM_EPS, N_EMBD, N_EXPERT, N_EXPERT_USED, N_FF, N_FF_EXP, N_HEAD, Recipe, RecurrentInit
+from reusebench.tiny.shapes import (
+    CONV_KERNEL,
+    DENSE_LEAD_LAYERS,
+    HC_EPS,
+    HC_SINKHORN_ITERS,
+    HC_STREAMS,
+    INDEXER_HEAD_DIM,
+    INDEXER_HEADS,
+    INDEXER_KPOOL,
+    INDEXER_TOP_K,
+    KDA_HEAD_DIM,
+    MLA_HEAD_DIM,
+    MLA_KV_RANK,
+    MLA_Q_RANK,
+    N_EMBD,
+    N_EXPERT,
+    N_EXPERT_USED,
+    N_FF,
+    N_FF_EXP,
+    N_HEAD,
+    NORM_EPS,
+    Recipe,
+    RecurrentInit,
+)
 
 
 def _kda(t: Tensors, il: int, init: RecurrentInit) -> None:

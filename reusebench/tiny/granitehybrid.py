@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gguf import GGUFWriter
 import math
+
+from gguf import GGUFWriter
 
 from reusebench.tiny.layers import add_mamba2_metadata, mixer_then_ffn_layers, per_layer, start_text_model
 from reusebench.tiny.shapes import HEAD_DIM, N_FF, Recipe

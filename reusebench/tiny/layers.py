@@ -3,10 +3,32 @@ global tensors, attention, MLP and Mamba2 layers."""
 
 from __future__ import annotations
 
-from gguf import GGUFWriter, TokenType
 import numpy as np
+from gguf import GGUFWriter, TokenType
 
-from reusebench.tiny.shapes import BOS_ID, CHAT_TEMPLATE, CONTEXT_LENGTH, CONV_KERNEL, EOS_ID, FIRST_TEXT_TOKEN_ID, HEAD_DIM, MAMBA_GROUPS, MAMBA_HEADS, MAMBA_INNER, MAMBA_STATE, NORM_EPS, N_EMBD, N_FF, ROPE_FREQ_BASE, Recipe, RecurrentInit, SPECIAL_TOKENS, UNK_ID, WEIGHT_STD, WORDS
+from reusebench.tiny.shapes import (
+    BOS_ID,
+    CHAT_TEMPLATE,
+    CONTEXT_LENGTH,
+    CONV_KERNEL,
+    EOS_ID,
+    FIRST_TEXT_TOKEN_ID,
+    HEAD_DIM,
+    MAMBA_GROUPS,
+    MAMBA_HEADS,
+    MAMBA_INNER,
+    MAMBA_STATE,
+    N_EMBD,
+    N_FF,
+    NORM_EPS,
+    ROPE_FREQ_BASE,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    WEIGHT_STD,
+    WORDS,
+    Recipe,
+    RecurrentInit,
+)
 
 
 class Tensors:

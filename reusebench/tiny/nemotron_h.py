@@ -5,7 +5,7 @@ from __future__ import annotations
 from gguf import GGUFWriter
 
 from reusebench.tiny.layers import add_mamba2_metadata, attention, mamba2, per_layer, start_text_model
-from reusebench.tiny.shapes import HEAD_DIM, NORM_EPS, N_EMBD, N_FF, Recipe
+from reusebench.tiny.shapes import HEAD_DIM, N_EMBD, N_FF, NORM_EPS, Recipe
 
 
 def build_nemotron_h(name: str, recipe: Recipe) -> GGUFWriter:

@@ -5,7 +5,16 @@ from __future__ import annotations
 from gguf import GGUFWriter
 
 from reusebench.tiny.layers import attention, gated_ffn, start_text_model
-from reusebench.tiny.shapes import CONV_KERNEL, DELTA_HEAD_DIM, DELTA_K_HEADS, DELTA_V_HEADS, HEAD_DIM, N_EMBD, N_FF, Recipe
+from reusebench.tiny.shapes import (
+    CONV_KERNEL,
+    DELTA_HEAD_DIM,
+    DELTA_K_HEADS,
+    DELTA_V_HEADS,
+    HEAD_DIM,
+    N_EMBD,
+    N_FF,
+    Recipe,
+)
 
 
 def build_qwen35(name: str, recipe: Recipe) -> GGUFWriter:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from gguf import TokenType
 import math
+from dataclasses import dataclass
+
+from gguf import TokenType
 
 from reusebench.llama.facts import CHATML_TEMPLATE
-
 
 # Bump whenever a generator changes, so files cached by an older recipe are never reused.
 FACTORY_VERSION = 1

@@ -7,13 +7,12 @@ from __future__ import annotations
 from reusebench.check.context import PROBE_TAIL_TOKENS, QUESTION_TOKENS, ProbeContext, of_kind, quote, timings
 from reusebench.check.probes.launch import metrics_agreement
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
+from reusebench.llama import logs
 from reusebench.llama.client import Completion
 from reusebench.llama.facts import CHATML_USER_START, message_delimiters
-from reusebench.llama import logs
 from reusebench.llama.logs import Event
 from reusebench.reuse import expectation
 from reusebench.reuse.verification import WRONG
-
 
 MAX_PROBE_PROMPT = 3072  # a probe that would need a longer prompt reports UNVERIFIED instead
 # The --cache-reuse probe removes a chunk this far into the document, of this many tokens: chunk reuse then

@@ -23,11 +23,10 @@ from reusebench.config import users
 from reusebench.config.profiles import Variant
 from reusebench.config.users import User
 from reusebench.config.workload import Workload
-from reusebench.llama import task_log
+from reusebench.llama import binaries, task_log
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.handle import ServerHandle
 from reusebench.llama.server import LlamaServer
-from reusebench.llama import binaries
 from reusebench.records import Record, RecordWriter
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run.recording import Recorder, Source, ctx_size_args
