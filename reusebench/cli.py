@@ -76,7 +76,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_workload(args: argparse.Namespace) -> int:
     load = workload.load_workload(args.workload)
     profile = profiles.load_profile(args.profile or load.profile)
-    variant = profile.variant(args.variant or load.variant) if (args.variant or load.variant) else profile.variants[0]
+    named = args.variant or load.variant
+    variant = profile.variant(named) if named else profile.variants[0]
     run = RunDir.create(Path(args.results))
     run_id, run_dir, records_path = run.run_id, run.path, run.records_path
     print(f"run {run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> {records_path}",

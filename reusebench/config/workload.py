@@ -122,7 +122,7 @@ class _Reader:
                 hint = reader.did_you_mean(str(key), fields)
                 raise self.fail(f"{where}{key}", f"unknown field{hint}; valid fields: {', '.join(fields)}")
 
-    def value(self, table: dict[str, Any], key: str, where: str, kind: Callable[[Any], Any], default: Any = None,
+    def value(self, table: dict[str, Any], key: str, where: str, kind: Callable[[Any, str], Any], default: Any = None,
               required: bool = False) -> Any:
         if key not in table:
             if required:

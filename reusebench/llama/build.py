@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TARGET = "llama-server"
 BUILD_INFO = "build.json"
@@ -169,7 +170,7 @@ def read_build_info(binary: Path) -> dict[str, object] | None:
         return None
 
 
-def describe(info: dict[str, object]) -> str:
+def describe(info: dict[str, Any]) -> str:
     """One line for records and reports: version, commit, flavor and the flags that matter."""
     flags = [a for a in info.get("cmake_args", []) if a.startswith(("-DGGML_", "-DCMAKE_CUDA_ARCHITECTURES"))]
     cuda = info.get("cuda")

@@ -133,7 +133,7 @@ WORDS: dict[str, str] = {
     "swa_state_window_only": "a saved sliding-window state holds only the window",
     "swa_full_drops_window": "--swa-full drops the window from the reuse test",
 }
-PINNED = Capabilities(**PINNED_RULES, how="not probed: the pinned build's rules")
+PINNED = Capabilities(**PINNED_RULES, how="not probed: the pinned build's rules")  # type: ignore[arg-type]  # bool fields
 
 
 def _word(value: bool | None) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +126,7 @@ class LlamaClient:
         *,
         n_predict: int,
         cache_prompt: bool | None = True,
-        lora: list[dict[str, float]] | None = None,
+        lora: Sequence[Mapping[str, float]] | None = None,
         id_slot: int | None = None,
         n_probs: int = 5,
         on_progress: ProgressCallback | None = None,
@@ -153,7 +153,7 @@ class LlamaClient:
         if cache_prompt is None:
             del body["cache_prompt"]
         if lora is not None:
-            body["lora"] = lora
+            body["lora"] = [dict(adapter) for adapter in lora]
         if id_slot is not None:
             body["id_slot"] = id_slot
         body.update(extra or {})

@@ -114,7 +114,7 @@ class CudaBuild:
     """What `--flavor cuda` adds to the CMake line, and what build.json says about it."""
 
     cmake_args: tuple[str, ...]
-    details: dict[str, object]
+    details: dict[str, Any]
 
 
 def driver_state(nvml: Any = None) -> tuple[int | None, int]:
@@ -199,8 +199,9 @@ def system_toolkit() -> tuple[Toolkit | None, str]:
     candidates = []
     if os.environ.get("CUDA_HOME"):
         candidates.append(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc")
-    if shutil.which("nvcc"):
-        candidates.append(Path(shutil.which("nvcc")))
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append(Path(on_path))
     candidates.append(Path("/usr/local/cuda/bin/nvcc"))
     nvcc = next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
     if nvcc is None:

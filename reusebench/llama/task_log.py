@@ -99,7 +99,7 @@ class TaskLog:
         """The tasks that had been launched and not yet released when `task` was launched (read so far)."""
         with self._lock:
             self._read()
-            return sorted(other.task for other in self._tasks.values() if other is not task
+            return sorted(other.task for other in self._tasks.values() if other is not task and other.task is not None
                           and other.launched_at < task.launched_at
                           and (other.released_at is None or other.released_at > task.launched_at))
 

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PROC = Path("/proc")
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -38,7 +39,7 @@ class HostState:
 LOAD_MARGIN = 0.5  # runnable tasks beyond one per core before a timing is flagged
 
 
-def under_load(host: dict[str, object] | None) -> str | None:
+def under_load(host: dict[str, Any] | None) -> str | None:
     """Why a step's timing is suspect, from the host state recorded before it: a 1-minute load average above one
     task per core plus ``LOAD_MARGIN``. The suite's own server keeps about one task per core busy (a quiet
     2-core machine read 1.87-2.07 through make bench); other work on top shows (3.7-4.1 beside a compile)."""

@@ -155,7 +155,9 @@ def make_self_contained(site: Path, assets: Path | None = None) -> list[str]:
         def local_tag(match: re.Match[str]) -> str:
             tag, url = match.group(0), match.group(2)
             asset = by_url[url]
-            data = tarballs[asset.package].extractfile(asset.member).read()
+            member = tarballs[asset.package].extractfile(asset.member)
+            assert member is not None, asset.member  # a file, checked when the assets were fetched
+            data = member.read()
             integrity = _INTEGRITY.search(tag)
             if asset.same_as_cdn and integrity and _sri(data, integrity.group(1)) != integrity.group(1):
                 raise SiteError(f"{asset.package.spec} {asset.member} is not the file index.html pins for {url}")

@@ -432,6 +432,7 @@ class ServerModel:
                 if chosen is None or slot.t_last <= self.slots[chosen].t_last:
                     chosen = index
             update = True
+        assert chosen is not None  # there is always a slot
         self.last_slot = chosen
         slot = self.slots[chosen]
         if update and self.launch.cache_ram_mib != 0:

@@ -52,4 +52,4 @@ def said(measured: Record) -> str:
     """How a verified step's output compares, in a few words."""
     check = measured.extra.get("output_check")
     return {"identical": "is identical to", "within noise": "is within the noise of", "WRONG": "DIFFERS from"}.get(
-        check, "differs, waiting for the noise band, from")
+        str(check), "differs, waiting for the noise band, from")

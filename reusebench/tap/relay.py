@@ -77,7 +77,7 @@ class Relay:
     @property
     def address(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def serve_forever(self) -> None:
         self.server.serve_forever(poll_interval=0.2)
@@ -148,7 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            parts = []
+            parts: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:

@@ -304,7 +304,7 @@ class _Request:
             tap.tally.requests += 1
             tap.tally.interrupted += bool(error and error.startswith("interrupted"))
             tap.tally.unclassed += c is None
-        if complete and self.tap.tasks is not None and record.prompt_n is not None:
+        if complete and tap.tasks is not None and record.prompt_n is not None:
             task = tap.tasks.claim(record.slot, record.prompt_n + (record.cache_n or 0),
                                    wait_s=tap.options.claim_wait_s)
             if task is None:

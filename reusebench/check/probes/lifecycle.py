@@ -63,7 +63,7 @@ def probe_sleep_idle_seconds(ctx: ProbeContext, setting: Setting) -> list[Option
     waited = ctx.handle.wait_until_asleep(seconds)
     if not waited.asleep:
         return [setting.verdict(Verdict.INEFFECTIVE, f"/props is_sleeping=false after {waited.waited_s:.1f} s idle")]
-    slept = [quote(e) for e in of_kind(ctx.events_since(mark), "sleep_entering")]
+    sleep_lines = [quote(e) for e in of_kind(ctx.events_since(mark), "sleep_entering")]
     # In the b11434 source /metrics does not wake a sleeping server, yet build 7e4c0a9 woke on it
     # (docs/llama-server-reuse.md, "Sleep"). Asked last, once the sleep is shown, so the answer is a finding
     # rather than a disturbance.
@@ -73,7 +73,7 @@ def probe_sleep_idle_seconds(ctx: ProbeContext, setting: Setting) -> list[Option
     survived = after.cache_n > len(prompt) // 2
     return [setting.verdict(
         Verdict.ACTIVE,
-        f"/props is_sleeping=true after {waited.waited_s:.1f} s idle", *slept,
+        f"/props is_sleeping=true after {waited.waited_s:.1f} s idle", *sleep_lines,
         f"finding: the caches {'survived' if survived else 'did not survive'} sleep: resend before sleep "
         f"{timings(before)}, after waking {timings(after)}",
         f"finding: GET /metrics {'woke' if woken_by_metrics else 'did not wake'} the sleeping server",
