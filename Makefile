@@ -99,6 +99,7 @@ test: lint setup qemu chromium site-assets real-model
 
 lint: $(STAMP)
 	$(BIN)/ruff check reusebench tests benchmarks tools
+	$(BIN)/mypy
 
 clean-results:
 	rm -rf results/asv results/html results/runs

@@ -17,6 +17,7 @@ profile's own sizes. Each advice says which.
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,10 +124,11 @@ def compare_steps(recorded: Sequence[records.Record], with_name: str,
             for step, r in by_variant[with_name].items() if step in by_variant[without_name]}
 
 
-class _Lines:
+class _Lines(io.StringIO):
     """A text stream that hands each complete line to `say` (the runner prints its progress to a stream)."""
 
     def __init__(self, say: Say) -> None:
+        super().__init__()
         self.say, self.pending = say, ""
 
     def write(self, text: str) -> int:

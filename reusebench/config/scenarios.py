@@ -53,15 +53,34 @@ GROWTH_STEPS = ("turn 1", "turn 2", "turn 3", "turn 4")  # one measured step per
 class Steps(Protocol):
     """What a scenario can do; implemented by ``session.Session``."""
 
-    document: str
-    other: str
-    edited: str
-    questions: tuple[str, str]
-    summary: str
-    lora_adapters: int  # adapters the server was started with
-    multimodal: bool  # an mmproj is loaded
-    slot_actions: bool  # the server takes slot saves, restores and erases
-    capabilities: Capabilities  # the build's, where builds differ
+    # read-only: the session's documents and what its server was started with
+    @property
+    def document(self) -> str: ...
+
+    @property
+    def other(self) -> str: ...
+
+    @property
+    def edited(self) -> str: ...
+
+    @property
+    def questions(self) -> tuple[str, str]: ...
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def lora_adapters(self) -> int: ...  # adapters the server was started with
+
+    @property
+    def multimodal(self) -> bool: ...  # an mmproj is loaded
+
+    @property
+    def slot_actions(self) -> bool: ...  # the server takes slot saves, restores and erases
+
+    @property
+    def capabilities(self) -> Capabilities: ...  # the build's, where builds differ
+
 
     def option(self, name: str) -> object | None: ...
 

@@ -225,7 +225,7 @@ def death_by_signal(code: int, binary: Path) -> str | None:
         return (f"{binary} died with SIGILL: this llama-server build uses CPU instructions this machine lacks "
                 f"(CPU: {host.cpu_model() or 'unknown'}, missing: {missing}); build it with `reusebench build`")
     cause = {signal.SIGKILL: "out of memory? see `dmesg`", signal.SIGSEGV: "a crash in llama-server",
-             signal.SIGBUS: "the model file changed or was truncated while mapped?"}.get(sig)
+             signal.SIGBUS: "the model file changed or was truncated while mapped?"}.get(sig) if sig else None
     return f"{binary} was killed by {name}" + (f" ({cause})" if cause else "")
 
 

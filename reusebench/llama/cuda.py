@@ -121,7 +121,9 @@ def driver_state(nvml: Any = None) -> tuple[int | None, int]:
     """The newest CUDA major this machine's driver supports, and how many GPUs it sees, read through NVML;
     (None, 0) without a GPU driver."""
     if nvml is None:
-        import pynvml as nvml
+        import pynvml
+
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception:  # no driver, no GPU, no NVML library: all mean "not readable here"

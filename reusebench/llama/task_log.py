@@ -139,13 +139,14 @@ class TaskLog:
             block = self._launching = Task(events=self._asleep_events)
             self._asleep_events = []
             self._selection(block, e)
-        elif e.kind == "processing_task" and block is not None and block.task is None:
+        elif (e.kind == "processing_task" and block is not None and block.task is None and e.slot is not None
+              and e.task is not None):
             block.slot, block.task, block.launched_at = e.slot, e.task, self._events
             block.lifetime = max(0, self.lifetimes - 1)
             block.events.append(e)
             self._tasks[(e.slot, e.task)] = block
             self._by_slot.setdefault(e.slot, []).append(block)
-        elif e.task is not None and e.task >= 0:
+        elif e.slot is not None and e.task is not None and e.task >= 0:
             task = self._tasks.get((e.slot, e.task))
             if task is not None:
                 task.events.append(e)

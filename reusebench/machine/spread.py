@@ -71,7 +71,7 @@ def spread(repeats: Sequence[Record]) -> Spread:
             warnings.append(f"statistical outliers: repeat(s) {', '.join(map(str, outliers))}; "
                             "other programs or power management may have interfered")
     slow = {numbers[i] for i, s in enumerate(seconds) if s > median}
-    throttled = {numbers[i] for i, r in enumerate(repeats) if (_gpu(r, "throttled_fraction") or 0) > 0}
+    throttled = {numbers[i] for i, r in enumerate(repeats) if float(_gpu(r, "throttled_fraction") or 0) > 0}
     if throttled and throttled <= slow:
         warnings.append(f"throttling coincides with the slow repeat(s) {', '.join(map(str, sorted(throttled)))}")
     cold_disk = [numbers[i] for i, r in enumerate(repeats) if (fraction := _page_cache(r)) is not None and fraction < 0.5]

@@ -253,7 +253,7 @@ def interference(records: Sequence[Record], long_prefill_tokens: int) -> Interfe
         others = [span for user, span in long_spans if user != r.user]
         (_, first), decode = spans(r)
         for share, value, during, alone in (
-                (_overlap(*decode, others), r.predicted_ms / r.predicted_n if r.predicted_n else None,
+                (_overlap(*decode, others), r.predicted_ms / r.predicted_n if r.predicted_n and r.predicted_ms is not None else None,
                  result.decode_during, result.decode_alone),
                 (_overlap(r.started_at, first, others), r.ttft_ms, result.ttft_during, result.ttft_alone)):
             if value is not None and share >= 0.5:

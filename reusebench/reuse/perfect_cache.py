@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+Tokens = Sequence[int] | np.ndarray  # ids as a list, or as the tap holds them
+
 DEFAULT_MAX_TOKENS = 4_000_000  # 16 MB of int32 ids: a few hundred long conversations
 
 
@@ -35,7 +37,7 @@ class PerfectCache:
         self._tokens = 0
         self._lock = threading.Lock()
 
-    def longest_prefix(self, prompt: Sequence[int]) -> int:
+    def longest_prefix(self, prompt: Tokens) -> int:
         ids = np.asarray(prompt, dtype=np.int32)
         with self._lock:
             held = self._held
@@ -44,7 +46,7 @@ class PerfectCache:
     def ideal(self, prompt: Sequence[int]) -> int:
         return max(1, len(prompt) - self.longest_prefix(prompt))
 
-    def add(self, sequence: Sequence[int]) -> None:
+    def add(self, sequence: Tokens) -> None:
         """The server computed `sequence` (a prompt and its answer)."""
         ids = np.asarray(sequence, dtype=np.int32)
         with self._lock:
