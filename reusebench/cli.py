@@ -19,7 +19,7 @@ from reusebench import check, real, records, tiny
 from reusebench.advise import advice, agreement
 from reusebench.capability import cache as capability_cache
 from reusebench.config import corpus, profiles, scenarios, sizes, workload
-from reusebench.llama import binaries, build, cuda, logs, server
+from reusebench.llama import binaries, build, cuda, logs, process
 from reusebench.report import run_report as report
 from reusebench.report import service_runs, view
 from reusebench.run import plan, runner, session
@@ -57,7 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             early_stop=not args.full_prefills, repeats=repeats, on_failure=args.on_failure,
         )
     except KeyboardInterrupt as exc:
-        server.stop_all()
+        process.stop_all()
         print("\n" + (exc.summary() if isinstance(exc, runner.Interrupted) else
                       f"interrupted: every server stopped; records kept under {Path(args.results) / 'runs'}"),
               file=sys.stderr)
@@ -92,7 +92,7 @@ def cmd_workload(args: argparse.Namespace) -> int:
                 service_run(load, variant, writer, run_id=run_id, log_dir=run.log_dir, free_running=args.free_running,
                             repeat=repeat if args.repeat > 1 else None, via=via).run()
     except KeyboardInterrupt:
-        server.stop_all()
+        process.stop_all()
         print(f"\ninterrupted: every server stopped; {len(records.read_records(records_path))} records kept in "
               f"{records_path}", file=sys.stderr)
         return 130
@@ -528,5 +528,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reusebench: {exc}", file=sys.stderr)
         return 2
     finally:
-        server.stop_all()
+        process.stop_all()
         signal.signal(signal.SIGTERM, previous)

@@ -14,7 +14,7 @@ import pytest
 
 from reusebench.config import profiles
 from reusebench.llama import binaries
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
 from reusebench.records import Record, Role
 from reusebench.run import runner
 
@@ -82,10 +82,10 @@ def default_llama_server() -> Path:
 @contextmanager
 def raw_server(model: Path, *args: str, log_verbosity: int = 4) -> Iterator[tuple[httpx.Client, Path]]:
     """The default llama-server on `model` (one slot, small batches so checkpoints land close together),
-    started and stopped by reusebench's LlamaServer; yields a plain httpx client that carries the API key, and
+    started and stopped by reusebench's ServerProcess; yields a plain httpx client that carries the API key, and
     the raw log (deleted when the server stops, so read it inside the block)."""
     args = ("-m", str(model), "-c", "16384", "-np", "1", "-ub", "64", "-b", "256", *args)
-    server = LlamaServer(default_llama_server(), args, log_verbosity=log_verbosity)
+    server = ServerProcess(default_llama_server(), args, log_verbosity=log_verbosity)
     headers = {"Authorization": f"Bearer {server.api_key}"}
     with server, httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as client:
         yield client, server.raw_log_path

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 SIZE = 2048
 
 
-def run(profile: str, results: Path, verify: bool) -> tuple[runner.RunResult, str]:
+def run(profile: str, results: Path, verify: bool) -> tuple[runner.ProfileResult, str]:
     out = io.StringIO()
     result = runner.run_profile(profiles.load_profile(profile), results_dir=results, sizes=[SIZE], verify=verify,
                                 out=out)
@@ -38,21 +38,21 @@ def run(profile: str, results: Path, verify: bool) -> tuple[runner.RunResult, st
 
 
 @pytest.fixture(scope="module")
-def hybrid(tmp_path_factory: pytest.TempPathFactory) -> tuple[runner.RunResult, str]:
+def hybrid(tmp_path_factory: pytest.TempPathFactory) -> tuple[runner.ProfileResult, str]:
     return run("tiny-granitehybrid-longmem", tmp_path_factory.mktemp("results"), verify=True)
 
 
 @pytest.fixture(scope="module")
-def hybrid_unverified(tmp_path_factory: pytest.TempPathFactory) -> tuple[runner.RunResult, str]:
+def hybrid_unverified(tmp_path_factory: pytest.TempPathFactory) -> tuple[runner.ProfileResult, str]:
     return run("tiny-granitehybrid-longmem", tmp_path_factory.mktemp("results"), verify=False)
 
 
-def step(result: runner.RunResult, scenario: str, name: str, role: str = "measure") -> Record:
+def step(result: runner.ProfileResult, scenario: str, name: str, role: str = "measure") -> Record:
     (found,) = [r for r in result.records if (r.scenario, r.step, r.role) == (scenario, name, role)]
     return found
 
 
-def budget(result: runner.RunResult) -> records.PrefillBudget:
+def budget(result: runner.ProfileResult) -> records.PrefillBudget:
     (only,) = records.prefill_budgets(result.records)
     return only
 

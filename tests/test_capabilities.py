@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from reusebench.capability import cache
+from reusebench.capability.rules import PINNED_RULES, Capabilities
 from reusebench.config import profiles
 from reusebench.llama.binaries import Binary
-from reusebench.llama.capabilities import PINNED_RULES, Capabilities
 from reusebench.records import Role
 from reusebench.run import runner
 

@@ -8,7 +8,7 @@ import pytest
 
 from reusebench import tiny
 from reusebench.llama.client import LlamaClient, StreamEnded
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
 
 from conftest import default_llama_server
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def client() -> Iterator[LlamaClient]:
     args = ["-m", str(tiny.model_path("llama")), "-c", "4096", "-np", "1", "-b", "512", "-ub", "512"]
-    with LlamaServer(default_llama_server(), args) as server, LlamaClient(server.base_url, server.api_key) as client:
+    with ServerProcess(default_llama_server(), args) as server, LlamaClient(server.base_url, server.api_key) as client:
         yield client
 
 

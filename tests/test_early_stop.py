@@ -28,7 +28,7 @@ K32, K2 = 32768, 2048
 SCENARIOS = ("edit_middle", "restore_disk")
 
 
-def run(results: Path, *, early_stop: bool, sizes: list[int]) -> runner.RunResult:
+def run(results: Path, *, early_stop: bool, sizes: list[int]) -> runner.ProfileResult:
     out = io.StringIO()
     result = runner.run_profile(profiles.load_profile("tiny-qwen35"), results_dir=results,
                                 variants=["mmproj=off,cache-reuse=0"], sizes=sizes, scenario_ids=SCENARIOS,
@@ -38,13 +38,13 @@ def run(results: Path, *, early_stop: bool, sizes: list[int]) -> runner.RunResul
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[runner.RunResult, runner.RunResult]:
+def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[runner.ProfileResult, runner.ProfileResult]:
     early = run(tmp_path_factory.mktemp("early"), early_stop=True, sizes=[K32, K2])
     timed = run(tmp_path_factory.mktemp("timed"), early_stop=False, sizes=[K32])
     return early, timed
 
 
-def completions(result: runner.RunResult, size: int) -> list[Record]:
+def completions(result: runner.ProfileResult, size: int) -> list[Record]:
     """Measured, setup and reference completions; not the slot calls (saves, restores, the erases)."""
     return [r for r in result.records if r.size == size and r.endpoint == "/completion"]
 

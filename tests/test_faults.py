@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from reusebench import cli, records, tiny
+from reusebench.capability.rules import PINNED
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import logs
-from reusebench.llama.capabilities import PINNED
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import Record, RecordWriter, Role
 from reusebench.run import diagnosis, recording, runner

@@ -112,7 +112,7 @@ def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path
     def no_launch(*args: object, **kwargs: object) -> None:
         raise AssertionError("a server was started for a profile the binary rejects")
 
-    monkeypatch.setattr(check_run, "LlamaServer", no_launch)
+    monkeypatch.setattr(check_run, "ServerProcess", no_launch)
     variant = profiles.load_profile(unknown_profile, check_binary=False).variants[0]
     verdicts = by_key(check.check_variant(variant))
     assert {key for key, v in verdicts.items() if v.verdict is Verdict.UNSUPPORTED} == {

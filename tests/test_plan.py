@@ -9,7 +9,7 @@ import pytest
 
 from reusebench import cli
 from reusebench.config import corpus, profiles, scenarios
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
 from reusebench.records import Record, Role
 from reusebench.run import plan
 
@@ -52,7 +52,7 @@ def test_the_control_reuses_half_the_edited_document_so_nothing_stops():
 
 
 def test_dry_run_prints_the_plan_and_starts_no_server(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(LlamaServer, "start", lambda self: pytest.fail("a dry run started a server"))
+    monkeypatch.setattr(ServerProcess, "start", lambda self: pytest.fail("a dry run started a server"))
     assert cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=on,cache-reuse=256", "--size", "32K",
                      "--scenarios", *REPORT_A, "--dry-run", "--results", str(tmp_path)]) == 0
     assert not any(tmp_path.iterdir())  # no run directory either

@@ -19,7 +19,7 @@ import pytest
 from reusebench import check, cli, tiny
 from reusebench.config import profiles
 from reusebench.llama.client import LlamaClient
-from reusebench.llama.server import LlamaServer, ServerError
+from reusebench.llama.process import ServerError, ServerProcess
 
 from conftest import default_llama_server
 
@@ -69,7 +69,7 @@ def test_emulated_cpu_lacks_avx512(avx512_binary: Path, tmp_path: Path) -> None:
 
 
 def test_a_server_killed_by_sigill_gets_one_line_that_says_why(avx512_binary: Path, tmp_path: Path) -> None:
-    server = LlamaServer(emulated(avx512_binary, tmp_path / "llama-server"), ["-m", "unused.gguf"])
+    server = ServerProcess(emulated(avx512_binary, tmp_path / "llama-server"), ["-m", "unused.gguf"])
     with pytest.raises(ServerError) as died:
         server.start()
     message = str(died.value)
@@ -95,7 +95,7 @@ def test_default_build_serves_a_completion_on_a_cpu_without_avx512(tmp_path: Pat
     binary = emulated(default_llama_server(), tmp_path / "llama-server")
     prompt = " ".join(tiny.WORDS[i % len(tiny.WORDS)] for i in range(300))
     args = ["-m", str(tiny.model_path("llama")), "-c", "1024", "-np", "1", "-t", "2"]
-    with LlamaServer(binary, args, health_timeout_s=300) as server, \
+    with ServerProcess(binary, args, health_timeout_s=300) as server, \
             LlamaClient(server.base_url, server.api_key, timeout_s=300) as client:
         completion = client.complete(prompt, n_predict=4)
     assert completion.prompt_n == 301 and completion.predicted_n == 4

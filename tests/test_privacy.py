@@ -13,7 +13,7 @@ import pytest
 
 from reusebench import cli, records, tiny
 from reusebench.llama.client import ClientError, LlamaClient
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
 
 from conftest import default_llama_server
 
@@ -69,7 +69,7 @@ def test_the_marker_is_in_no_record_report_summary_page_log_or_asv_figure(run_di
 
 
 def test_a_request_without_the_run_api_key_is_refused():
-    with LlamaServer(default_llama_server(), ["-m", str(tiny.model_path("llama")), "-c", "512"]) as server:
+    with ServerProcess(default_llama_server(), ["-m", str(tiny.model_path("llama")), "-c", "512"]) as server:
         assert server.base_url.startswith("http://127.0.0.1:")
         with LlamaClient(server.base_url) as anonymous, pytest.raises(ClientError) as refused:
             anonymous.complete(MARKER, n_predict=1)

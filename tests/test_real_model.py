@@ -17,7 +17,7 @@ import pytest
 from reusebench.config import profiles
 from reusebench.llama import facts
 from reusebench.llama.client import LlamaClient
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
 from reusebench.records import Record
 from reusebench.reuse import expectation
 from reusebench.reuse.verification import IDENTICAL, WITHIN_NOISE, WRONG
@@ -79,7 +79,7 @@ def test_a_user_message_starts_where_the_models_own_template_says(profile: str, 
     # the run marks where the server checkpoints a chat prompt (its user messages) with the marker the template
     # renders, not ChatML's: on Gemma a ChatML marker would mark nothing
     args = profiles.load_profile(profile).variants[0].server_args()
-    with LlamaServer(default_llama_server(), (*args, "-c", "2048")) as server:
+    with ServerProcess(default_llama_server(), (*args, "-c", "2048")) as server:
         client = LlamaClient(server.base_url, server.api_key)
         assert facts.user_start_marker(client.apply_template) == marker
         chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "One?"},

@@ -19,7 +19,7 @@ import pytest
 
 from reusebench import cli, records
 from reusebench.config import profiles
-from reusebench.llama import server
+from reusebench.llama import process
 from reusebench.machine.gpu import GpuSampler
 from reusebench.machine.spread import spread
 from reusebench.report import run_report as report
@@ -148,9 +148,9 @@ def test_the_throttled_repeat_carries_its_state_and_the_report_warns_as_its_seco
     throttled_repeat, starts = 2, []
     throttling = threading.Event()
     gpu = FollowsThrottle(throttling)
-    start, stop = server.LlamaServer.start, server.LlamaServer.stop
+    start, stop = process.ServerProcess.start, process.ServerProcess.stop
 
-    def start_and_throttle(self: server.LlamaServer) -> server.LlamaServer:
+    def start_and_throttle(self: process.ServerProcess) -> process.ServerProcess:
         started = start(self)
         starts.append(self.pid)
         if len(starts) == throttled_repeat:  # throttled from health to stop, the measured load included
@@ -158,14 +158,14 @@ def test_the_throttled_repeat_carries_its_state_and_the_report_warns_as_its_seco
             gpu.read_anew()
         return started
 
-    def release_and_stop(self: server.LlamaServer) -> int | None:
+    def release_and_stop(self: process.ServerProcess) -> int | None:
         if throttling.is_set() and self.pid == starts[throttled_repeat - 1]:
             throttling.clear()
             gpu.read_anew()  # the next repeat's state before its start is full speed
         return stop(self)
 
-    monkeypatch.setattr(server.LlamaServer, "start", start_and_throttle)
-    monkeypatch.setattr(server.LlamaServer, "stop", release_and_stop)
+    monkeypatch.setattr(process.ServerProcess, "start", start_and_throttle)
+    monkeypatch.setattr(process.ServerProcess, "stop", release_and_stop)
     result = runner.run_profile(
         profiles.load_profile(PROFILE), results_dir=tmp_path, variants=[VARIANT], sizes=[1024],
         repeats=runner.Repeats(3), sampler_factory=lambda: GpuSampler(FAST_HZ, nvml=FakeNvml([gpu])),

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from reusebench import cli
+from reusebench.capability.rules import PINNED
 from reusebench.config import corpus, profiles, scenarios
-from reusebench.llama.capabilities import PINNED
 from reusebench.llama.client import Completion
 from reusebench.records import Record, Role, read_records
 from reusebench.run import runner
 
 SIZE = 2048
-RUNS: list[runner.RunResult] = []  # every run of this module, for the privacy test
+RUNS: list[runner.ProfileResult] = []  # every run of this module, for the privacy test
 
 
 @dataclass

@@ -1,187 +1,75 @@
-"""Server lifecycle against the real llama-server: start, faults, stop, restart."""
+"""The one wait for sleep that `run` and `check` share (Server.wait_until_asleep), without a server."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from reusebench import tiny
-from reusebench.llama.client import ClientError, LlamaClient
-from reusebench.llama.handle import ServerHandle
-from reusebench.llama.server import LlamaServer, ServerError
-
-from conftest import default_llama_server, process_group_alive
-
-pytestmark = pytest.mark.e2e
+from reusebench.llama import server
+from reusebench.llama.process import ServerError, ServerProcess
+from reusebench.llama.server import Server
 
 
-def make_server(*args: str, model: Path | None = None, **kwargs) -> LlamaServer:
-    model = model or tiny.model_path("llama")
-    return LlamaServer(default_llama_server(), ["-m", str(model), "-c", "4096", "-np", "1", *args], **kwargs)
+class SleepyClient:
+    """Answers /props with is_sleeping true from the `asleep_at`-th call on; counts every other call."""
+
+    def __init__(self, asleep_at: int | None) -> None:
+        self.asleep_at, self.props_calls, self.other_calls = asleep_at, 0, 0
+
+    def props(self) -> dict[str, Any]:
+        self.props_calls += 1
+        return {"is_sleeping": self.asleep_at is not None and self.props_calls >= self.asleep_at}
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:  # anything else would wake the server
+        self.other_calls += 1
+        raise AssertionError(f"{name} called while waiting for sleep")
 
 
-def words(n: int) -> str:
-    return " ".join(tiny.WORDS[i % len(tiny.WORDS)] for i in range(n))
+def handle_with(client: SleepyClient, tmp_path: Path) -> Server:
+    server_handle = Server(ServerProcess(tmp_path / "llama-server", []), call_timeout_s=1.0)
+    server_handle._client = client  # type: ignore[assignment]  # what start() would set on a running server
+    return server_handle
 
 
-def test_start_binds_loopback_with_an_api_key_and_stop_kills_the_group():
-    server = make_server().start()
-    try:
-        assert server.base_url.startswith("http://127.0.0.1:")
-        pid = server.pid
-        with LlamaClient(server.base_url) as anonymous:
-            with pytest.raises(ClientError) as denied:
-                anonymous.tokenize("the")
-        assert denied.value.status == 401
-        with LlamaClient(server.base_url, server.api_key) as client:
-            assert client.tokenize(" the river") and client.props()["total_slots"] == 1
-    finally:
-        server.close()
-    assert not process_group_alive(pid)
-    assert not server.raw_log_path.exists()  # the private raw log goes with the server
+class Clock:
+    """the server module's `time`: a sleep advances it by exactly its length, so waits are arithmetic, not the CPU's pace."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
-def test_port_already_taken_is_a_clear_error():
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        with pytest.raises(ServerError, match=f"couldn't bind.*{port}"):
-            make_server(port=port).start()
+@pytest.fixture(autouse=True)
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    monkeypatch.setattr(server, "SLEEP_POLL_S", 0.125)  # binary fractions: the sums below are exact
+    monkeypatch.setattr(server, "time", Clock())
+    return server.time
 
 
-def test_corrupt_model_fails_start_up_with_exit_status_and_log_tail(tmp_path):
-    # llama-server sometimes exits before its log thread writes the loader's error line, so the
-    # cause itself is checked before launch (profiles: gguf header check); here: no hang, a clear exit.
-    model = tmp_path / "broken.gguf"
-    model.write_bytes(tiny.model_path("llama").read_bytes()[:100_000])  # truncated
-    with pytest.raises(ServerError, match="exited with status 1 during start-up; last log lines:"):
-        make_server(model=model).start()
+def test_waits_until_props_says_asleep_asking_nothing_else(tmp_path: Path) -> None:
+    client = SleepyClient(asleep_at=3)
+    waited = handle_with(client, tmp_path).wait_until_asleep(5.0)
+    assert waited.asleep and waited.polls == 3 and waited.waited_s == 0.25 and client.other_calls == 0  # two polls
 
 
-def test_missing_binary_is_named(tmp_path):
-    server = LlamaServer(tmp_path / "llama-server", ["-m", "x.gguf"])
-    with pytest.raises(ServerError, match="missing or not executable: .*llama-server"):
-        server.start()
+def test_gives_up_after_the_limit_and_one_grace_period(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "SLEEP_GRACE_S", 0.25)
+    client = SleepyClient(asleep_at=None)
+    waited = handle_with(client, tmp_path).wait_until_asleep(0.5)
+    # limit 0.5 + grace 0.25 = 0.75 s; polls every 0.125 s: at 0.75 it is not yet over, at 0.875 it gives up
+    assert not waited.asleep and waited.waited_s == 0.875 and waited.polls == client.props_calls == 8
 
 
-def test_restart_keeps_the_slot_save_directory(tmp_path):
-    server = make_server("--slot-save-path", str(tmp_path)).start()
-    try:
-        with LlamaClient(server.base_url, server.api_key) as client:
-            client.complete(words(300), n_predict=4)
-            assert client.slot_save(0, "kept.bin")["n_saved"] > 300
-        server.restart()
-        with LlamaClient(server.base_url, server.api_key) as client:
-            assert client.slot_restore(0, "kept.bin")["n_restored"] > 300
-            assert client.complete(words(300), n_predict=4).prompt_n == 1
-    finally:
-        server.close()
-
-
-def test_a_call_slowed_down_but_progressing_is_not_hung(monkeypatch: pytest.MonkeyPatch):
-    """A loaded machine: every step of a long prefill takes a while, the whole call far more than the deadline.
-    The client's clock moves one second per look, so the call outlasts its 3 s deadline many times over."""
-    import reusebench.llama.client as client_module
-
-    class Busy:
-        now = 0.0
-
-        @classmethod
-        def perf_counter(cls) -> float:
-            cls.now += 1.0
-            return cls.now
-
-    server = make_server("-b", "64", "-ub", "64").start()
-    try:
-        with LlamaClient(server.base_url, server.api_key) as client:
-            monkeypatch.setattr(client_module, "time", Busy)
-            # 640 words in batches of 64: 10 progress events, then 4 tokens, each a step on
-            done = client.complete(words(640), n_predict=4, timeout_s=3)
-            assert done.prompt_n > 640 and Busy.now > 3 * 3
-    finally:
-        server.close()
-
-
-def test_hung_server_times_out_and_is_still_stopped():
-    server = make_server().start()
-    try:
-        with LlamaClient(server.base_url, server.api_key) as client:
-            os.killpg(server.pid, signal.SIGSTOP)
-            started = time.monotonic()
-            with pytest.raises(ClientError, match="timed out"):
-                client.complete(words(200), n_predict=4, timeout_s=2)
-            assert time.monotonic() - started < 20  # the 2 s bound, not the client's default hour
-        pgid = server.pid
-    finally:
-        server.close()
-    assert not process_group_alive(pgid)
-
-
-def test_server_killed_mid_prefill_fails_the_call_with_its_exit_status():
-    server = make_server().start()
-    try:
-        with LlamaClient(server.base_url, server.api_key) as client:
-            def kill_mid_prefill(processed: int, cache: int, total: int) -> None:
-                # the server's 0% event, sent before its first batch: the whole prefill is still ahead of it
-                if processed < total and server.is_running():
-                    server.kill_hard()
-
-            with pytest.raises(ClientError, match="connection|no answer|closed"):
-                client.complete(words(3500), n_predict=4, on_progress=kill_mid_prefill)
-        assert server.process is not None and server.process.wait(timeout=60) == -signal.SIGKILL
-    finally:
-        server.close()
-
-
-def test_handle_restart_gets_a_client_on_the_new_port_and_reads_the_log_by_mark():
-    handle = ServerHandle(make_server(), call_timeout_s=30.0).start()
-    try:
-        first_client = handle.client
-        mark = handle.mark()
-        handle.client.complete(words(64), n_predict=2)
-        assert any(event.kind == "new_prompt" for event in handle.events_since(mark))
-        handle.restart()
-        assert handle.client is not first_client and handle.server.starts == 2
-        assert handle.client.props()["total_slots"] == 1  # the new client reaches the restarted server
-        assert handle.events_since(handle.mark()) == []
-        raw_log = handle.server.raw_log_path
-    finally:
-        handle.close()
-    assert not raw_log.exists()
+def test_no_client_before_start(tmp_path: Path) -> None:
     with pytest.raises(ServerError, match="not running"):
-        _ = handle.client
-
-
-def test_tests_stopped_by_sigterm_leave_no_server(tmp_path: Path):
-    # a test that holds a server, its pytest sent SIGTERM (as a cancelled CI job or `timeout` does)
-    (tmp_path / "test_holds.py").write_text(
-        "import time\nfrom pathlib import Path\nfrom test_server import make_server\n\n"
-        "def test_holds():\n    with make_server() as server:\n"
-        f"        Path({str(tmp_path / 'pid')!r}).write_text(str(server.pid))\n        time.sleep(600)\n")
-    tests = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    child = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-                              "--rootdir", str(tmp_path), str(tmp_path / "test_holds.py")], env=env, cwd=tmp_path,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "pid").exists() and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        pgid = int((tmp_path / "pid").read_text())
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=60) != 0
-        left = process_group_alive(pgid)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        if (tmp_path / "pid").exists() and process_group_alive(int((tmp_path / "pid").read_text())):
-            os.killpg(int((tmp_path / "pid").read_text()), signal.SIGKILL)  # what the assert below reports
-    assert not left
+        _ = Server(ServerProcess(tmp_path / "llama-server", []), call_timeout_s=1.0).client

@@ -21,7 +21,7 @@ from reusebench.config import profiles, users, workload
 from reusebench.llama import task_log
 from reusebench.records import Record, Role
 from reusebench.report import service_report, service_runs
-from reusebench.run.service import RunResult, ScheduleDeviation, ServiceRun, schedule, service_run
+from reusebench.run.service import ScheduleDeviation, ServiceRun, WorkloadResult, schedule, service_run
 from reusebench.run.service.calls import Calls
 
 from conftest import children, heed_ctrl_c
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 SMALL = "service-small"
 
 
-Ran = tuple[list[Record], ServiceRun, RunResult]
+Ran = tuple[list[Record], ServiceRun, WorkloadResult]
 
 
 def driver(load: workload.Workload, run_dir: Path, free_running: bool = False) -> ServiceRun:

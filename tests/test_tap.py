@@ -21,7 +21,7 @@ import pytest
 
 from reusebench import records, tiny
 from reusebench.config import profiles, users, workload
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
 from reusebench.llama.task_log import TaskLog
 from reusebench.records import Record, Role
 from reusebench.report import service_report
@@ -105,7 +105,7 @@ def test_the_workload_through_the_tap_gives_its_own_counts_cause_by_cause(throug
 def converse(tmp: Path, args: tuple[str, ...]) -> dict:
     """A chat client's conversation through the tap, the server at verbosity 9 (which logs prompts), its log
     through `reusebench log-filter` into the file the tap reads."""
-    server = LlamaServer(default_llama_server(), (*args, "-c", "8192", "-np", "1"), log_verbosity=9)
+    server = ServerProcess(default_llama_server(), (*args, "-c", "8192", "-np", "1"), log_verbosity=9)
     filtered = tmp / "server.log"
     found: dict = {"tmp": tmp, "filtered": filtered}
     with server:
@@ -223,12 +223,12 @@ def test_the_marker_reaches_no_file_the_tap_or_the_filter_wrote(chat_run) -> Non
 @pytest.fixture
 def server_and_log(tmp_path: Path):
     model = tiny.model_path("llama")
-    server = LlamaServer(default_llama_server(), ("-m", str(model), "-c", "32768", "-np", "1"), log_verbosity=4)
+    server = ServerProcess(default_llama_server(), ("-m", str(model), "-c", "32768", "-np", "1"), log_verbosity=4)
     with server:
         yield server
 
 
-def stream_some(url: str, server: LlamaServer, chunks: int, n_predict: int = 20000):
+def stream_some(url: str, server: ServerProcess, chunks: int, n_predict: int = 20000):
     """Start a long streamed completion and read `chunks` of it; returns the open stream's context."""
     client = httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {server.api_key}"})
     body = {"prompt": words(2, 50), "n_predict": n_predict, "ignore_eos": True, "stream": True, "temperature": 0}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from reusebench.llama.client import Completion, TokenProbs
+from reusebench.llama.outputs import common_prefix, difference
 from reusebench.records import Record
 from reusebench.reuse.verification import (
     IDENTICAL,
@@ -15,8 +16,6 @@ from reusebench.reuse.verification import (
     WRONG,
     References,
     alternative_ubatch,
-    common_prefix,
-    difference,
     judge,
 )
 

@@ -26,8 +26,8 @@ from reusebench import records
 from reusebench.config import corpus, profiles
 from reusebench.config.sizes import size_label
 from reusebench.llama import facts
-from reusebench.llama.handle import ServerHandle
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
+from reusebench.llama.server import Server
 from reusebench.reuse import expectation
 from reusebench.run import runner
 
@@ -220,7 +220,7 @@ def _try_min_step(variant: profiles.Variant) -> tuple[EditCost, float, tuple[lis
     document, delimiter and question tokens it sent (after BOS)."""
     options = {**variant.options, "checkpoint-min-step": TRIAL_MIN_STEP, "ctx-size": 2 * TRIAL_SIZE + 2048}
     trial = dataclasses.replace(variant, options=options)
-    handle = ServerHandle(LlamaServer(trial.binary.path, trial.server_args()), call_timeout_s=TRIAL_TIMEOUT_S)
+    handle = Server(ServerProcess(trial.binary.path, trial.server_args()), call_timeout_s=TRIAL_TIMEOUT_S)
     try:
         client = handle.start().client
         text = corpus.build_corpus(corpus.load_spec("tiny-words"), client, TRIAL_SIZE)

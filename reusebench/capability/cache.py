@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reusebench.capability import probes
+from reusebench.capability import build_probes
+from reusebench.capability.rules import Capabilities
 from reusebench.llama.binaries import Binary, BinaryError
-from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import ClientError
-from reusebench.llama.server import LlamaServer, ServerError
+from reusebench.llama.process import ServerError, ServerProcess
 from reusebench.records import file_sha256
 
 CACHE_ENV = "REUSEBENCH_CAPABILITY_CACHE"
@@ -54,7 +54,7 @@ def executable(binary: Binary) -> Executable:
     """What runs when `binary` is started: itself, or the executable (and environment) its launcher starts."""
     if _is_elf(binary.path):
         return Executable(binary.path)
-    server = LlamaServer(binary.path, ["-m", str(probes.model()), "-c", "256", "-np", "1"])
+    server = ServerProcess(binary.path, ["-m", str(build_probes.model()), "-c", "256", "-np", "1"])
     with server:
         assert server.pid is not None
         found = _group_processes(server.pid)
@@ -143,16 +143,16 @@ def of_binary(binary: Binary, say: Callable[[str], None] = lambda _m: None, *, a
         real = executable(binary)
         key = real.key()
     except (OSError, ServerError, ClientError) as error:
-        return Capabilities(how=f"not probed: {probes.first_line(error)}")
+        return Capabilities(how=f"not probed: {build_probes.first_line(error)}")
     if not again:
         found = _read(path_of(key))
         if found is not None:
             return found
     try:
         # the build itself: a launcher's extra flags are not its rules, its environment may be needed to run
-        probed = probes.probe(Binary(real.path), say, env=real.env)
+        probed = build_probes.probe(Binary(real.path), say, env=real.env)
     except (ServerError, ClientError, BinaryError, OSError, ValueError, KeyError) as error:
-        return Capabilities(how=f"not probed: {type(error).__name__}: {probes.first_line(error)}")
+        return Capabilities(how=f"not probed: {type(error).__name__}: {build_probes.first_line(error)}")
     try:
         store(key, probed, real.path)
     except OSError as error:  # a read-only cache: the result still holds for this run

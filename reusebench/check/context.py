@@ -7,13 +7,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from reusebench import tiny
+from reusebench.capability.rules import PINNED, Capabilities
 from reusebench.check.verdicts import OptionVerdict, Setting
 from reusebench.config.profiles import Variant
 from reusebench.llama import binaries, facts, logs
-from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.llama.client import Completion, LlamaClient
-from reusebench.llama.handle import ServerHandle
 from reusebench.llama.logs import Event
+from reusebench.llama.server import Server
 from reusebench.reuse import expectation, verification
 
 PROBE_N_PREDICT = 8  # enough greedy tokens for a stale state to show in the output
@@ -48,7 +48,7 @@ def flag(value: object) -> str:
 class ProbeContext:
     """One running server and what the probes share: client, start-up log, fresh prompts, the log since a mark."""
 
-    def __init__(self, variant: Variant, handle: ServerHandle, capabilities: Capabilities = PINNED) -> None:
+    def __init__(self, variant: Variant, handle: Server, capabilities: Capabilities = PINNED) -> None:
         self.variant = variant
         self.handle = handle
         self.capabilities = capabilities  # the build's, where builds differ (``reusebench.capability``)

@@ -7,16 +7,16 @@ from dataclasses import replace
 from typing import TypeVar
 
 from reusebench.capability import cache as capability_cache
+from reusebench.capability.rules import Capabilities
 from reusebench.check.context import Probe, ProbeContext, of_kind
 from reusebench.check.probes import PROBES, SLEEP_OPTION
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.config.profiles import OptionValue, Variant
 from reusebench.llama import binaries
 from reusebench.llama.binaries import HelpOption
-from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import ClientError
-from reusebench.llama.handle import ServerHandle
-from reusebench.llama.server import LlamaServer, ServerError
+from reusebench.llama.process import ServerError, ServerProcess
+from reusebench.llama.server import Server
 
 T = TypeVar("T")
 
@@ -128,7 +128,7 @@ def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = 
         return unsupported + [setting.verdict(Verdict.UNVERIFIED, not_run)
                               for setting, _ in checked if setting.option not in rejected]
     args, _ = launch_args(variant)
-    handle = ServerHandle(LlamaServer(variant.binary.path, args), call_timeout_s=PROBE_TIMEOUT_S)
+    handle = Server(ServerProcess(variant.binary.path, args), call_timeout_s=PROBE_TIMEOUT_S)
     try:  # closed whatever happens: the server stops and its raw log is deleted
         rules = capabilities or capability_cache.of_binary(variant.binary, say)
         try:

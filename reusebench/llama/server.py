@@ -1,260 +1,110 @@
-"""Launch, watch and stop one llama-server process.
+"""One running llama-server as `run`, `check` and tools/gpu_check.py use it: process, client and log.
 
-The server always binds 127.0.0.1 on a free port, runs in its own process group
-with a random API key, and logs at ``-lv 4`` into a private file (checkpoint and
-RAM-cache decisions are logged only at that level).
-Every started server is registered so that an error, a timeout or Ctrl-C anywhere
-still stops it: nothing outlives the run.
+``Server`` starts and stops a ``process.ServerProcess``, keeps one ``client.LlamaClient`` on its
+current port (a restart gets a new port, so a new client), reads the ``-lv 4`` log by offset in whole
+lines, and waits for ``--sleep-idle-seconds`` to put the server to sleep.
 """
 
 from __future__ import annotations
 
-import atexit
-import os
-import secrets
-import signal
-import socket
-import subprocess
-import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass
 
-import httpx
+from reusebench.llama import logs
+from reusebench.llama.client import LlamaClient
+from reusebench.llama.logs import Event
+from reusebench.llama.process import ServerError, ServerProcess
 
-from reusebench.llama.binaries import death_by_signal
-from reusebench.llama.logs import scrub_line
-
-HEALTH_TIMEOUT_S = 120.0
-STOP_GRACE_S = 10.0
-LOG_TAIL_LINES = 20
-BIND_ATTEMPTS = 3
-
-_live: set[LlamaServer] = set()
-
-
-class ServerError(RuntimeError):
-    """The server could not be started, died, or stopped answering.
-
-    ``log_tail`` keeps the start-up log when the message is a one-line diagnosis.
-    """
-
-    def __init__(self, message: str, log_tail: str = "") -> None:
-        super().__init__(message)
-        self.log_tail = log_tail
+# The server compares its idle time with the limit at least once a second (its task loop waits at most
+# 1 s for a task: tools/server/server-queue.cpp, start_loop) and flags is_sleeping before it frees the model,
+# so a server that sleeps shows it within ~1 s of the limit. The rest covers a CPU shared with other jobs,
+# where a process can stall for seconds. What sleep does to the caches: docs/llama-server-reuse.md, "Sleep".
+SLEEP_GRACE_S = 10.0
+SLEEP_POLL_S = 0.25
 
 
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@dataclass(frozen=True)
+class SleepWait:
+    """How a wait for sleep ended: asleep or not, after how long, asking /props how many times."""
+
+    asleep: bool
+    waited_s: float
+    polls: int
 
 
-def stop_all() -> None:
-    """Stop every server this process started and has not stopped yet."""
-    for server in list(_live):
-        server.stop()
+class Server:
+    """A llama-server process, a client to it and its log; ``start``, ``restart``, ``stop``, ``close``."""
 
-
-atexit.register(stop_all)
-
-
-class LlamaServer:
-    """One llama-server process: ``start()``, ``restart()``, ``stop()``.
-
-    ``args`` are the profile's options (model, mmproj, LoRA, llama-server long
-    options); this class adds only what the harness owns: host, port, API key and
-    log verbosity. ``restart()`` reuses the same arguments, so a
-    ``--slot-save-path`` directory survives it.
-    """
-
-    def __init__(
-        self,
-        binary: Path,
-        args: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        log_verbosity: int = 4,
-        health_timeout_s: float = HEALTH_TIMEOUT_S,
-        port: int | None = None,
-    ) -> None:
-        self.binary = Path(binary)
-        self.args = list(args)
-        self.env = dict(os.environ if env is None else env)
-        self.log_verbosity = log_verbosity
-        self.health_timeout_s = health_timeout_s
-        self.requested_port = port
-        self.api_key = secrets.token_hex(16)
-        self.port: int | None = None
-        self.process: subprocess.Popen[bytes] | None = None
-        self._private_dir = Path(tempfile.mkdtemp(prefix="reusebench-server-"))
-        os.chmod(self._private_dir, 0o700)
-        # Raw log at -lv 4 may carry prompt text; it stays private and is deleted on close().
-        self.raw_log_path = self._private_dir / "server.log"
-        self.starts = 0
-        self._start_offset = 0
+    def __init__(self, server: ServerProcess, *, call_timeout_s: float) -> None:
+        self.server = server
+        self.launch_args = list(server.args)  # what it was made with; a restart may add to them
+        self.call_timeout_s = call_timeout_s  # any call that does not give its own deadline
+        self._client: LlamaClient | None = None
+        self._log = logs.LogTail(server.raw_log_path)
 
     @property
-    def base_url(self) -> str:
-        if self.port is None:
+    def client(self) -> LlamaClient:
+        if self._client is None:
             raise ServerError("server is not running")
-        return f"http://127.0.0.1:{self.port}"
+        return self._client
 
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
-
-    def argv(self) -> list[str]:
-        if self.port is None:
-            raise ServerError("no port chosen yet")
-        return [
-            str(self.binary),
-            *self.args,
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--api-key", self.api_key,
-            "--log-verbosity", str(self.log_verbosity),
-        ]
-
-    def start(self) -> LlamaServer:
-        """Start and wait until ``/health`` answers 200; raise ServerError with the log tail otherwise.
-
-        A free port can be taken by someone else before the server binds it; with an
-        automatically chosen port the start is retried on another one.
-        """
-        for attempt in range(BIND_ATTEMPTS):
-            try:
-                return self._start_once()
-            except ServerError as exc:
-                if self.requested_port is not None or "couldn't bind" not in str(exc) or attempt + 1 == BIND_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _start_once(self) -> LlamaServer:
-        if self.process is not None:
-            raise ServerError("server already started")
-        if not self.binary.is_file() or not os.access(self.binary, os.X_OK):
-            raise ServerError(f"llama-server binary missing or not executable: {self.binary}")
-        self.port = self.requested_port or free_port()
-        self._start_offset = self.log_size()
-        with open(self.raw_log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self.argv(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,  # own process group: stop() kills it whole
-            )
-        _live.add(self)
-        self.starts += 1
-        try:
-            self._wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
+    def start(self) -> Server:
+        self.server.start()
+        self._client = LlamaClient(self.server.base_url, self.server.api_key, timeout_s=self.call_timeout_s)
         return self
 
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.health_timeout_s
-        with httpx.Client(base_url=self.base_url, timeout=2.0) as http:
-            while time.monotonic() < deadline:
-                code = self.process.poll() if self.process else None
-                if code is not None:
-                    time.sleep(0.2)  # let the log writer of the exiting process finish its last lines
-                    tail = self.startup_log_tail()
-                    diagnosis = death_by_signal(code, self.binary)
-                    if diagnosis:
-                        raise ServerError(diagnosis, log_tail=tail)
-                    raise ServerError(
-                        f"llama-server exited with status {code} during start-up; last log lines:\n" + tail,
-                        log_tail=tail,
-                    )
-                try:
-                    if http.get("/health").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
-        raise ServerError(
-            f"llama-server did not become healthy within {self.health_timeout_s:.0f} s; last log lines:\n"
-            + self.startup_log_tail()
-        )
+    def stop(self) -> None:
+        self._close_client()
+        self.server.stop()
 
-    def is_running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def returncode(self) -> int | None:
-        return self.process.poll() if self.process else None
-
-    def stop(self) -> int | None:
-        """Terminate the whole process group, then kill it after a grace period. Idempotent."""
-        process = self.process
-        if process is None:
-            return None
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            os.killpg(process.pid, signal.SIGCONT)  # a stopped (hung) server must run to see SIGTERM
-        except ProcessLookupError:
-            pass
-        try:
-            process.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(process.pid, signal.SIGKILL)  # also reaps children that ignored SIGTERM
-        except ProcessLookupError:
-            pass
-        process.wait()
-        self.process = None
-        self.port = None
-        _live.discard(self)
-        return process.returncode
-
-    def restart(self) -> LlamaServer:
+    def restart(self, extra_args: tuple[str, ...] = ()) -> None:
+        """Stop and start with the arguments it was made with (a --slot-save-path directory survives), plus
+        `extra_args` (a later option wins over the same one before it); a new port."""
         self.stop()
-        return self.start()
-
-    def kill_hard(self) -> None:
-        """SIGKILL the group without waiting for a clean exit (fault-injection and timeouts)."""
-        if self.process is not None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def log_size(self) -> int:
-        return self.raw_log_path.stat().st_size if self.raw_log_path.exists() else 0
-
-    def startup_log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """Last lines of the current start-up, unfiltered: no request has reached this process yet,
-        so they cannot carry prompt text, and errors (bind, model load) are not in the allowlist."""
-        with open(self.raw_log_path, "rb") as log:
-            log.seek(self._start_offset)
-            text = log.read().decode(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
-
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """Last log lines, scrubbed of anything that could carry prompt text."""
-        if not self.raw_log_path.exists():
-            return ""
-        text = self.raw_log_path.read_text(errors="replace").splitlines()
-        kept = [s for s in (scrub_line(line) for line in text) if s]
-        return "\n".join(kept[-lines:])
+        self.server.args = [*self.launch_args, *extra_args]
+        self.start()
 
     def close(self) -> None:
-        """Stop the server and delete the private raw log."""
-        self.stop()
-        if self.raw_log_path.exists():
-            self.raw_log_path.unlink()
-        try:
-            self._private_dir.rmdir()
-        except OSError:
-            pass
+        """Stop the server and delete its private raw log."""
+        self._close_client()
+        self.server.close()
 
-    def __enter__(self) -> LlamaServer:
+    def __enter__(self) -> Server:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # the log
+
+    def mark(self) -> int:
+        """An offset in the log, just after its last complete line: what comes later belongs to later calls."""
+        return self._log.offset()
+
+    def lines_since(self, mark: int) -> list[str]:
+        """Raw log lines (they may carry prompt text: never keep them) written since `mark`, whole lines only."""
+        return self._log.read_since(mark)
+
+    def events_since(self, mark: int) -> list[Event]:
+        return logs.parse_lines(self.lines_since(mark))
+
+    # sleep
+
+    def wait_until_asleep(self, idle_limit_s: float) -> SleepWait:
+        """Stay idle until /props says is_sleeping, at most `idle_limit_s` + SLEEP_GRACE_S.
+
+        Only /props is asked: it does not wake a sleeping server (GET /slots and /tokenize do).
+        """
+        started = time.monotonic()
+        polls = 1
+        while not self.client.props().get("is_sleeping"):
+            if time.monotonic() - started > idle_limit_s + SLEEP_GRACE_S:
+                return SleepWait(False, time.monotonic() - started, polls)
+            time.sleep(SLEEP_POLL_S)
+            polls += 1
+        return SleepWait(True, time.monotonic() - started, polls)

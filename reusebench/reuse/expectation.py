@@ -31,9 +31,9 @@ from typing import NamedTuple
 
 import gguf
 
+from reusebench.capability.rules import PINNED, Capabilities
 from reusebench.config import options as options_mod
 from reusebench.config.profiles import Variant
-from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.llama.facts import (
     AUTO_SLOTS,
     DEFAULT_BATCH,
@@ -47,8 +47,8 @@ from reusebench.llama.facts import (
     SWA_PATTERNS,
     end_checkpoint_offsets,
 )
+from reusebench.llama.outputs import common_prefix
 from reusebench.reuse import swa
-from reusebench.reuse.verification import common_prefix
 
 MEMORY_KINDS = ("attention", "recurrent", "hybrid", "swa")
 MIN_CHECKPOINT_SPACING = 64  # on a build without close checkpoints: none before this many tokens, none closer

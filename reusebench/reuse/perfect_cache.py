@@ -16,16 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-Tokens = Sequence[int] | np.ndarray  # ids as a list, or as the tap holds them
+from reusebench.llama.outputs import Tokens, common_prefix
 
 DEFAULT_MAX_TOKENS = 4_000_000  # 16 MB of int32 ids: a few hundred long conversations
-
-
-def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """How many leading ids two arrays share."""
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if diff.size else n
 
 
 class PerfectCache:
@@ -41,7 +34,7 @@ class PerfectCache:
         ids = np.asarray(prompt, dtype=np.int32)
         with self._lock:
             held = self._held
-        return max((shared_prefix(ids, seq) for seq in held), default=0)
+        return max((common_prefix(ids, seq) for seq in held), default=0)
 
     def ideal(self, prompt: Sequence[int]) -> int:
         return max(1, len(prompt) - self.longest_prefix(prompt))
@@ -50,9 +43,9 @@ class PerfectCache:
         """The server computed `sequence` (a prompt and its answer)."""
         ids = np.asarray(sequence, dtype=np.int32)
         with self._lock:
-            if any(shared_prefix(ids, seq) == len(ids) for seq in self._held):
+            if any(common_prefix(ids, seq) == len(ids) for seq in self._held):
                 return  # already a prefix of what is held
-            kept = [seq for seq in self._held if shared_prefix(ids, seq) < len(seq)]
+            kept = [seq for seq in self._held if common_prefix(ids, seq) < len(seq)]
             kept.append(ids)
             total = sum(len(seq) for seq in kept)
             while total > self.max_tokens and len(kept) > 1:

@@ -29,21 +29,18 @@ and over the top token's probability, so a random model's flat distribution read
 What no output can show (a wrong state whose effect stays inside the noise), the session flags from its history
 where the reuse model knows the state to be foreign (FOREIGN REUSE, ``expected_wrong_output``).
 
-Also here: where runs of token ids first part (``common_prefix``), which both the perfect-cache ``ideal`` and
-the comparison use, and the bookkeeping of no-reuse references (``References``): steps with the same prompt and
+The comparison itself (``difference``) and where two runs of ids part (``common_prefix``) are
+``llama.outputs``'. Also here: the bookkeeping of no-reuse references (``References``): steps with the same prompt and
 LoRA share one reference, and a step whose reference is not computed yet waits for it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import numpy as np
-
-from reusebench.llama.client import Completion, TokenProbs
+from reusebench.llama.client import Completion
+from reusebench.llama.outputs import Difference, difference
 from reusebench.records import Record, Role, apply_verification, step_id
 
 NOISE_MARGIN = 3.0  # a difference up to this many noise bands is noise
@@ -55,67 +52,6 @@ NOISE_MARGIN = 3.0  # a difference up to this many noise bands is noise
 NOISE_FLOOR = 5e-3
 ALT_UBATCH_DIVISOR = 4  # the band's second computation runs near a quarter of the server's ubatch
 IDENTICAL, WITHIN_NOISE, WRONG = "identical", "within noise", "WRONG"
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading token ids `a` and `b` share."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if diff.size else n
-
-
-@dataclass(frozen=True)
-class Difference:
-    """How far an output is from a reference, teacher-forced (positions up to the first differing token)."""
-
-    identical: bool
-    delta: float  # the largest probability difference at a compared position, over its most likely token's
-    first_token: int | None  # where the tokens first differ (or one output ends), None when they never do
-    compared: int  # positions compared
-
-    def describe(self) -> str:
-        """Positions, ids and figures only, never text."""
-        where = "same tokens" if self.first_token is None else f"tokens differ from position {self.first_token}"
-        return f"{where}; largest difference {self.delta:.2g} of the top probability over {self.compared} position(s)"
-
-
-def _probabilities(position: TokenProbs) -> dict[int, float]:
-    return {token: math.exp(logprob) for token, logprob in ((position.id, position.logprob), *position.top)}
-
-
-def _position_delta(a: TokenProbs, b: TokenProbs) -> float:
-    """The largest probability difference of a token either top-k list holds at one position, over the
-    probability of the position's most likely token: a real model's sharp distribution and a random model's flat
-    one on one scale."""
-    pa, pb = _probabilities(a), _probabilities(b)
-    least_a, least_b = min(pa.values()), min(pb.values())
-
-    def gap(token: int) -> float:
-        if token in pa and token in pb:
-            return abs(pa[token] - pb[token])
-        # listed on one side only: on the other it is at most as likely as that list's least likely token
-        return max(0.0, pa[token] - least_b) if token in pa else max(0.0, pb[token] - least_a)
-
-    return max(gap(token) for token in {*pa, *pb}) / max(*pa.values(), *pb.values())
-
-
-def difference(got: Completion, reference: Completion) -> Difference:
-    """`got` against `reference`, position by position up to and including the first token where they differ."""
-    delta, compared, first = 0.0, 0, None
-    same_numbers = True
-    for position, (a, b) in enumerate(zip(got.probs, reference.probs)):
-        delta = max(delta, _position_delta(a, b))
-        same_numbers = same_numbers and (a.id, a.logprob, a.top) == (b.id, b.logprob, b.top)
-        compared += 1
-        if a.id != b.id:
-            first = position
-            break
-    shared = common_prefix(got.tokens, reference.tokens)
-    if first is None and (shared < max(len(got.tokens), len(reference.tokens))):
-        first = shared  # the ids (or the lengths) part where no probabilities were given
-    return Difference(first is None and same_numbers, delta, first, compared)
 
 
 def judge(found: Difference, band: float | None) -> str | None:

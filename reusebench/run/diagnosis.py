@@ -16,7 +16,7 @@ from reusebench.llama import causes
 from reusebench.llama.client import ClientError
 from reusebench.records import Record
 from reusebench.run.recording import Recorder
-from reusebench.run.server_life import ServerLife
+from reusebench.run.session_server import SessionServer
 
 # Deadline of one completion: max(HANG_FLOOR_S, HANG_FACTOR x prompt tokens / prefill rate + HANG_MARGIN_S
 # + HANG_PER_TOKEN_S x n_predict), counted from its last progress (``LlamaClient._stream``): a call slowed more
@@ -40,7 +40,7 @@ def deadline_s(n_tokens: int, rate: float | None, n_predict: int) -> float:
 class Diagnosis:
     """Completes a failed call's record with what the server says about the failure, and writes it."""
 
-    def __init__(self, life: ServerLife, recorder: Recorder) -> None:
+    def __init__(self, life: SessionServer, recorder: Recorder) -> None:
         self.life, self.recorder = life, recorder
 
     def cause(self, mark: int) -> dict[str, Any]:

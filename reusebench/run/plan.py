@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from reusebench.capability.rules import PINNED, Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
 from reusebench.config.sizes import size_label
-from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.llama.client import Completion
 from reusebench.records import Lora, Record, Role, lora_key, tokens_hash
 from reusebench.reuse import expectation

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reusebench.capability.rules import Capabilities
 from reusebench.config import profiles
 from reusebench.llama import build
-from reusebench.llama.capabilities import Capabilities
 from reusebench.records import file_sha256
 
 STAMP_FILE = "run.json"

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reusebench.capability.rules import Capabilities
 from reusebench.config.profiles import Variant
 from reusebench.llama import logs
-from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import Completion
 from reusebench.llama.task_log import Task
 from reusebench.records import Lora, PrefillBudget, Record, RecordWriter, Role, lora_key, prefill_budgets, tokens_hash

@@ -10,7 +10,7 @@ from reusebench.llama import facts
 from reusebench.llama.client import Completion, ProgressCallback
 from reusebench.records import Lora, text_hash
 from reusebench.reuse import expectation
-from reusebench.run.server_life import ServerLife
+from reusebench.run.session_server import SessionServer
 
 Prompt = str | Sequence[int]
 # (cache_prompt, progress, timeout_s) -> (completion, reply)
@@ -31,7 +31,7 @@ class Request:
 class Requests:
     """Makes `Request`s for one server; tokenizes each text once."""
 
-    def __init__(self, life: ServerLife, n_predict: int) -> None:
+    def __init__(self, life: SessionServer, n_predict: int) -> None:
         self.life, self.n_predict = life, n_predict
         self._tokens: dict[str, list[int]] = {}
         self._user_start: list[int] | None = None  # the chat template's user-message marker, asked once

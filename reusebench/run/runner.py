@@ -17,8 +17,8 @@ from typing import TextIO
 
 from reusebench import records
 from reusebench.capability import cache
+from reusebench.capability.rules import PINNED, Capabilities
 from reusebench.config import corpus, profiles, scenarios
-from reusebench.llama.capabilities import PINNED, Capabilities
 from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler
 from reusebench.run import plan, provenance
@@ -27,7 +27,7 @@ from reusebench.run.session import Session, SessionResult, session_name
 
 
 @dataclass(frozen=True)
-class RunResult:
+class ProfileResult:
     run_id: str
     run_dir: Path
     records: list[records.Record]
@@ -100,7 +100,7 @@ def run_profile(
     sampler_factory: SamplerFactory = GpuSampler,
     on_failure: str = "stop",
     out: TextIO | None = None,
-) -> RunResult:
+) -> ProfileResult:
     """Run the selected variants and sizes (default: all the profile names) and return what was recorded.
 
     With `repeats`, only repeated first loads run (`scenario_ids` must be empty). `sampler_factory`
@@ -143,7 +143,7 @@ def run_profile(
     kept = records.read_records(records_path)
     for budget in records.prefill_budgets(kept):
         print(budget.line(), file=out)
-    return RunResult(run_id, run_dir, kept, failed)
+    return ProfileResult(run_id, run_dir, kept, failed)
 
 
 Planned = tuple[profiles.Variant, int, list[scenarios.Scenario]]  # one session: variant, size, its scenarios

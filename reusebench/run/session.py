@@ -1,7 +1,7 @@
 """One session: one profile variant at one size, on one server, all scenarios in order.
 
 The session runs the scenarios on ``steps.SessionSteps`` and decides what a failure means; its parts each do
-one job: ``server_life`` (the server's lifetime), ``requests`` (building requests), ``references`` (the
+one job: ``session_server`` (the server's lifetime), ``requests`` (building requests), ``references`` (the
 no-reuse references), ``diagnosis`` (why a call failed, and deadlines), ``progress`` (the terminal), and the
 recording core ``recording`` (one record per HTTP call, written as soon as it ends). A scenario that cannot
 run on the variant (no sleep configured, no LoRA loaded) is announced with its reason and records nothing.
@@ -30,19 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from reusebench.capability.rules import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
 from reusebench.llama import binaries
-from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import ClientError
-from reusebench.llama.server import LlamaServer, ServerError
+from reusebench.llama.process import ServerError, ServerProcess
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import PrefillBudget, Record, RecordWriter, Role
 from reusebench.run.plan import Estimate
 from reusebench.run.progress import Progress, ProgressHook
 from reusebench.run.recording import Recorder, Source
-from reusebench.run.server_life import ServerLife
+from reusebench.run.session_server import SessionServer
 from reusebench.run.steps import SessionSteps
 
 ON_FAILURE = ("stop", "continue")
@@ -107,7 +107,7 @@ class Session:
         self.variant, self.size, self.on_failure = variant, size, on_failure
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
         self.name = session_name(variant, size, repeat)
-        self.life = ServerLife(variant, size, sampler)
+        self.life = SessionServer(variant, size, sampler)
         self.recorder = Recorder(writer, Source.of(variant), run_id=run_id, session=self.name, size=size, log_dir=log_dir,
                                  extra={} if repeat is None else {"repeat": repeat})
         self.progress = Progress(self.name, out, progress_hook, estimate)
@@ -117,7 +117,7 @@ class Session:
         self.result = SessionResult(self.name, records=self.steps.measured)
 
     @property
-    def server(self) -> LlamaServer:
+    def server(self) -> ServerProcess:
         return self.life.server
 
     def run(self, selected: Sequence[scenarios.Scenario]) -> SessionResult:

@@ -20,22 +20,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from reusebench.capability.rules import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
-from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import ClientError, Completion, ProgressCallback, StreamEnded
-from reusebench.llama.server import ServerError
+from reusebench.llama.outputs import common_prefix, difference
+from reusebench.llama.process import ServerError
 from reusebench.records import DEFAULT_LORA, Lora, Record, Role, lora_key, verdict
 from reusebench.reuse import expectation
-from reusebench.reuse.verification import alternative_ubatch, common_prefix, difference
+from reusebench.reuse.verification import alternative_ubatch
 from reusebench.run.diagnosis import Diagnosis, deadline_s
 from reusebench.run.plan import stops_at
 from reusebench.run.progress import Progress
 from reusebench.run.recording import Recorder
 from reusebench.run.references import ReferenceKeeper
 from reusebench.run.requests import Prompt, Request, Requests
-from reusebench.run.server_life import ServerLife
+from reusebench.run.session_server import SessionServer
 from reusebench.run.variant_steps import VariantSteps
 
 BAND_PROMPTS = 2  # at most this many prompts measured for the noise band: the largest difference is the band
@@ -47,7 +48,7 @@ class SessionSteps(VariantSteps):
     """What a scenario can do (``scenarios.Steps``): measured and setup completions, chat turns, slot saves and
     restores, idling until asleep, restarts."""
 
-    def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, life: ServerLife, recorder: Recorder,
+    def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, life: SessionServer, recorder: Recorder,
                  progress: Progress, *, capabilities: Capabilities, verify: bool, early_stop: bool = True) -> None:
         self.variant, self.spec, self.life, self.recorder, self.progress = variant, spec, life, recorder, progress
         self.capabilities = capabilities
@@ -150,7 +151,7 @@ class SessionSteps(VariantSteps):
         self.expectation.restore(slot, self._expected_saved[filename])
 
     def wait_until_asleep(self, scenario: str) -> None:
-        """Stay idle until the server sleeps (``ServerHandle.wait_until_asleep``); a server that does not fails."""
+        """Stay idle until the server sleeps (``Server.wait_until_asleep``); a server that does not fails."""
         seconds = self.variant.number("sleep-idle-seconds") or 0.0
         self.progress.say(f"  idling until the server sleeps (sleep-idle-seconds {seconds:g})")
 

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+from reusebench.capability.rules import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config.profiles import Variant
-from reusebench.llama.capabilities import Capabilities
 
 
 class VariantSteps:

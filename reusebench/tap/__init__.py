@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
 from reusebench.tap.keys import default_key_path
 from reusebench.tap.tap import Tap, TapOptions
 
@@ -34,7 +34,7 @@ class InFront:
         self.runs: list[Path] = []
 
     @contextlib.contextmanager
-    def __call__(self, server: LlamaServer) -> Iterator[str]:
+    def __call__(self, server: ServerProcess) -> Iterator[str]:
         tap = Tap(TapOptions(upstream=server.base_url, listen=("127.0.0.1", 0), results=self.results,
                              key_file=self.key_file, server_log=server.raw_log_path,
                              long_prefill_tokens=self.long_prefill_tokens))

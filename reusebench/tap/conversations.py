@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from reusebench.config import users
+from reusebench.llama.outputs import common_prefix
 from reusebench.records import Role
-from reusebench.reuse.perfect_cache import PerfectCache, shared_prefix
+from reusebench.reuse.perfect_cache import PerfectCache
 
 MIN_HEAD_TAIL = 16  # tokens of a conversation's history that must reappear for a head insert (no chance match)
 DEFAULT_PROBE_TOKENS = 32
@@ -103,7 +104,7 @@ class Conversations:
             self._forget(now)
             kind, conversation, inserted = self._place(ids, now)
             if (conversation is not None and conversation.unseen_answer and len(ids) > len(conversation.prompt)
-                    and shared_prefix(ids, conversation.prompt) == len(conversation.prompt)):
+                    and common_prefix(ids, conversation.prompt) == len(conversation.prompt)):
                 # it extends the last prompt: the answer's ids come back in it right after that prompt
                 self.seen.add(ids[: len(conversation.prompt) + conversation.unseen_answer])
             if conversation is not None:
@@ -137,7 +138,7 @@ class Conversations:
         best: tuple[int, Conversation] | None = None  # the longest earlier prompt this one extends
         parted: tuple[int, Conversation] | None = None  # the longest shared prefix, for an edit
         for c in self._live:
-            shared = shared_prefix(ids, c.prompt)
+            shared = common_prefix(ids, c.prompt)
             if shared == len(c.prompt):
                 if shared == len(ids):
                     return (users.RETRY if c.failed else users.REGENERATE), c, None
@@ -163,7 +164,7 @@ class Conversations:
         with the tokens inserted before it; the longest history wins."""
         found: tuple[int, Conversation, int] | None = None
         for c in self._live:
-            head = shared_prefix(ids, c.prompt)
+            head = common_prefix(ids, c.prompt)
             tail = c.prompt[head:]
             if len(tail) < MIN_HEAD_TAIL or (found is not None and len(tail) <= found[0]):
                 continue
@@ -177,7 +178,7 @@ class Conversations:
         openings = self._openings
         if len(openings) < 2:
             return 0
-        return min(shared_prefix(openings[0], other) for other in openings[1:])
+        return min(common_prefix(openings[0], other) for other in openings[1:])
 
     def ended(self, ticket: Ticket, output: list[int] | None, *, now: float, answered_n: int = 0) -> None:
         """The call ended: with the answer's ids, or None when it failed, or when the answer carried no ids

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from reusebench.check.context import ProbeContext, of_kind, quote
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.llama.client import Completion
-from reusebench.reuse.verification import difference
+from reusebench.llama.outputs import difference
 
 
 def probe_parallel(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:

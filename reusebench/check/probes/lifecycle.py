@@ -9,7 +9,7 @@ from pathlib import Path
 from reusebench.check.context import QUESTION_TOKENS, ProbeContext, flag, of_kind, quote, timings
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.llama.client import ClientError
-from reusebench.reuse.verification import common_prefix
+from reusebench.llama.outputs import common_prefix
 
 
 def probe_slot_save_path(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:

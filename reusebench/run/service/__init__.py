@@ -19,11 +19,11 @@ from typing import TextIO
 from reusebench.config.profiles import Variant
 from reusebench.config.workload import FREE_RUNNING, Workload
 from reusebench.records import RecordWriter
-from reusebench.run.service.base import RunResult, ServiceRun, Via
+from reusebench.run.service.base import ServiceRun, Via, WorkloadResult
 from reusebench.run.service.free_running import FreeRunningRun
 from reusebench.run.service.serial import ScheduleDeviation, SerialRun
 
-__all__ = ["FreeRunningRun", "RunResult", "ScheduleDeviation", "SerialRun", "ServiceRun", "Via", "service_run"]
+__all__ = ["FreeRunningRun", "WorkloadResult", "ScheduleDeviation", "SerialRun", "ServiceRun", "Via", "service_run"]
 
 
 def service_run(workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str, log_dir: Path,

@@ -2,7 +2,7 @@
 summary record. ``SerialRun`` and ``FreeRunningRun`` differ in how they send the users' requests (``_drive``)
 and so in what they can check and bound.
 
-The server is a profile variant started by ``ServerHandle`` (127.0.0.1, its own process group). Before the
+The server is a profile variant started by ``Server`` (127.0.0.1, its own process group). Before the
 first request every text is tokenized (``texts``). An idle gap lasts until ``/props`` says the server sleeps.
 One record per call, written as it ends; on Ctrl-C or an error the server is stopped and every record written
 is kept, the summary record last.
@@ -25,8 +25,8 @@ from reusebench.config.users import User
 from reusebench.config.workload import Workload
 from reusebench.llama import binaries, task_log
 from reusebench.llama.client import LlamaClient
-from reusebench.llama.handle import ServerHandle
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
+from reusebench.llama.server import Server
 from reusebench.records import Record, RecordWriter
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run.recording import Recorder, Source, ctx_size_args
@@ -35,11 +35,11 @@ from reusebench.run.service.texts import Texts, make_texts
 
 REQUEST_TIMEOUT_S = 300.0
 # Given the started server, a relay in front of it (the tap) for as long as the users talk: the URL they use.
-Via = Callable[[LlamaServer], AbstractContextManager[str]]
+Via = Callable[[ServerProcess], AbstractContextManager[str]]
 
 
 @dataclass
-class RunResult:
+class WorkloadResult:
     records: list[Record] = field(default_factory=list)
     sleeps: int = 0
     gaps: list[tuple[float, float]] = field(default_factory=list)  # (began, ended) of each idle gap, epoch seconds
@@ -71,9 +71,9 @@ class ServiceRun:
                  log_dir: Path, repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
         self.workload, self.variant, self.via, self.out = workload, variant, via, out
         self.users = users.draw_users(workload)
-        self.handle = ServerHandle(LlamaServer(variant.binary.path, server_args(workload, variant, self.users)),
+        self.handle = Server(ServerProcess(variant.binary.path, server_args(workload, variant, self.users)),
                                    call_timeout_s=REQUEST_TIMEOUT_S)
-        self.result = RunResult()
+        self.result = WorkloadResult()
         self.session = f"{workload.name}/{variant.profile}/{variant.name}"
         self.recorder = Recorder(writer, Source.of(variant), run_id=run_id, session=self.session, log_dir=log_dir,
                                  size=max(u.opening_tokens for u in self.users),
@@ -85,7 +85,7 @@ class ServiceRun:
         self.requests = 0  # calls sent
         self._started = 0.0
 
-    def run(self) -> RunResult:
+    def run(self) -> WorkloadResult:
         started_at = time.time()
         self._started = time.monotonic()
         try:

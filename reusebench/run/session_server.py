@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from reusebench.config.profiles import Variant
-from reusebench.llama.handle import ServerHandle
-from reusebench.llama.server import LlamaServer, ServerError
+from reusebench.llama.process import ServerError, ServerProcess
+from reusebench.llama.server import Server
 from reusebench.machine import host
 from reusebench.machine.gpu import GpuSampler
 from reusebench.run.recording import ctx_size, ctx_size_args
@@ -20,7 +20,7 @@ from reusebench.run.recording import ctx_size, ctx_size_args
 CALL_TIMEOUT_S = 300.0  # any other call (tokenize, props, templates); a slot save/restore gets a deadline
 
 
-class ServerLife:
+class SessionServer:
     """Starts, stops and restarts one variant's server (its own process group, on 127.0.0.1, stopped on every
     way out by ``close``); keeps the host state before each load for the first record after it."""
 
@@ -33,12 +33,12 @@ class ServerLife:
             # restore_disk needs one; a private directory keeps slot files out of results/
             self.slot_dir = Path(tempfile.mkdtemp(prefix="reusebench-slots-"))
             args += ["--slot-save-path", str(self.slot_dir)]
-        self.handle = ServerHandle(LlamaServer(variant.binary.path, args), call_timeout_s=CALL_TIMEOUT_S)
+        self.handle = Server(ServerProcess(variant.binary.path, args), call_timeout_s=CALL_TIMEOUT_S)
         self.load_s = 0.0  # seconds spent starting and stopping servers
         self._host_before_load: dict[str, Any] | None = None
 
     @property
-    def server(self) -> LlamaServer:
+    def server(self) -> ServerProcess:
         return self.handle.server
 
     @property

@@ -2,7 +2,7 @@
 
 llama.cpp changes its reuse rules between releases, and forks change them between releases. A build
 number cannot say which rules hold, so each behaviour that differs between the builds we know is a
-capability with a short probe (``reusebench.capability.probes``). The reuse model takes its rules from
+capability with a short probe (``reusebench.capability.build_probes``). The reuse model takes its rules from
 these values. A value the probes could not show is None, and the pinned build's rule applies.
 """
 

@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from reusebench import tiny
+from reusebench.capability.rules import Capabilities
 from reusebench.llama import binaries, facts
 from reusebench.llama.binaries import Binary
-from reusebench.llama.capabilities import Capabilities
 from reusebench.llama.client import ClientError, Completion, LlamaClient
-from reusebench.llama.handle import ServerHandle
-from reusebench.llama.server import LlamaServer, ServerError
-from reusebench.reuse.verification import difference
+from reusebench.llama.outputs import difference
+from reusebench.llama.process import ServerError, ServerProcess
+from reusebench.llama.server import Server
 
 MMPROJ_MODEL = "qwen35"  # the tiny model with a vision projector
 SWA_MODEL = "gemma3"  # sliding-window layers: a 128-token window, 256 window cells at these batch sizes
@@ -76,12 +76,12 @@ def model() -> Path:
 
 
 def _server(binary: Binary, slot_dir: Path, env: Mapping[str, str] | None, *extra: str,
-            gguf: Path | None = None) -> ServerHandle:
+            gguf: Path | None = None) -> Server:
     # One thread: with small batches a thread pool waits at a barrier on every batch, and on a loaded CPU a
     # descheduled thread makes each wait a time slice (50x slower seen with two threads under a build).
     args = ["-m", str(gguf or model()), "-t", "1", "-c", "4096", "-np", "1", "-b", str(N_BATCH), "-ub", str(N_UBATCH),
             "--slot-save-path", str(slot_dir), *extra]
-    return ServerHandle(LlamaServer(binary.path, args, env=env), call_timeout_s=CALL_TIMEOUT_S)
+    return Server(ServerProcess(binary.path, args, env=env), call_timeout_s=CALL_TIMEOUT_S)
 
 
 def _complete(client: LlamaClient, prompt: Sequence[int], **kwargs: object) -> Completion:
@@ -330,7 +330,7 @@ def _swa_full(client: LlamaClient, words: Words, found: Found, evidence: Evidenc
                                          f"cache_n={got}")
 
 
-def _metrics_wake(handle: ServerHandle, found: dict[str, bool | None], evidence: dict[str, str]) -> None:
+def _metrics_wake(handle: Server, found: dict[str, bool | None], evidence: dict[str, str]) -> None:
     """Idle until /props says asleep, GET /metrics, ask /props again (neither /props call wakes it)."""
     waited = handle.wait_until_asleep(SLEEP_IDLE_S)
     if not waited.asleep:
