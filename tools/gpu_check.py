@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
 from reusebench.llama.client import ClientError  # noqa: E402
-from reusebench.llama.handle import ServerHandle  # noqa: E402
-from reusebench.llama.server import LlamaServer, ServerError  # noqa: E402
+from reusebench.llama.process import ServerError, ServerProcess  # noqa: E402
+from reusebench.llama.server import Server  # noqa: E402
 from reusebench.machine.gpu import GpuSampler, StepGpuSummary  # noqa: E402
 from reusebench.machine.host import capture  # noqa: E402
 
@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.idle_s)
         idle_end = gpus.mark()
 
-        server = LlamaServer(args.server, ["-m", str(args.model), "-ngl", "999", "-c", str(args.ctx_size)],
+        server = ServerProcess(args.server, ["-m", str(args.model), "-ngl", "999", "-c", str(args.ctx_size)],
                              health_timeout_s=args.startup_timeout_s)
-        handle = ServerHandle(server, call_timeout_s=PREFILL_TIMEOUT_S)
+        handle = Server(server, call_timeout_s=PREFILL_TIMEOUT_S)
         print("\nstarting:", " ".join(map(str, [args.server, *server.args])))
         try:
             handle.start()

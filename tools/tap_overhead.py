@@ -22,7 +22,7 @@ import httpx
 
 from reusebench import records, tiny
 from reusebench.llama import binaries
-from reusebench.llama.server import LlamaServer
+from reusebench.llama.process import ServerProcess
 from reusebench.records import Role
 from reusebench.tap import Tap, TapOptions
 
@@ -50,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     binary = binaries.resolve_binary("default", source="tools/tap_overhead.py").path
     model = tiny.model_path("glm5-next")
-    with tempfile.TemporaryDirectory() as tmp, LlamaServer(binary, ("-m", str(model), "-c", "20480", "-np", "1"),
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(binary, ("-m", str(model), "-c", "20480", "-np", "1"),
                                                            log_verbosity=4) as server:
         tap = Tap(TapOptions(upstream=server.base_url, listen=("127.0.0.1", 0), results=Path(tmp) / "results",
                              key_file=Path(tmp) / "tap.key", server_log=server.raw_log_path))
