@@ -86,7 +86,7 @@ cuda-build-check: setup
 	  ldd "$$binary" && ls -l "$$binary" && cat "$$(dirname "$$binary")/build.json"
 
 # The device check's bundle (the CUDA build above and the run-time wheels for the GPU machine's Python 3.12),
-# and the check itself, which runs on the GPU machine (no network there; see README, "On a GPU box").
+# and the check itself, which runs on the GPU machine (no network there; see docs/gpu.md).
 gpu-check-bundle: setup
 	binary=$$($(BIN)/reusebench build --flavor cuda --cuda 13 --cuda-arch $(CUDA_ARCH) --cuda-toolkit pypi) && \
 	  $(BIN)/python tools/gpu_box_bundle.py --binary "$$binary"

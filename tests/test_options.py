@@ -1,4 +1,4 @@
-"""`reusebench check`: verdict plumbing without a server, then each verdict the README promises on the real
+"""`reusebench check`: verdict plumbing without a server, then each verdict docs/check.md promises on the real
 llama-server with generated tiny models (``e2e``; the whole file takes well under a minute on 2 cores)."""
 
 from __future__ import annotations

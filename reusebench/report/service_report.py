@@ -317,7 +317,7 @@ def findings(found: Sequence[Turn], health: HealthEffect) -> list[str]:
     return lines or ["neither of report B's findings showed in this run"]
 
 
-# Why a free-running run's counts differ between runs of one build (its measured spread is in the README).
+# Why a free-running run's counts differ between runs of one build (its measured spread is in docs/report-b.md).
 FREE_RUNNING_NOTE = ("free-running: the users' threads reach the server in the order the CPU's scheduling gives "
                      "them, and which slot a turn lands in, what the RAM cache holds and what LRU evicts follow that "
                      "order, so these counts vary from run to run of one build; the serial schedule (the default) "
