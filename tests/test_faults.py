@@ -26,7 +26,8 @@ from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import logs
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import Record, RecordWriter, Role
-from reusebench.run import diagnosis, recording, runner
+from reusebench.run import diagnosis, launch, recording, runner
+from reusebench.run.recording import RunDir
 from reusebench.run.session import Session
 
 from conftest import child_llama_servers, process_group_alive
@@ -50,8 +51,8 @@ class Fault:
     def __call__(self, scenario: str, step: str, role: str, processed: int, cached: int, total: int) -> None:
         if self.fired_at or scenario != self.scenario or processed >= total:
             return
-        assert self.session is not None and self.session.server.pid is not None
-        self.fired_at, self.pgid = (processed, total), self.session.server.pid
+        assert self.session is not None and self.session.server.process.pid is not None
+        self.fired_at, self.pgid = (processed, total), self.session.server.process.pid
         os.killpg(self.pgid, self.sig)
 
 
@@ -60,9 +61,9 @@ def run_session(tmp_path: Path, fault: Fault, ids: tuple[str, ...], *, on_failur
     out = io.StringIO()
     path = tmp_path / "records.jsonl"
     with RecordWriter(path) as writer, GpuSampler() as sampler:
-        s = Session(CONTROL.variants[0], SIZE, corpus.load_spec("tiny-words"), writer, run_id="fault",
-                    log_dir=tmp_path / "logs", sampler=sampler, capabilities=PINNED, on_failure=on_failure,
-                    progress_hook=fault, out=out)
+        spec = launch.resolve(CONTROL.variants[0], PINNED, context=launch.session_context(SIZE))
+        s = Session(spec, SIZE, corpus.load_spec("tiny-words"), writer, run=RunDir("fault", tmp_path),
+                    sampler=sampler, on_failure=on_failure, progress_hook=fault, out=out)
         fault.session = s
         s.run(scenarios.select(ids))
     return s, records.read_records(path), out.getvalue()
@@ -145,7 +146,7 @@ def test_on_failure_continue_restarts_the_server_and_runs_the_next_scenarios(tmp
     reask = [r for r in kept if (r.scenario, r.role) == ("reask", "measure")]
     assert len(reask) == 1 and not reask[0].error and reask[0].prompt_n
     # the first start, the restart after the failure, and one more where a reused output needed its noise band
-    assert s.server.starts == 2 + bool(s.result.noise)
+    assert s.server.process.starts == 2 + bool(s.result.noise)
 
 
 def test_hung_server_hits_a_deadline_scaled_from_the_first_load(tmp_path, monkeypatch):
@@ -185,7 +186,7 @@ def test_ctrl_c_mid_prefill_keeps_the_records_stops_the_server_and_exits_130(tmp
 
     def ctrl_c(scenario: str, step: str, role: str, processed: int, cached: int, total: int) -> None:
         if scenario == "edit_middle" and role == "measure" and not servers:
-            servers.append(session_.server.pid)
+            servers.append(session_.server.process.pid)
             os.kill(os.getpid(), signal.SIGINT)
 
     class InterruptedSession(Session):

@@ -11,7 +11,7 @@ from reusebench import cli
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama.process import ServerProcess
 from reusebench.records import Record, Role
-from reusebench.run import plan
+from reusebench.run import launch, plan
 
 REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
 K32 = 32768
@@ -19,8 +19,8 @@ K32 = 32768
 
 def report_a(profile: str, variant: str, *, early_stop: bool) -> plan.SessionPlan:
     loaded = profiles.load_profile(profile)
-    return plan.plan_session(loaded.variant(variant), K32, scenarios.select(REPORT_A), corpus.load_spec("tiny-words"),
-                             name="s", verify=True, early_stop=early_stop)
+    spec = launch.resolve(loaded.variant(variant), context=launch.session_context(K32), early_stop=early_stop)
+    return plan.plan_session(spec, K32, scenarios.select(REPORT_A), corpus.load_spec("tiny-words"), name="s")
 
 
 def full(session: plan.SessionPlan) -> list[str]:

@@ -136,7 +136,7 @@ def test_server_killed_mid_prefill_fails_the_call_with_its_exit_status():
 
             with pytest.raises(ClientError, match="connection|no answer|closed"):
                 client.complete(words(3500), n_predict=4, on_progress=kill_mid_prefill)
-        assert server.process is not None and server.process.wait(timeout=60) == -signal.SIGKILL
+        assert server.popen is not None and server.popen.wait(timeout=60) == -signal.SIGKILL
     finally:
         server.close()
 
@@ -149,10 +149,10 @@ def test_handle_restart_gets_a_client_on_the_new_port_and_reads_the_log_by_mark(
         handle.client.complete(words(64), n_predict=2)
         assert any(event.kind == "new_prompt" for event in handle.events_since(mark))
         handle.restart()
-        assert handle.client is not first_client and handle.server.starts == 2
+        assert handle.client is not first_client and handle.process.starts == 2
         assert handle.client.props()["total_slots"] == 1  # the new client reaches the restarted server
         assert handle.events_since(handle.mark()) == []
-        raw_log = handle.server.raw_log_path
+        raw_log = handle.process.raw_log_path
     finally:
         handle.close()
     assert not raw_log.exists()

@@ -134,12 +134,10 @@ class Recorder:
     multimodal = False
     capabilities = PINNED
     slot_actions = True
+    n_slots, ram_cache, sleep_idle_s = 4, True, None  # llama-server's defaults: auto slots, a RAM cache, no sleep
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []
-
-    def option(self, name: str) -> object | None:
-        return None
 
     def prompt(self, document: str, question: str) -> str:
         return f"{document}\n{question}"

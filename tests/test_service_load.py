@@ -78,7 +78,7 @@ def test_every_call_is_recorded_with_its_user_turn_slot_and_cause(small) -> None
         assert r.prompt_n + r.cache_n == r.prompt_tokens
     assert {r.user for r in calls(kept)} == {u.name for u in driver.users} | {users.HEALTH_CHECK}
     assert kept[-1].role == Role.SESSION and kept[-1].extra["requests"] == len(calls(kept))
-    assert not driver.handle.server.is_running()
+    assert not driver.handle.process.is_running()
 
 
 def test_turn_kinds_are_what_the_workload_predicts(small) -> None:
@@ -200,7 +200,7 @@ def test_a_sleep_outside_an_idle_gap_fails_the_serial_run(tmp_path: Path, monkey
     kept = records.read_records(tmp_path / "records.jsonl")
     assert kept[-1].role == Role.SESSION and kept[-1].extra["stopped_by"].startswith(f"failed: {label}: ")
     assert [(r.user, r.turn) for r in calls(kept)][-1] == (third.user.name, third.number)  # kept, with its cause
-    assert not service.handle.server.is_running()
+    assert not service.handle.process.is_running()
 
 
 def test_a_free_running_report_says_why_its_counts_vary(free_small, serial_small) -> None:

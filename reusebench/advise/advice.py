@@ -26,9 +26,8 @@ from reusebench import records
 from reusebench.config import corpus, profiles
 from reusebench.config.sizes import size_label
 from reusebench.llama import facts
-from reusebench.llama.process import ServerProcess
-from reusebench.llama.server import Server
 from reusebench.reuse import expectation
+from reusebench.run import launch as launch_mod
 from reusebench.run import runner
 
 TRIAL_SIZE = 2048
@@ -63,14 +62,15 @@ def advise(profile: profiles.Profile, *, results_dir: Path, say: Say) -> dict[st
     found: dict[str, list[Advice]] = {}
     tried: dict[tuple[Path, int, int, int], Advice] = {}  # variants that differ only in other options share a trial
     for variant in profile.variants:
-        memory, launch = expectation.of_variant(variant)
+        spec = launch_mod.resolve(variant, context=None)
+        memory, launch = spec.memory, spec.launch
         advice = cache_reuse_advice(profile, variant, memory, launch, results_dir, say)
         if memory.needs_checkpoints and launch.ctx_checkpoints > 0:
             key = (variant.model, launch.ctx_checkpoints, launch.n_batch, launch.n_ubatch)
             if key not in tried:
                 tried[key] = min_step_advice(variant, memory, launch, say)
             advice.append(tried[key])
-        if memory.needs_checkpoints and variant.option("slot-save-path") is not None:
+        if memory.needs_checkpoints and spec.slot_save_path is not None:
             advice.append(Advice("slot-save-path", "a restored slot carries no checkpoints on this hybrid: a resend "
                                  "or re-ask after a restore re-processes everything; only a prompt that strictly "
                                  "extends the saved tokens reuses it", "predicted"))
@@ -220,7 +220,7 @@ def _try_min_step(variant: profiles.Variant) -> tuple[EditCost, float, tuple[lis
     document, delimiter and question tokens it sent (after BOS)."""
     options = {**variant.options, "checkpoint-min-step": TRIAL_MIN_STEP, "ctx-size": 2 * TRIAL_SIZE + 2048}
     trial = dataclasses.replace(variant, options=options)
-    handle = Server(ServerProcess(trial.binary.path, trial.server_args()), call_timeout_s=TRIAL_TIMEOUT_S)
+    handle = launch_mod.resolve(trial, context=None).server(call_timeout_s=TRIAL_TIMEOUT_S)
     try:
         client = handle.start().client
         text = corpus.build_corpus(corpus.load_spec("tiny-words"), client, TRIAL_SIZE)

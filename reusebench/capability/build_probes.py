@@ -25,7 +25,7 @@ from reusebench.llama import binaries, facts
 from reusebench.llama.binaries import Binary
 from reusebench.llama.client import ClientError, Completion, LlamaClient
 from reusebench.llama.outputs import difference
-from reusebench.llama.process import ServerError, ServerProcess
+from reusebench.llama.process import ServerError
 from reusebench.llama.server import Server
 
 MMPROJ_MODEL = "qwen35"  # the tiny model with a vision projector
@@ -81,7 +81,7 @@ def _server(binary: Binary, slot_dir: Path, env: Mapping[str, str] | None, *extr
     # descheduled thread makes each wait a time slice (50x slower seen with two threads under a build).
     args = ["-m", str(gguf or model()), "-t", "1", "-c", "4096", "-np", "1", "-b", str(N_BATCH), "-ub", str(N_UBATCH),
             "--slot-save-path", str(slot_dir), *extra]
-    return Server(ServerProcess(binary.path, args, env=env), call_timeout_s=CALL_TIMEOUT_S)
+    return Server.of(binary.path, args, env=env, call_timeout_s=CALL_TIMEOUT_S)
 
 
 def _complete(client: LlamaClient, prompt: Sequence[int], **kwargs: object) -> Completion:

@@ -21,7 +21,8 @@ from reusebench.capability import build_probes
 from reusebench.capability.rules import Capabilities
 from reusebench.llama.binaries import Binary, BinaryError
 from reusebench.llama.client import ClientError
-from reusebench.llama.process import ServerError, ServerProcess
+from reusebench.llama.process import ServerError
+from reusebench.llama.server import Server
 from reusebench.records import file_sha256
 
 CACHE_ENV = "REUSEBENCH_CAPABILITY_CACHE"
@@ -54,10 +55,10 @@ def executable(binary: Binary) -> Executable:
     """What runs when `binary` is started: itself, or the executable (and environment) its launcher starts."""
     if _is_elf(binary.path):
         return Executable(binary.path)
-    server = ServerProcess(binary.path, ["-m", str(build_probes.model()), "-c", "256", "-np", "1"])
-    with server:
-        assert server.pid is not None
-        found = _group_processes(server.pid)
+    with Server.of(binary.path, ["-m", str(build_probes.model()), "-c", "256", "-np", "1"],
+                   call_timeout_s=build_probes.CALL_TIMEOUT_S) as server:
+        assert server.process.pid is not None
+        found = _group_processes(server.process.pid)
     elf = [(exe, env) for exe, env in found if _is_elf(exe) and exe.name == "llama-server"] or \
         [(exe, env) for exe, env in found if _is_elf(exe) and "llama" in exe.name]
     if not elf:

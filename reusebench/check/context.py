@@ -7,14 +7,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from reusebench import tiny
-from reusebench.capability.rules import PINNED, Capabilities
 from reusebench.check.verdicts import OptionVerdict, Setting
-from reusebench.config.profiles import Variant
 from reusebench.llama import binaries, facts, logs
 from reusebench.llama.client import Completion, LlamaClient
 from reusebench.llama.logs import Event
 from reusebench.llama.server import Server
-from reusebench.reuse import expectation, verification
+from reusebench.reuse import verification
+from reusebench.run.launch import LaunchSpec
 
 PROBE_N_PREDICT = 8  # enough greedy tokens for a stale state to show in the output
 PROBE_TAIL_TOKENS = 256  # document tokens before the "4 + n_ubatch before the end" checkpoint
@@ -48,16 +47,16 @@ def flag(value: object) -> str:
 class ProbeContext:
     """One running server and what the probes share: client, start-up log, fresh prompts, the log since a mark."""
 
-    def __init__(self, variant: Variant, handle: Server, capabilities: Capabilities = PINNED) -> None:
-        self.variant = variant
+    def __init__(self, spec: LaunchSpec, handle: Server) -> None:
+        self.spec = spec  # what was launched, resolved once
         self.handle = handle
-        self.capabilities = capabilities  # the build's, where builds differ (``reusebench.capability``)
+        self.capabilities = spec.capabilities  # the build's, where builds differ (``reusebench.capability``)
         # Read before any request, so it holds start-up lines only (no prompt text).
         self.startup_lines = handle.lines_since(0)
         self.startup = logs.parse_lines(self.startup_lines)
         self.facts = logs.startup_facts(self.startup)
-        self.help = binaries.help_table(variant.binary)
-        self.memory = expectation.memory_of_gguf(variant.model)
+        self.help = binaries.help_table(spec.variant.binary)
+        self.memory = spec.memory
         self.bos = self.client.tokenize("", add_special=True)
         self._seed = 0
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from reusebench.capability import cache as capability_cache
-from reusebench.capability.rules import Capabilities
+from reusebench.capability.rules import PINNED, Capabilities
 from reusebench.check.context import Probe, ProbeContext, of_kind
 from reusebench.check.probes import PROBES, SLEEP_OPTION
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
@@ -15,8 +15,9 @@ from reusebench.config.profiles import OptionValue, Variant
 from reusebench.llama import binaries
 from reusebench.llama.binaries import HelpOption
 from reusebench.llama.client import ClientError
-from reusebench.llama.process import ServerError, ServerProcess
-from reusebench.llama.server import Server
+from reusebench.llama.process import ServerError
+from reusebench.run import launch
+from reusebench.run.launch import LaunchSpec
 
 T = TypeVar("T")
 
@@ -95,16 +96,15 @@ def unsupported_options(variant: Variant) -> list[OptionVerdict]:
     return found
 
 
+def check_launch(variant: Variant, capabilities: Capabilities = PINNED) -> LaunchSpec:
+    """The check's launch of `variant`: a probe-sized context per slot unless the variant sets one, and /metrics."""
+    return launch.resolve(variant, capabilities, context=lambda n_slots: PROBE_CTX_PER_SLOT * n_slots, metrics=True)
+
+
 def launch_args(variant: Variant) -> tuple[list[str], list[str]]:
-    """(all llama-server arguments, the ones the check adds): a probe-sized context and /metrics."""
-    added: list[str] = []
-    if variant.option("ctx-size") is None:
-        slots = variant.option("parallel")
-        n_slots = int(slots) if slots is not None and int(slots) > 0 else 4  # auto gives 4 slots
-        added += ["--ctx-size", str(PROBE_CTX_PER_SLOT * n_slots)]
-    if variant.option("metrics") is None:
-        added.append("--metrics")
-    return variant.server_args() + added, added
+    """(all llama-server arguments, the ones the check adds)."""
+    spec = check_launch(variant)
+    return spec.args, list(spec.added)
 
 
 def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = None,
@@ -127,12 +127,11 @@ def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = 
         not_run = f"not launched: llama-server refuses to start with {names}"
         return unsupported + [setting.verdict(Verdict.UNVERIFIED, not_run)
                               for setting, _ in checked if setting.option not in rejected]
-    args, _ = launch_args(variant)
-    handle = Server(ServerProcess(variant.binary.path, args), call_timeout_s=PROBE_TIMEOUT_S)
+    spec = check_launch(variant, capabilities or capability_cache.of_binary(variant.binary, say))
+    handle = spec.server(call_timeout_s=PROBE_TIMEOUT_S)
     try:  # closed whatever happens: the server stops and its raw log is deleted
-        rules = capabilities or capability_cache.of_binary(variant.binary, say)
         try:
-            ctx = ProbeContext(variant, handle.start(), rules)
+            ctx = ProbeContext(spec, handle.start())
         except (ServerError, ClientError) as error:
             return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not start: {error}")
                     for setting, _ in checked]

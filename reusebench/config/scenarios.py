@@ -81,10 +81,14 @@ class Steps(Protocol):
     @property
     def capabilities(self) -> Capabilities: ...  # the build's, where builds differ
 
+    @property
+    def n_slots(self) -> int: ...  # the server's slots (parallel, auto resolved)
 
-    def option(self, name: str) -> object | None: ...
+    @property
+    def ram_cache(self) -> bool: ...  # a RAM prompt cache (cache-ram not 0)
 
-    def number(self, name: str) -> float | None: ...
+    @property
+    def sleep_idle_s(self) -> float | None: ...  # sleep-idle-seconds; None when unset
 
     def prompt(self, document: str, question: str) -> str: ...
 
@@ -142,10 +146,10 @@ def remove_lines(document: str, start: float, length: float) -> str:
 
 
 def needs_sleep(s: Steps) -> str | None:
-    seconds = s.option("sleep-idle-seconds")
-    if (s.number("sleep-idle-seconds") or 0) > 0:
+    seconds = s.sleep_idle_s
+    if (seconds or 0) > 0:
         return None
-    return f"needs sleep-idle-seconds > 0 (this variant: {'unset' if seconds is None else seconds})"
+    return f"needs sleep-idle-seconds > 0 (this variant: {'unset' if seconds is None else f'{seconds:g}'})"
 
 
 def needs_slot_files(s: Steps) -> str | None:
@@ -157,8 +161,8 @@ def needs_slot_files(s: Steps) -> str | None:
 def needs_lora_one_slot_ram_cache(s: Steps) -> str | None:
     missing = [what for ok, what in (
         (s.lora_adapters > 0, "a LoRA adapter (`lora:`)"),
-        (s.option("parallel") == 1, "one slot (`parallel: 1`)"),
-        (s.option("cache-ram") != 0, "a RAM prompt cache (`cache-ram` not 0)"),
+        (s.n_slots == 1, "one slot (`parallel: 1`)"),
+        (s.ram_cache, "a RAM prompt cache (`cache-ram` not 0)"),
     ) if not ok]
     return f"needs {', '.join(missing)}" if missing else None
 

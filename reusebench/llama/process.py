@@ -87,7 +87,7 @@ class ServerProcess:
         self.requested_port = port
         self.api_key = secrets.token_hex(16)
         self.port: int | None = None
-        self.process: subprocess.Popen[bytes] | None = None
+        self.popen: subprocess.Popen[bytes] | None = None
         self._private_dir = Path(tempfile.mkdtemp(prefix="reusebench-server-"))
         os.chmod(self._private_dir, 0o700)
         # Raw log at -lv 4 may carry prompt text; it stays private and is deleted on close().
@@ -103,7 +103,7 @@ class ServerProcess:
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+        return self.popen.pid if self.popen else None
 
     def argv(self) -> list[str]:
         if self.port is None:
@@ -132,14 +132,14 @@ class ServerProcess:
         raise AssertionError("unreachable")
 
     def _start_once(self) -> ServerProcess:
-        if self.process is not None:
+        if self.popen is not None:
             raise ServerError("server already started")
         if not self.binary.is_file() or not os.access(self.binary, os.X_OK):
             raise ServerError(f"llama-server binary missing or not executable: {self.binary}")
         self.port = self.requested_port or free_port()
         self._start_offset = self.log_size()
         with open(self.raw_log_path, "ab") as log:
-            self.process = subprocess.Popen(
+            self.popen = subprocess.Popen(
                 self.argv(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -160,7 +160,7 @@ class ServerProcess:
         deadline = time.monotonic() + self.health_timeout_s
         with httpx.Client(base_url=self.base_url, timeout=2.0) as http:
             while time.monotonic() < deadline:
-                code = self.process.poll() if self.process else None
+                code = self.popen.poll() if self.popen else None
                 if code is not None:
                     time.sleep(0.2)  # let the log writer of the exiting process finish its last lines
                     tail = self.startup_log_tail()
@@ -183,14 +183,14 @@ class ServerProcess:
         )
 
     def is_running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.popen is not None and self.popen.poll() is None
 
     def returncode(self) -> int | None:
-        return self.process.poll() if self.process else None
+        return self.popen.poll() if self.popen else None
 
     def stop(self) -> int | None:
         """Terminate the whole process group, then kill it after a grace period. Idempotent."""
-        process = self.process
+        process = self.popen
         if process is None:
             return None
         try:
@@ -207,7 +207,7 @@ class ServerProcess:
         except ProcessLookupError:
             pass
         process.wait()
-        self.process = None
+        self.popen = None
         self.port = None
         _live.discard(self)
         return process.returncode
@@ -218,9 +218,9 @@ class ServerProcess:
 
     def kill_hard(self) -> None:
         """SIGKILL the group without waiting for a clean exit (fault-injection and timeouts)."""
-        if self.process is not None:
+        if self.popen is not None:
             try:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                os.killpg(self.popen.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 

@@ -8,7 +8,9 @@ lines, and waits for ``--sleep-idle-seconds`` to put the server to sleep.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from reusebench.llama import logs
 from reusebench.llama.client import LlamaClient
@@ -35,12 +37,19 @@ class SleepWait:
 class Server:
     """A llama-server process, a client to it and its log; ``start``, ``restart``, ``stop``, ``close``."""
 
-    def __init__(self, server: ServerProcess, *, call_timeout_s: float) -> None:
-        self.server = server
-        self.launch_args = list(server.args)  # what it was made with; a restart may add to them
+    def __init__(self, process: ServerProcess, *, call_timeout_s: float) -> None:
+        self.process = process
+        self.launch_args = list(process.args)  # what it was made with; a start may add to them
         self.call_timeout_s = call_timeout_s  # any call that does not give its own deadline
         self._client: LlamaClient | None = None
-        self._log = logs.LogTail(server.raw_log_path)
+        self._log = logs.LogTail(process.raw_log_path)
+
+    @classmethod
+    def of(cls, binary: Path, args: Sequence[str], *, call_timeout_s: float,
+           env: Mapping[str, str] | None = None) -> Server:
+        """The one way a llama-server process is made: `binary` with `args` (the process adds host, port, key and
+        log), not started."""
+        return cls(ServerProcess(binary, args, env=env), call_timeout_s=call_timeout_s)
 
     @property
     def client(self) -> LlamaClient:
@@ -48,26 +57,27 @@ class Server:
             raise ServerError("server is not running")
         return self._client
 
-    def start(self) -> Server:
-        self.server.start()
-        self._client = LlamaClient(self.server.base_url, self.server.api_key, timeout_s=self.call_timeout_s)
+    def start(self, extra_args: Sequence[str] = ()) -> Server:
+        """Start with the arguments it was made with (a --slot-save-path directory survives restarts), plus
+        `extra_args` (a later option wins over the same one before it)."""
+        self.process.args = [*self.launch_args, *extra_args]
+        self.process.start()
+        self._client = LlamaClient(self.process.base_url, self.process.api_key, timeout_s=self.call_timeout_s)
         return self
 
     def stop(self) -> None:
         self._close_client()
-        self.server.stop()
+        self.process.stop()
 
-    def restart(self, extra_args: tuple[str, ...] = ()) -> None:
-        """Stop and start with the arguments it was made with (a --slot-save-path directory survives), plus
-        `extra_args` (a later option wins over the same one before it); a new port."""
+    def restart(self, extra_args: Sequence[str] = ()) -> None:
+        """Stop, then ``start`` with `extra_args`; a new port."""
         self.stop()
-        self.server.args = [*self.launch_args, *extra_args]
-        self.start()
+        self.start(extra_args)
 
     def close(self) -> None:
         """Stop the server and delete its private raw log."""
         self._close_client()
-        self.server.close()
+        self.process.close()
 
     def __enter__(self) -> Server:
         return self.start()

@@ -33,7 +33,6 @@ import gguf
 
 from reusebench.capability.rules import PINNED, Capabilities
 from reusebench.config import options as options_mod
-from reusebench.config.profiles import Variant
 from reusebench.llama.facts import (
     AUTO_SLOTS,
     DEFAULT_BATCH,
@@ -156,17 +155,6 @@ def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False
         n_ctx=n_ctx,
         swa_full=bool(options.get("swa-full")),
     )
-
-
-def of_variant(variant: Variant, n_ctx: int = 0) -> tuple[Memory, Launch]:
-    """What the model is told about a variant: its GGUF's memory, and its launch options as the server reads them."""
-    return memory_of_gguf(variant.model), launch_of_options(variant.options, multimodal=variant.mmproj is not None,
-                                                            lora_adapters=len(variant.lora), n_ctx=n_ctx)
-
-
-def for_variant(variant: Variant, capabilities: Capabilities, n_ctx: int = 0) -> ServerModel:
-    """The model of `variant`'s server with a context of `n_ctx`, by the rules of its binary's `capabilities`."""
-    return ServerModel(*of_variant(variant, n_ctx), capabilities)
 
 
 def window_cells(memory: Memory, launch: Launch) -> int:

@@ -40,16 +40,16 @@ def deadline_s(n_tokens: int, rate: float | None, n_predict: int) -> float:
 class Diagnosis:
     """Completes a failed call's record with what the server says about the failure, and writes it."""
 
-    def __init__(self, life: SessionServer, recorder: Recorder) -> None:
-        self.life, self.recorder = life, recorder
+    def __init__(self, server: SessionServer, recorder: Recorder) -> None:
+        self.server, self.recorder = server, recorder
 
     def cause(self, mark: int) -> dict[str, Any]:
         """Why the server did what it did since log position `mark` (``causes.explain``)."""
-        return causes.explain(self.life.handle.events_since(mark)).to_dict()
+        return causes.explain(self.server.events_since(mark)).to_dict()
 
     def fail(self, record: Record, exc: ClientError, why: str = "") -> ClientError:
         """Record a failed call with what the server says about it; the error to raise."""
-        server = self.life.server
+        server = self.server.process
         record.ended_at = time.time()
         record.wall_ms = (record.ended_at - record.started_at) * 1000.0
         message = str(exc) + (f" ({why})" if why else "")
@@ -68,7 +68,7 @@ class Diagnosis:
 
     def exit_status(self, wait_s: float = 2.0) -> int | None:
         """The server's exit status, waiting briefly for a process that is dying (a dropped connection comes first)."""
-        process = self.life.server.process
+        process = self.server.process.popen
         if process is None:
             return None
         try:
@@ -78,7 +78,7 @@ class Diagnosis:
 
     def save_failure(self, filename: str) -> str:
         """Why a slot save failed: a full disk or not, and no half-written file kept."""
-        directory = self.life.save_dir
+        directory = self.server.save_dir
         partial = directory / filename
         try:
             free = shutil.disk_usage(directory).free

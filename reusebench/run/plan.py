@@ -15,15 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from reusebench.capability.rules import PINNED, Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
-from reusebench.config.profiles import Variant
 from reusebench.config.sizes import size_label
 from reusebench.llama.client import Completion
 from reusebench.records import Lora, Record, Role, lora_key, tokens_hash
 from reusebench.reuse import expectation
-from reusebench.run.recording import ctx_size
+from reusebench.run.launch import LaunchSpec
 from reusebench.run.variant_steps import VariantSteps
 
 STOP_ABOVE_TOKENS = 8192  # a step that would re-process more than this may stop once its count is known
@@ -63,19 +61,17 @@ class SessionPlan:
 class PlanSteps(VariantSteps):
     """``scenarios.Steps`` without a server: words for tokens, the reuse model for the server."""
 
-    def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, size: int, plan: SessionPlan, *,
-                 capabilities: Capabilities, verify: bool, early_stop: bool) -> None:
-        self.variant, self.spec, self.plan, self.verify, self.early_stop = variant, spec, plan, verify, early_stop
-        self.capabilities = capabilities
-        self.model = expectation.for_variant(variant, capabilities, ctx_size(variant, size))
+    def __init__(self, spec: LaunchSpec, corpus_spec: corpus_mod.CorpusSpec, size: int, plan: SessionPlan) -> None:
+        self.spec, self.plan = spec, plan
+        self.model = spec.reuse_model()
         self._ids: dict[str, int] = {}
-        question = max(len(q.split()) for q in spec.questions)
+        question = max(len(q.split()) for q in corpus_spec.questions)
         self.document = self._words("d", size - question - 1)
         self.other = self._words("o", size - question - 1)
         lines = self.document.split("\n")
         middle = len(lines) // 2
-        self.edited = "\n".join([*lines[:middle], spec.edit, *lines[middle:]])
-        self.questions, self.summary = spec.questions, spec.summary
+        self.edited = "\n".join([*lines[:middle], corpus_spec.edit, *lines[middle:]])
+        self.questions, self.summary = corpus_spec.questions, corpus_spec.summary
         self._saved: dict[str, tuple[expectation.Held, list[int]]] = {}
         self._slot: list[int] = []
         self._known: set[tuple[str, str]] = set()  # prompts computed without reuse
@@ -99,8 +95,7 @@ class PlanSteps(VariantSteps):
 
     def measure(self, scenario: str, step: str, prompt: scenarios.Prompt, *, expect_hit: bool = True,
                 lora: Lora = None, may_stop: bool = False) -> None:
-        self._complete(scenario, step, Role.MEASURE, self._prompt(prompt), lora, (),
-                       may_stop and self.early_stop and self.slot_actions)  # a stop erases the slot
+        self._complete(scenario, step, Role.MEASURE, self._prompt(prompt), lora, (), self.may_stop(may_stop))
 
     def setup(self, scenario: str, step: str, prompt: scenarios.Prompt, *, lora: Lora = None) -> Completion:
         return self._complete(scenario, step, Role.SETUP, self._prompt(prompt), lora, (), False)
@@ -141,12 +136,14 @@ class PlanSteps(VariantSteps):
                   user_starts: tuple[int, ...], may_stop: bool) -> Completion:
         expected = self.model.complete(tokens, lora=lora, user_starts=user_starts)
         key = (tokens_hash(tokens), lora_key(lora) or "")
-        stops = may_stop and stops_at(expected.prompt_n, expected.cache_n, verify=self.verify,
-                                      awaited=self.verify and key in self._waiting)
+        verify = self.spec.verify
+        stops = may_stop and stops_at(expected.prompt_n, expected.cache_n, verify=verify,
+                                      awaited=verify and key in self._waiting)
         self.plan.calls.append(PlannedCall(scenario, step, role, len(tokens), 0 if stops else expected.prompt_n,
                                            stops))
-        answer = [10**9 + self._answers + i for i in range(self.variant.n_predict)]  # ids no prompt word has
-        self._answers += self.variant.n_predict
+        n_predict = self.spec.variant.n_predict
+        answer = [10**9 + self._answers + i for i in range(n_predict)]  # ids no prompt word has
+        self._answers += n_predict
         if stops:
             self.model.erase(self.model.last_slot)
             self._slot = []
@@ -156,7 +153,7 @@ class PlanSteps(VariantSteps):
         if not stops and expected.cache_n == 0:
             self._known.add(key)
             self._waiting.pop(key, None)
-        elif not stops and role == Role.MEASURE and self.verify and key not in self._known:
+        elif not stops and role == Role.MEASURE and self.spec.verify and key not in self._known:
             self._waiting[key] = len(tokens)
         return Completion(prompt_n=expected.prompt_n, cache_n=expected.cache_n, prompt_ms=0.0,
                           predicted_n=len(answer), predicted_ms=0.0, tokens_evaluated=len(tokens), id_slot=0,
@@ -171,16 +168,15 @@ def stops_at(prompt_n: int, cache_n: int, *, verify: bool, awaited: bool) -> boo
 
 
 
-def plan_session(variant: Variant, size: int, selected: Sequence[scenarios.Scenario], spec: corpus_mod.CorpusSpec,
-                 *, name: str, verify: bool, early_stop: bool, capabilities: Capabilities = PINNED) -> SessionPlan:
-    """The calls a session will make and what the reuse model expects each to prefill, by the rules of the
-    binary's `capabilities` (the pinned build's when it was never probed)."""
+def plan_session(spec: LaunchSpec, size: int, selected: Sequence[scenarios.Scenario],
+                 corpus_spec: corpus_mod.CorpusSpec, *, name: str) -> SessionPlan:
+    """The calls a session of `spec` will make and what the reuse model expects each to prefill."""
     plan = SessionPlan(name, size)
-    steps = PlanSteps(variant, spec, size, plan, capabilities=capabilities, verify=verify, early_stop=early_stop)
+    steps = PlanSteps(spec, corpus_spec, size, plan)
     for scenario in selected:
         if not scenario.not_applicable(steps):
             scenario.run(steps)
-    if verify:
+    if spec.verify:
         steps.references()
     return plan
 

@@ -1,5 +1,5 @@
 """The recording core every driver shares: the run directory, the record header, Completion -> Record, the LoRA
-key, a task's cause from the log, the context size, the prefill budget and the scrubbed log.
+key, a task's cause from the log, the prefill budget and the scrubbed log.
 
 A driver (the scenario session: one conversation at a time; a workload's run: many users, serial or
 free-running; the tap: real clients, passively) differs only in how its requests arise. What it writes goes
@@ -23,7 +23,6 @@ from reusebench.llama.client import Completion
 from reusebench.llama.task_log import Task
 from reusebench.records import Lora, PrefillBudget, Record, RecordWriter, Role, lora_key, prefill_budgets, tokens_hash
 
-CTX_MARGIN = 1024  # room beyond the longest prompt: question, edit, extension and generated tokens
 UNKNOWN_BUILD = "unknown"
 
 
@@ -53,18 +52,6 @@ class RunDir:
     @property
     def log_dir(self) -> Path:
         return self.path / "logs"
-
-
-def ctx_size(variant: Variant, longest_prompt: int) -> int:
-    """The context a server gets: the variant's ``--ctx-size``, else prompts up to `longest_prompt` tokens plus the
-    margin."""
-    configured = variant.number("ctx-size")
-    return int(configured) if configured is not None else longest_prompt + CTX_MARGIN
-
-
-def ctx_size_args(variant: Variant, longest_prompt: int) -> list[str]:
-    """``--ctx-size`` for prompts up to `longest_prompt` tokens plus the margin, unless the variant sets one."""
-    return [] if variant.option("ctx-size") is not None else ["--ctx-size", str(ctx_size(variant, longest_prompt))]
 
 
 @dataclass(frozen=True)

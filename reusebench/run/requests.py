@@ -31,15 +31,15 @@ class Request:
 class Requests:
     """Makes `Request`s for one server; tokenizes each text once."""
 
-    def __init__(self, life: SessionServer, n_predict: int) -> None:
-        self.life, self.n_predict = life, n_predict
+    def __init__(self, server: SessionServer, n_predict: int) -> None:
+        self.server, self.n_predict = server, n_predict
         self._tokens: dict[str, list[int]] = {}
         self._user_start: list[int] | None = None  # the chat template's user-message marker, asked once
 
     def tokens(self, text: str, *, bos: bool = True) -> list[int]:
         key = f"{bos}:{text_hash(text)}:{len(text)}"
         if key not in self._tokens:
-            self._tokens[key] = self.life.handle.client.tokenize(text, add_special=bos)
+            self._tokens[key] = self.server.client.tokenize(text, add_special=bos)
         return self._tokens[key]
 
     def prompt_tokens(self, prompt: Prompt) -> list[int]:
@@ -50,7 +50,7 @@ class Requests:
         # exactly those, and spends no time tokenizing text outside its prompt time (~1 ms per 1K tokens here),
         # which would otherwise sit between the client's TTFT and the server's prompt_ms.
         tokens = self.prompt_tokens(prompt)
-        handle, n_predict = self.life.handle, self.n_predict
+        handle, n_predict = self.server, self.n_predict
 
         def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
             return handle.client.complete(tokens, n_predict=n_predict, cache_prompt=cache_prompt, lora=lora,
@@ -60,7 +60,7 @@ class Requests:
 
     def chat(self, messages: scenarios.Messages) -> Request:
         messages = [dict(m) for m in messages]  # a deferred reference must send this turn, not a later one
-        handle, n_predict = self.life.handle, self.n_predict
+        handle, n_predict = self.server, self.n_predict
 
         def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
             return handle.client.chat(messages, n_predict=n_predict, cache_prompt=cache_prompt,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from reusebench import records
 from reusebench.capability import cache
@@ -21,7 +21,8 @@ from reusebench.capability.rules import PINNED, Capabilities
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler
-from reusebench.run import plan, provenance
+from reusebench.run import launch, plan, provenance
+from reusebench.run.launch import LaunchSpec
 from reusebench.run.recording import RunDir
 from reusebench.run.session import Session, SessionResult, session_name
 
@@ -111,46 +112,53 @@ def run_profile(
     each first load, and ends with one prefill-budget line per session.
     """
     out = out or sys.stderr  # looked up now: a redirected stderr (tests, redirect_stderr) is honoured
-    sessions = _sessions(profile, variants, sizes, scenario_ids, repeats)  # refused now, before anything starts
-    spec = corpus.load_spec(corpus_name or profile.corpus)
-    rules = probe_binaries([variant for variant, _, _ in sessions], out)
-    planned = plan_sessions(sessions, spec, verify=verify, early_stop=early_stop, repeats=repeats, rules=rules)
+    chosen = _sessions(profile, variants, sizes, scenario_ids, repeats)  # refused now, before anything starts
+    corpus_spec = corpus.load_spec(corpus_name or profile.corpus)
+    capabilities = probe_binaries([variant for variant, _, _ in chosen], out)
+    sessions = resolve_sessions(chosen, capabilities, verify=verify, early_stop=early_stop)
+    planned = plan_sessions(sessions, corpus_spec, repeats=repeats)
     run = RunDir.create(results_dir)
-    run_id, run_dir, records_path = run.run_id, run.path, run.records_path
-    chosen = list(dict.fromkeys(variant.name for variant, _, _ in sessions))
-    provenance.write(run_dir, provenance.stamp(profile, chosen, rules))
-    print(f"run {run_id}: profile {profile.name}, {len(chosen)} variant(s), records -> {records_path}", file=out)
+    names = list(dict.fromkeys(variant.name for variant, _, _ in chosen))
+    provenance.write(run.path, provenance.stamp(profile, names, capabilities))
+    print(f"run {run.run_id}: profile {profile.name}, {len(names)} variant(s), records -> {run.records_path}", file=out)
     print(plan.render_plan(planned), file=out, flush=True)
     estimate = plan.Estimate(planned, out)
     failed = 0
     try:
-        with records.RecordWriter(records_path) as writer, sampler_factory() as sampler:
+        with records.RecordWriter(run.records_path) as writer, sampler_factory() as sampler:
             if sampler.unavailable:
                 print(f"GPU state will be null: {sampler.unavailable}", file=out)
 
-            def session(variant: profiles.Variant, size: int, repeat: int | None = None) -> Session:
-                return Session(variant, size, spec, writer, run_id=run_id, log_dir=run.log_dir, sampler=sampler,
-                               capabilities=rules[variant.binary.path], verify=variant.verify and verify, early_stop=early_stop, repeat=repeat,
+            def session(spec: LaunchSpec, size: int, repeat: int | None = None) -> Session:
+                return Session(spec, size, corpus_spec, writer, run=run, sampler=sampler, repeat=repeat,
                                on_failure=on_failure, estimate=estimate, out=out)
 
-            for variant, size, selected in sessions:
+            for spec, size, selected in sessions:
                 if repeats is None:
-                    failed += session(variant, size).run(selected).error is not None
+                    failed += session(spec, size).run(selected).error is not None
                 else:
-                    failed += _repeat_first_load(functools.partial(session, variant, size), repeats, out)
+                    failed += _repeat_first_load(functools.partial(session, spec, size), repeats, out)
     except KeyboardInterrupt:  # each session stopped its server on the way out; the writer flushed every record
-        raise Interrupted(records_path, len(records.read_records(records_path))) from None
-    kept = records.read_records(records_path)
+        raise Interrupted(run.records_path, len(records.read_records(run.records_path))) from None
+    kept = records.read_records(run.records_path)
     for budget in records.prefill_budgets(kept):
         print(budget.line(), file=out)
-    return ProfileResult(run_id, run_dir, kept, failed)
+    return ProfileResult(run.run_id, run.path, kept, failed)
 
 
-Planned = tuple[profiles.Variant, int, list[scenarios.Scenario]]  # one session: variant, size, its scenarios
+Chosen = tuple[profiles.Variant, int, list[scenarios.Scenario]]  # one session as the command line chose it
+
+
+class PlannedSession(NamedTuple):
+    """One session: its launch, its size, its scenarios."""
+
+    spec: LaunchSpec
+    size: int
+    scenarios: list[scenarios.Scenario]
 
 
 def _sessions(profile: profiles.Profile, variants: Sequence[str], sizes: Sequence[int], scenario_ids: Sequence[str],
-              repeats: Repeats | None) -> list[Planned]:
+              repeats: Repeats | None) -> list[Chosen]:
     """The run's sessions in order, each with the scenarios it runs (one per repeat: first_load)."""
     if repeats is not None and scenario_ids:
         raise ValueError("repeated first loads run first_load only: leave out the scenario selection")
@@ -160,6 +168,16 @@ def _sessions(profile: profiles.Profile, variants: Sequence[str], sizes: Sequenc
                          "give the sizes to run, e.g. --size 32K")
     selected = {variant.name: scenarios.select(scenario_ids or variant.scenarios) for variant in chosen}
     return [(variant, size, selected[variant.name]) for variant in chosen for size in sizes or variant.sizes]
+
+
+def resolve_sessions(chosen: Sequence[Chosen], capabilities: Mapping[Path, Capabilities], *, verify: bool,
+                     early_stop: bool) -> list[PlannedSession]:
+    """Each session's launch, resolved once (``launch.resolve``) by its binary's `capabilities`: the plan and the
+    session take it."""
+    return [PlannedSession(launch.resolve(variant, capabilities[variant.binary.path],
+                                          context=launch.session_context(size), verify=verify, early_stop=early_stop),
+                           size, selected)
+            for variant, size, selected in chosen]
 
 
 def probe_binaries(variants: Sequence[profiles.Variant], out: TextIO) -> dict[Path, Capabilities]:
@@ -175,35 +193,35 @@ def probe_binaries(variants: Sequence[profiles.Variant], out: TextIO) -> dict[Pa
     return found
 
 
-def plan_sessions(sessions: Sequence[Planned], spec: corpus.CorpusSpec, *, verify: bool, early_stop: bool,
-                  repeats: Repeats | None = None, rules: Mapping[Path, Capabilities] | None = None
-                  ) -> list[plan.SessionPlan]:
-    """Each session's planned calls (``plan.plan_session``), repeated sessions one plan each, by the rules of each
-    binary's capabilities (`rules`; else what was cached for it, else the pinned build's)."""
-    rules = dict(rules or {})
-    for variant, _, _ in sessions:  # --dry-run: what was probed before, else the pinned build's rules
-        if variant.binary.path not in rules:
-            rules[variant.binary.path] = cache.cached(variant.binary) or PINNED
-    first_load = [WARMED_FIRST_LOAD] if repeats is not None and repeats.warm_up else scenarios.select(["first_load"])
+def plan_sessions(sessions: Sequence[PlannedSession], corpus_spec: corpus.CorpusSpec, *,
+                  repeats: Repeats | None = None) -> list[plan.SessionPlan]:
+    """Each session's planned calls (``plan.plan_session``), repeated sessions one plan each."""
+    first_load = _repeated(repeats) if repeats is not None else []
     numbers = [None] if repeats is None else range(1, repeats.count + 1)
-    return [plan.plan_session(variant, size, selected if repeats is None else first_load, spec,
-                              name=session_name(variant, size, number), verify=variant.verify and verify,
-                              early_stop=early_stop, capabilities=rules[variant.binary.path])
-            for variant, size, selected in sessions for number in numbers]
+    return [plan.plan_session(spec, size, selected if repeats is None else first_load, corpus_spec,
+                              name=session_name(spec.variant, size, number))
+            for spec, size, selected in sessions for number in numbers]
 
 
 def plan_profile(profile: profiles.Profile, *, variants: Sequence[str] = (), sizes: Sequence[int] = (),
                  scenario_ids: Sequence[str] = (), corpus_name: str | None = None, verify: bool = True,
                  early_stop: bool = True, repeats: Repeats | None = None) -> list[plan.SessionPlan]:
-    """What `run_profile` with these arguments would send, without starting a server (``--dry-run``)."""
-    sessions = _sessions(profile, variants, sizes, scenario_ids, repeats)
-    return plan_sessions(sessions, corpus.load_spec(corpus_name or profile.corpus), verify=verify, early_stop=early_stop,
-                         repeats=repeats)
+    """What `run_profile` with these arguments would send, without starting a server (``--dry-run``): by the rules
+    probed for each binary before, else the pinned build's."""
+    chosen = _sessions(profile, variants, sizes, scenario_ids, repeats)
+    capabilities = {variant.binary.path: cache.cached(variant.binary) or PINNED for variant, _, _ in chosen}
+    sessions = resolve_sessions(chosen, capabilities, verify=verify, early_stop=early_stop)
+    return plan_sessions(sessions, corpus.load_spec(corpus_name or profile.corpus), repeats=repeats)
+
+
+def _repeated(repeats: Repeats) -> list[scenarios.Scenario]:
+    """What each repeat runs: the first load, after a warm-up on another text with ``--warm-up``."""
+    return [WARMED_FIRST_LOAD] if repeats.warm_up else scenarios.select(["first_load"])
 
 
 def _repeat_first_load(session: Callable[[int], Session], repeats: Repeats, out: TextIO) -> int:
     """Run the repeats of one variant x size, one progress line each; returns how many failed."""
-    plan = [WARMED_FIRST_LOAD] if repeats.warm_up else scenarios.select(["first_load"])
+    plan = _repeated(repeats)
     failed = 0
     for number in range(1, repeats.count + 1):
         if repeats.idle_gap_s:

@@ -27,21 +27,20 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TextIO
 
-from reusebench.capability.rules import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
 from reusebench.llama import binaries
 from reusebench.llama.client import ClientError
-from reusebench.llama.process import ServerError, ServerProcess
+from reusebench.llama.process import ServerError
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import PrefillBudget, Record, RecordWriter, Role
+from reusebench.run.launch import LaunchSpec
 from reusebench.run.plan import Estimate
 from reusebench.run.progress import Progress, ProgressHook
-from reusebench.run.recording import Recorder, Source
+from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.session_server import SessionServer
 from reusebench.run.steps import SessionSteps
 
@@ -85,17 +84,13 @@ class Session:
 
     def __init__(
         self,
-        variant: Variant,
+        spec: LaunchSpec,
         size: int,
-        spec: corpus_mod.CorpusSpec,
+        corpus_spec: corpus_mod.CorpusSpec,
         writer: RecordWriter,
         *,
-        run_id: str,
-        log_dir: Path,
+        run: RunDir,
         sampler: GpuSampler,
-        capabilities: Capabilities,
-        verify: bool = True,
-        early_stop: bool = True,
         repeat: int | None = None,
         on_failure: str = "stop",
         progress_hook: ProgressHook | None = None,
@@ -104,30 +99,24 @@ class Session:
     ) -> None:
         if on_failure not in ON_FAILURE:
             raise ValueError(f"on_failure: must be one of {', '.join(ON_FAILURE)}, got {on_failure!r}")
-        self.variant, self.size, self.on_failure = variant, size, on_failure
+        self.spec, self.size, self.on_failure = spec, size, on_failure
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
-        self.name = session_name(variant, size, repeat)
-        self.life = SessionServer(variant, size, sampler)
-        self.recorder = Recorder(writer, Source.of(variant), run_id=run_id, session=self.name, size=size, log_dir=log_dir,
-                                 extra={} if repeat is None else {"repeat": repeat})
+        self.name = session_name(spec.variant, size, repeat)
+        self.server = SessionServer(spec, sampler)
+        self.recorder = Recorder(writer, Source.of(spec.variant), run_id=run.run_id, session=self.name, size=size,
+                                 log_dir=run.log_dir, extra={} if repeat is None else {"repeat": repeat})
         self.progress = Progress(self.name, out, progress_hook, estimate)
-        self.capabilities = capabilities
-        self.steps = SessionSteps(variant, spec, self.life, self.recorder, self.progress, capabilities=capabilities,
-                                  verify=verify, early_stop=early_stop)
+        self.steps = SessionSteps(spec, corpus_spec, self.server, self.recorder, self.progress)
         self.result = SessionResult(self.name, records=self.steps.measured)
-
-    @property
-    def server(self) -> ServerProcess:
-        return self.life.server
 
     def run(self, selected: Sequence[scenarios.Scenario]) -> SessionResult:
         started, started_at = time.monotonic(), time.time()
         try:
-            self.life.check_slot_dir()
-            self.life.start()
-            self.recorder.learn_build(binaries.build_label(self.variant.binary,
-                                                           self.life.handle.client.props().get("build_info")),
-                                      self.capabilities)
+            self.server.check_slot_dir()
+            self.server.start()
+            self.recorder.learn_build(binaries.build_label(self.spec.variant.binary,
+                                                           self.server.client.props().get("build_info")),
+                                      self.spec.capabilities)
             self.steps.build_corpus(self.size)
             for scenario in selected:
                 reason = scenario.not_applicable(self.steps)
@@ -162,19 +151,19 @@ class Session:
 
     def close(self) -> None:
         """Keep the scrubbed server log beside the records, then stop the server."""
-        self.recorder.keep_log(self.server.raw_log_path, self.name.replace("/", "_").replace("@", "_"))
-        self.life.close()
+        self.recorder.keep_log(self.server.process.raw_log_path, self.name.replace("/", "_").replace("@", "_"))
+        self.server.close()
 
     def _account(self, started_at: float, wall_s: float) -> None:
         """The prefill budget and the harness overhead (wall time not spent by the server or waiting on purpose),
         said in one line and kept as the session's summary record (role "session", no HTTP call)."""
         budget = self.result.budget = self.recorder.budget()
         self.result.noise = self.steps.noise
-        seconds = {"server": self.steps.server_s, "load": self.life.load_s, "wait": self.steps.wait_s}
+        seconds = {"server": self.steps.server_s, "load": self.server.load_s, "wait": self.steps.wait_s}
         self.result.timing = {"wall_s": wall_s, **{f"{k}_s": v for k, v in seconds.items()},
                               "overhead_s": max(0.0, wall_s - sum(seconds.values())), **self.steps.corpus_timing}
         self.progress.say(self.result.summary_line().removeprefix(f"{self.name}: "))
-        if self.server.starts == 0:
+        if self.server.process.starts == 0:
             return  # failed before launch: no call was made, nothing to sum up
         self.recorder.summary(Role.SESSION, started_at, wall_s, {
             "timing": self.result.timing, "prefill": budget.to_dict(), "failures": self.result.failures,

@@ -1,5 +1,5 @@
-"""A session's server over its lifetime: the launch line, the slot-save directory, starts, stops and restarts,
-and the seconds they take (server loads are not harness overhead)."""
+"""A session's server over its lifetime: the slot-save directory, starts, stops and restarts, and the seconds they
+take (server loads are not harness overhead). What it launches is the session's ``LaunchSpec``."""
 
 from __future__ import annotations
 
@@ -10,48 +10,57 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reusebench.config.profiles import Variant
+from reusebench.llama.client import LlamaClient
+from reusebench.llama.logs import Event
 from reusebench.llama.process import ServerError, ServerProcess
-from reusebench.llama.server import Server
+from reusebench.llama.server import SleepWait
 from reusebench.machine import host
 from reusebench.machine.gpu import GpuSampler
-from reusebench.run.recording import ctx_size, ctx_size_args
+from reusebench.run.launch import LaunchSpec
 
 CALL_TIMEOUT_S = 300.0  # any other call (tokenize, props, templates); a slot save/restore gets a deadline
 
 
 class SessionServer:
-    """Starts, stops and restarts one variant's server (its own process group, on 127.0.0.1, stopped on every
-    way out by ``close``); keeps the host state before each load for the first record after it."""
+    """Starts, stops and restarts one session's server (its own process group, on 127.0.0.1, stopped on every way
+    out by ``close``); keeps the host state before each load for the first record after it."""
 
-    def __init__(self, variant: Variant, size: int, sampler: GpuSampler) -> None:
-        self.variant, self.sampler = variant, sampler
-        self.ctx_size = ctx_size(variant, size)
-        self.slot_dir: Path | None = None
-        args = variant.server_args() + ctx_size_args(variant, size)
-        if variant.option("slot-save-path") is None:
-            # restore_disk needs one; a private directory keeps slot files out of results/
-            self.slot_dir = Path(tempfile.mkdtemp(prefix="reusebench-slots-"))
-            args += ["--slot-save-path", str(self.slot_dir)]
-        self.handle = Server(ServerProcess(variant.binary.path, args), call_timeout_s=CALL_TIMEOUT_S)
+    def __init__(self, spec: LaunchSpec, sampler: GpuSampler) -> None:
+        self.spec, self.sampler = spec, sampler
+        # restore_disk needs a slot-save directory; a private one keeps slot files out of results/
+        self.slot_dir = None if spec.slot_save_path else Path(tempfile.mkdtemp(prefix="reusebench-slots-"))
+        private = () if self.slot_dir is None else ("--slot-save-path", str(self.slot_dir))
+        self.server = spec.server(call_timeout_s=CALL_TIMEOUT_S, extra_args=private)
         self.load_s = 0.0  # seconds spent starting and stopping servers
         self._host_before_load: dict[str, Any] | None = None
 
     @property
-    def server(self) -> ServerProcess:
-        return self.handle.server
+    def process(self) -> ServerProcess:
+        return self.server.process
+
+    @property
+    def client(self) -> LlamaClient:
+        return self.server.client
 
     @property
     def save_dir(self) -> Path:
         """Where slot files go: the private directory, or the variant's --slot-save-path."""
-        return self.slot_dir or Path(str(self.variant.option("slot-save-path")))
+        return self.slot_dir or Path(str(self.spec.slot_save_path))
+
+    def mark(self) -> int:
+        return self.server.mark()
+
+    def events_since(self, mark: int) -> list[Event]:
+        return self.server.events_since(mark)
+
+    def wait_until_asleep(self) -> SleepWait:
+        return self.server.wait_until_asleep(self.spec.sleep_idle_s or 0.0)
 
     def check_slot_dir(self) -> None:
         """A configured --slot-save-path must be a writable directory: say so before launch, not at the first save."""
-        configured = self.variant.option("slot-save-path")
-        if configured is None:
+        path = self.spec.slot_save_path
+        if path is None:
             return
-        path = Path(str(configured))
         try:
             path.mkdir(parents=True, exist_ok=True)
             test_file = path / f".reusebench-write-test-{os.getpid()}"
@@ -61,26 +70,25 @@ class SessionServer:
             raise ServerError(f"options.slot-save-path: {path} is not a writable directory "
                               f"({exc.strerror or exc}); nothing was started") from exc
 
-    def start(self) -> None:
+    def start(self, extra_args: tuple[str, ...] = ()) -> None:
         # page-cache residency of the model means something only before the server maps it
-        self._host_before_load = host.capture(self.variant.model).to_dict()
+        self._host_before_load = host.capture(self.spec.variant.model).to_dict()
         started = time.monotonic()
         try:
-            self.handle.start()
+            self.server.start(extra_args)
         finally:
             self.load_s += time.monotonic() - started
-        self.sampler.pid = self.server.pid
+        self.sampler.pid = self.process.pid
 
     def stop(self) -> None:
         started = time.monotonic()
-        self.handle.stop()
+        self.server.stop()
         self.load_s += time.monotonic() - started
 
     def restart(self, extra_args: tuple[str, ...] = ()) -> None:
         """Stop, then start with the launch line plus `extra_args` (the noise band's other ubatch)."""
         self.stop()
-        self.server.args = [*self.handle.launch_args, *extra_args]
-        self.start()
+        self.start(extra_args)
 
     def host_state(self) -> dict[str, Any]:
         """The host before the last load for the first call after it, else the host now."""
@@ -90,7 +98,7 @@ class SessionServer:
     def close(self) -> None:
         """Stop the server (its process group) and remove the private slot directory."""
         stopping = time.monotonic()
-        self.handle.close()
+        self.server.close()
         self.load_s += time.monotonic() - stopping
         if self.slot_dir is not None:
             shutil.rmtree(self.slot_dir, ignore_errors=True)

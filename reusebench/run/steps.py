@@ -20,10 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reusebench.capability.rules import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
-from reusebench.config.profiles import Variant
 from reusebench.llama.client import ClientError, Completion, ProgressCallback, StreamEnded
 from reusebench.llama.outputs import common_prefix, difference
 from reusebench.llama.process import ServerError
@@ -31,6 +29,7 @@ from reusebench.records import DEFAULT_LORA, Lora, Record, Role, lora_key, verdi
 from reusebench.reuse import expectation
 from reusebench.reuse.verification import alternative_ubatch
 from reusebench.run.diagnosis import Diagnosis, deadline_s
+from reusebench.run.launch import LaunchSpec
 from reusebench.run.plan import stops_at
 from reusebench.run.progress import Progress
 from reusebench.run.recording import Recorder
@@ -48,17 +47,16 @@ class SessionSteps(VariantSteps):
     """What a scenario can do (``scenarios.Steps``): measured and setup completions, chat turns, slot saves and
     restores, idling until asleep, restarts."""
 
-    def __init__(self, variant: Variant, spec: corpus_mod.CorpusSpec, life: SessionServer, recorder: Recorder,
-                 progress: Progress, *, capabilities: Capabilities, verify: bool, early_stop: bool = True) -> None:
-        self.variant, self.spec, self.life, self.recorder, self.progress = variant, spec, life, recorder, progress
-        self.capabilities = capabilities
-        self.early_stop = early_stop
-        self.requests = Requests(life, variant.n_predict)
-        self.diagnosis = Diagnosis(life, recorder)
-        self.references = ReferenceKeeper(verify, progress)
+    def __init__(self, spec: LaunchSpec, corpus_spec: corpus_mod.CorpusSpec, server: SessionServer, recorder: Recorder,
+                 progress: Progress) -> None:
+        self.spec, self.corpus_spec, self.server, self.recorder, self.progress = (spec, corpus_spec, server, recorder,
+                                                                                 progress)
+        self.requests = Requests(server, spec.variant.n_predict)
+        self.diagnosis = Diagnosis(server, recorder)
+        self.references = ReferenceKeeper(spec.verify, progress)
         # what the server should do, request by request: from the GGUF, the launch options and the build's probed
         # capabilities only
-        self.expectation = expectation.for_variant(variant, capabilities, life.ctx_size)
+        self.expectation = spec.reuse_model()
         self.server_s = 0.0  # the server's own prompt, generation and slot-file time
         self.wait_s = 0.0  # deliberate waits (idling until asleep)
         self.corpus_timing: dict[str, float] = {}
@@ -75,7 +73,7 @@ class SessionSteps(VariantSteps):
 
     def build_corpus(self, size: int) -> None:
         building = time.monotonic()
-        self.corpus = corpus_mod.build_corpus(self.spec, self.life.handle.client, size)
+        self.corpus = corpus_mod.build_corpus(self.corpus_spec, self.server.client, size)
         self.corpus_timing = {"corpus_s": time.monotonic() - building,
                               "corpus_tokenizer_calls": self.corpus.tokenizer_calls}
 
@@ -99,7 +97,7 @@ class SessionSteps(VariantSteps):
 
     @property
     def summary(self) -> str:
-        return self.spec.summary
+        return self.corpus_spec.summary
 
     def tokens(self, text: str, *, bos: bool = True) -> list[int]:
         return self.requests.tokens(text, bos=bos)
@@ -113,7 +111,7 @@ class SessionSteps(VariantSteps):
     def measure(self, scenario: str, step: str, prompt: Prompt, *, expect_hit: bool = True,
                 lora: Lora = None, may_stop: bool = False) -> None:
         self._complete(scenario, step, Role.MEASURE, self.requests.completion(prompt, lora), expect_hit,
-                       may_stop=may_stop and self.early_stop and self.slot_actions)  # a stop erases the slot
+                       may_stop=self.may_stop(may_stop))
 
     def setup(self, scenario: str, step: str, prompt: Prompt, *, lora: Lora = None) -> Completion:
         completed = self._complete(scenario, step, Role.SETUP, self.requests.completion(prompt, lora), False)
@@ -133,7 +131,7 @@ class SessionSteps(VariantSteps):
         slot = self.last_slot
         try:
             self._call(scenario, "save slot", f"/slots/{slot}?action=save",
-                       lambda: self.life.handle.client.slot_save(slot, filename, timeout_s=timeout),
+                       lambda: self.server.client.slot_save(slot, filename, timeout_s=timeout),
                        explain=lambda: self.diagnosis.save_failure(filename))
         except ClientError:
             del self._saved[filename]
@@ -143,7 +141,7 @@ class SessionSteps(VariantSteps):
         timeout = self._deadline(len(self._saved.get(filename, ("", []))[1]))
         slot = self.last_slot
         self._call(scenario, "restore slot", f"/slots/{slot}?action=restore",
-                   lambda: self.life.handle.client.slot_restore(slot, filename, timeout_s=timeout))
+                   lambda: self.server.client.slot_restore(slot, filename, timeout_s=timeout))
         key, sequence = self._saved[filename]
         self._slot_sequence = (key, sequence)
         self._restored = True  # the next completion finds the slot as the file left it
@@ -152,11 +150,10 @@ class SessionSteps(VariantSteps):
 
     def wait_until_asleep(self, scenario: str) -> None:
         """Stay idle until the server sleeps (``Server.wait_until_asleep``); a server that does not fails."""
-        seconds = self.variant.number("sleep-idle-seconds") or 0.0
-        self.progress.say(f"  idling until the server sleeps (sleep-idle-seconds {seconds:g})")
+        self.progress.say(f"  idling until the server sleeps (sleep-idle-seconds {self.spec.sleep_idle_s or 0.0:g})")
 
         def wait() -> dict[str, Any]:
-            waited = self.life.handle.wait_until_asleep(seconds)
+            waited = self.server.wait_until_asleep()
             self.wait_s += waited.waited_s  # a deliberate wait, not harness overhead
             if not waited.asleep:
                 raise ServerError(f"the server did not sleep within {waited.waited_s:.0f} s of idling")
@@ -171,7 +168,7 @@ class SessionSteps(VariantSteps):
 
     def recover(self) -> None:
         """After a failed scenario: a fresh server if the old one is gone, and a model of a fresh server."""
-        if self.life.server.is_running():
+        if self.server.process.is_running():
             return
         self._restart("restarting the server after the failure")
         self._slot_sequence, self.last_slot = (DEFAULT_LORA, []), 0
@@ -179,14 +176,14 @@ class SessionSteps(VariantSteps):
 
     def _restart(self, message: str) -> None:
         self.progress.say(f"  {message}")
-        self.life.restart()
+        self.server.restart()
         self._slot_sequence = (DEFAULT_LORA, [])
         self._seen.clear()  # a perfect cache keeps only what was saved to disk across a restart
 
     # -- one call -------------------------------------------------------------------------------
 
     def _deadline(self, n_tokens: int) -> float:
-        return deadline_s(n_tokens, self._rate, self.variant.n_predict)
+        return deadline_s(n_tokens, self._rate, self.spec.variant.n_predict)
 
     def _ideal(self, tokens: list[int], key: str) -> int:
         """Tokens a perfect cache would re-process: those after the longest prefix already seen (at least 1)."""
@@ -204,7 +201,7 @@ class SessionSteps(VariantSteps):
             response = action()
             record.extra |= {k: v for k, v in response.items() if k.startswith("n_") or k == "timings"}
         except ClientError as exc:
-            why = explain() if explain and self.life.server.is_running() else ""
+            why = explain() if explain and self.server.process.is_running() else ""
             raise self.diagnosis.fail(record, exc, why) from exc
         except ServerError as exc:
             record.status, record.error, record.ended_at = None, f"ServerError: {exc}", time.time()
@@ -238,9 +235,9 @@ class SessionSteps(VariantSteps):
         record.expected, record.cause_expected = expected.prompt_n, expected.cause
         if expected.wrong_output:
             record.extra["expected_wrong_output"] = True
-        log_mark = self.life.handle.mark()
-        record.host = self.life.host_state()
-        sampler = self.life.sampler
+        log_mark = self.server.mark()
+        record.host = self.server.host_state()
+        sampler = self.server.sampler
         gpu_mark = sampler.mark()
         timeout = self._deadline(len(request.tokens))
         shown = self.progress.callback(scenario, step, role)
@@ -309,7 +306,7 @@ class SessionSteps(VariantSteps):
         record.slot = self.last_slot = slot = self.last_slot if slot is None else slot
         try:
             erased = self._call(record.scenario, "erase slot", f"/slots/{slot}?action=erase",
-                                lambda: self.life.handle.client.slot_erase(slot))
+                                lambda: self.server.client.slot_erase(slot))
             # the slot held the reused prefix and what was prefilled before the cancel took effect
             record.prefilled_n = max(0, int(erased.get("n_erased", ended.cached)) - ended.cached)
         finally:
@@ -328,7 +325,7 @@ class SessionSteps(VariantSteps):
         """The log's cause since `log_mark`, once it names the slot: the server writes its log from another thread,
         so at the first progress event the selection line may not be in the file yet. With one slot there is
         nothing to wait for."""
-        deadline = time.monotonic() + (SLOT_LINE_WAIT_S if self.expectation.launch.n_slots > 1 else 0.0)
+        deadline = time.monotonic() + (SLOT_LINE_WAIT_S if self.spec.n_slots > 1 else 0.0)
         while True:
             cause = self.diagnosis.cause(log_mark)
             if cause.get("slot") is not None or time.monotonic() > deadline:
@@ -358,7 +355,7 @@ class SessionSteps(VariantSteps):
     def deferred_references(self) -> None:
         """The references nothing computed along the way: one ``cache_prompt: false`` call per prompt and LoRA."""
         waiting = self.references.waiting()
-        if waiting and not self.life.server.is_running():
+        if waiting and not self.server.process.is_running():
             steps = sum(len(p.steps) for p in waiting)
             self.progress.say(f"{steps} measured step(s) left unverified: the server is gone before their references")
             return
@@ -393,13 +390,13 @@ class SessionSteps(VariantSteps):
         if not waiting:
             return
         steps = sum(len(w.steps) for w in waiting)
-        if not self.life.server.is_running():
+        if not self.server.process.is_running():
             self.progress.say(f"{steps} reused output(s) left unjudged: the server is gone before the noise band")
             return
-        n_ubatch = alternative_ubatch(self.expectation.launch.n_ubatch)
+        n_ubatch = alternative_ubatch(self.spec.launch.n_ubatch)
         self.progress.say(f"  {steps} reused output(s) differ from no reuse: measuring the noise band at ubatch "
-                          f"{n_ubatch} (the session's: {self.expectation.launch.n_ubatch})")
-        self.life.restart(("--ubatch-size", str(n_ubatch)))  # a later option wins: the same server otherwise
+                          f"{n_ubatch} (the session's: {self.spec.launch.n_ubatch})")
+        self.server.restart(("--ubatch-size", str(n_ubatch)))  # a later option wins: the same server otherwise
         measured: list[tuple[Record, float]] = []
         for prompt in waiting[:BAND_PROMPTS]:
             first = prompt.steps[0][0]

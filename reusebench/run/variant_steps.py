@@ -1,38 +1,50 @@
-"""What a ``scenarios.Steps`` reads from its variant and its build, shared by the session (``steps``) and the plan
-(``plan``)."""
+"""What a ``scenarios.Steps`` reads of its launch, shared by the session (``steps``) and the plan (``plan``): all of
+it from the session's ``LaunchSpec``."""
 
 from __future__ import annotations
 
 from reusebench.capability.rules import Capabilities
 from reusebench.config import corpus as corpus_mod
-from reusebench.config.profiles import Variant
+from reusebench.run.launch import LaunchSpec
 
 
 class VariantSteps:
-    """The variant's options, its adapters, its build's capabilities and the prompt format, as a scenario sees
-    them."""
+    """The launch's slots, adapters, sleep, build capabilities and the prompt format, as a scenario sees them."""
 
-    variant: Variant
-    capabilities: Capabilities  # the build's, where builds differ (``reusebench.capability``)
+    spec: LaunchSpec
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.spec.capabilities
 
     @property
     def lora_adapters(self) -> int:
-        return len(self.variant.lora)
+        return self.spec.launch.lora_adapters
 
     @property
     def multimodal(self) -> bool:
-        return self.variant.mmproj is not None
+        return self.spec.launch.multimodal
 
     @property
     def slot_actions(self) -> bool:
-        """Whether the server takes slot saves, restores and erases (a build may refuse them with an mmproj)."""
-        return not self.multimodal or self.capabilities.holds("mmproj_slot_actions")
+        return self.spec.slot_actions
 
-    def option(self, name: str) -> object | None:
-        return self.variant.option(name)
+    @property
+    def n_slots(self) -> int:
+        return self.spec.n_slots
 
-    def number(self, name: str) -> float | None:
-        return self.variant.number(name)
+    @property
+    def ram_cache(self) -> bool:
+        return self.spec.launch.cache_ram_mib != 0
+
+    @property
+    def sleep_idle_s(self) -> float | None:
+        return self.spec.sleep_idle_s
+
+    def may_stop(self, allowed: bool) -> bool:
+        """Whether a step the scenario lets stop (`allowed`) may stop: the command line and the build decide
+        (``LaunchSpec.early_stop``); ``plan.stops_at`` decides whether it does."""
+        return allowed and self.spec.early_stop
 
     def prompt(self, document: str, question: str) -> str:
         return corpus_mod.Corpus.prompt(document, question)

@@ -72,7 +72,7 @@ def metrics_agreement(before: dict[str, float], after: dict[str, float], done: S
 
 
 def _adapter_scales(ctx: ProbeContext, scale: float) -> list[dict[str, float]]:
-    return [{"id": index, "scale": scale} for index in range(len(ctx.variant.lora))]
+    return [{"id": index, "scale": scale} for index in range(ctx.spec.launch.lora_adapters)]
 
 
 def probe_lora(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:

@@ -4,6 +4,8 @@ chunk reuse. Each compares what was reused with what the server logged and, wher
 
 from __future__ import annotations
 
+import dataclasses
+
 from reusebench.check.context import PROBE_TAIL_TOKENS, QUESTION_TOKENS, ProbeContext, of_kind, quote, timings
 from reusebench.check.probes.launch import metrics_agreement
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
@@ -63,7 +65,7 @@ def _reask_from_ram(ctx: ProbeContext) -> tuple[Completion, list[Event]]:
 def probe_ctx_checkpoints(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
     configured = [quote(e) for e in of_kind(ctx.startup, "checkpoints_enabled", "checkpoints_disabled")]
     window = ctx.memory.kind == "swa"
-    if window and ctx.variant.option("swa-full"):
+    if window and ctx.spec.launch.swa_full:
         return [setting.verdict(Verdict.INEFFECTIVE, *configured, "--swa-full keeps every position in the window "
                                 "layers' cache, so the server makes no checkpoint and needs none")]
     if window and ctx.facts["prompt_cache_enabled"] is False:
@@ -234,8 +236,7 @@ def probe_swa_full(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
         return [setting.verdict(Verdict.DISABLED, quote(warning))]
     if ctx.memory.kind != "swa":
         return [setting.verdict(Verdict.INEFFECTIVE, f"the model's memory is {ctx.memory.kind}, without a window")]
-    launch = expectation.launch_of_options({**ctx.variant.options, "swa-full": False},
-                                           n_ctx=ctx.applied("n_ctx") or 0)
+    launch = dataclasses.replace(ctx.spec.launch, swa_full=False, n_ctx=ctx.applied("n_ctx") or 0)
     without = expectation.window_cells(ctx.memory, launch)
     length = 2 * without
     if length > MAX_PROBE_PROMPT:

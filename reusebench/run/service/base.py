@@ -26,10 +26,10 @@ from reusebench.config.workload import Workload
 from reusebench.llama import binaries, task_log
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.process import ServerProcess
-from reusebench.llama.server import Server
 from reusebench.records import Record, RecordWriter
 from reusebench.reuse.perfect_cache import PerfectCache
-from reusebench.run.recording import Recorder, Source, ctx_size_args
+from reusebench.run import launch
+from reusebench.run.recording import Recorder, Source
 from reusebench.run.service.calls import INTERRUPTED, Calls
 from reusebench.run.service.texts import Texts, make_texts
 
@@ -56,11 +56,6 @@ def kv_tokens(workload: Workload, drawn: list[User], slots: int) -> int:
     return sum(sorted((longest(u) for u in drawn), reverse=True)[:slots])
 
 
-def server_args(workload: Workload, variant: Variant, drawn: list[User]) -> list[str]:
-    slots = int(variant.number("parallel") or 4)
-    return variant.server_args() + ctx_size_args(variant, kv_tokens(workload, drawn, slots if slots > 0 else 4))
-
-
 class ServiceRun:
     """One workload against one server variant; ``run`` returns when the users are done or a bound is hit."""
 
@@ -71,15 +66,15 @@ class ServiceRun:
                  log_dir: Path, repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
         self.workload, self.variant, self.via, self.out = workload, variant, via, out
         self.users = users.draw_users(workload)
-        self.handle = Server(ServerProcess(variant.binary.path, server_args(workload, variant, self.users)),
-                                   call_timeout_s=REQUEST_TIMEOUT_S)
+        self.spec = launch.resolve(variant, context=lambda n_slots: kv_tokens(workload, self.users, n_slots))
+        self.handle = self.spec.server(call_timeout_s=REQUEST_TIMEOUT_S)
         self.result = WorkloadResult()
         self.session = f"{workload.name}/{variant.profile}/{variant.name}"
         self.recorder = Recorder(writer, Source.of(variant), run_id=run_id, session=self.session, log_dir=log_dir,
                                  size=max(u.opening_tokens for u in self.users),
                                  extra=None if repeat is None else {"repeat": repeat})
         self.seen = PerfectCache()  # every user's sequences: each turn's ideal
-        self.calls = Calls(self.recorder, task_log.TaskLog(self.handle.server.raw_log_path), self.seen, workload.name,
+        self.calls = Calls(self.recorder, task_log.TaskLog(self.handle.process.raw_log_path), self.seen, workload.name,
                            n_predict=workload.n_predict, timeout_s=REQUEST_TIMEOUT_S, claim_wait_s=self.claim_wait_s)
         self.clients_url = ""  # where the users send their requests: the server, or the relay in front of it
         self.requests = 0  # calls sent
@@ -103,7 +98,7 @@ class ServiceRun:
         finally:
             self.result.wall_s = time.monotonic() - self._started
             try:
-                self.recorder.keep_log(self.handle.server.raw_log_path, self.workload.name)
+                self.recorder.keep_log(self.handle.process.raw_log_path, self.workload.name)
             finally:
                 self.handle.close()
                 self.result.records = list(self.calls.records)
@@ -119,22 +114,21 @@ class ServiceRun:
 
     @contextlib.contextmanager
     def _clients_url(self) -> Iterator[None]:
-        with contextlib.nullcontext(self.handle.server.base_url) if self.via is None else self.via(
-                self.handle.server) as url:
+        with contextlib.nullcontext(self.handle.process.base_url) if self.via is None else self.via(
+                self.handle.process) as url:
             self.clients_url = url
             yield
 
     def client(self) -> LlamaClient:
-        return LlamaClient(self.clients_url, self.handle.server.api_key, timeout_s=REQUEST_TIMEOUT_S)
+        return LlamaClient(self.clients_url, self.handle.process.api_key, timeout_s=REQUEST_TIMEOUT_S)
 
     def sleep_gap(self) -> bool:
         """The idle gap with nothing in flight: wait until the server sleeps (when the variant lets it); True
         when it did."""
         began = time.time()
-        limit = self.variant.number("sleep-idle-seconds") or -1
         asleep = False
-        if limit > 0:
-            waited = self.handle.wait_until_asleep(limit)
+        if self.spec.sleeps:
+            waited = self.handle.wait_until_asleep(self.spec.sleep_idle_s or 0.0)
             asleep = waited.asleep
             if asleep:
                 self.result.sleeps += 1

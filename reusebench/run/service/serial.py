@@ -88,7 +88,7 @@ class SerialRun(ServiceRun):
         if woke and not woke_planned:
             raise ScheduleDeviation(
                 f"{request.label}: the server slept before it, outside an idle gap (sleep-idle-seconds "
-                f"{self.variant.number('sleep-idle-seconds'):g} passed between two requests: a machine this slow "
+                f"{self.spec.sleep_idle_s or 0:g} passed between two requests: a machine this slow "
                 "needs a longer sleep-idle-seconds)")
 
     def _progress(self, total: int) -> None:

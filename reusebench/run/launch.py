@@ -1,0 +1,101 @@
+"""One variant's launch, resolved once: ``LaunchSpec``.
+
+A profile's variant says what the user wrote; the harness must still decide how many slots that gives, the context
+it launches with (the variant's ``--ctx-size``, else what the driver needs: a session's size plus a margin, a
+workload's longest conversations, a probe's context per slot), where slot files go, how long the server idles
+before it sleeps, whether outputs are verified and steps may stop early, and the reuse model of that server.
+``resolve`` decides each of these once, from the variant, its binary's capabilities and the command line; the plan,
+the session, a workload's run, ``check`` and ``advise`` take the spec and read none of the options again.
+``LaunchSpec.server`` is the one place a variant's server process is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from reusebench.capability.rules import PINNED, Capabilities
+from reusebench.config.profiles import Variant
+from reusebench.llama.server import Server
+from reusebench.reuse import expectation
+
+CTX_MARGIN = 1024  # room beyond a session's longest prompt: question, edit, extension and generated tokens
+# The harness's context for a server with `n_slots` slots when the variant sets no --ctx-size; None: none is added
+# (a model of the server with its context unknown).
+Context = Callable[[int], int] | None
+
+
+def session_context(longest_prompt: int) -> Callable[[int], int]:
+    """A session's context: prompts up to `longest_prompt` tokens plus the margin, whatever the slots."""
+    return lambda _n_slots: longest_prompt + CTX_MARGIN
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What one launch of a variant is, decided once (``resolve``)."""
+
+    variant: Variant  # its binary, model, adapters and n_predict; its options are read only by ``resolve``
+    capabilities: Capabilities  # its build's rules where builds differ (``capability``)
+    memory: expectation.Memory  # from its GGUF, read once
+    launch: expectation.Launch  # the options that decide reuse, as the server reads them, with the context
+    added: tuple[str, ...]  # the llama-server arguments the harness adds to the variant's (--ctx-size, --metrics)
+    slot_save_path: Path | None  # the variant's --slot-save-path; None: the session gives a private directory
+    sleep_idle_s: float | None  # the variant's --sleep-idle-seconds; None or <= 0: the server never sleeps
+    verify: bool  # reused outputs are checked against no-reuse references
+    early_stop: bool  # a step the scenario lets stop may end at its count (needs slot erases)
+
+    @property
+    def args(self) -> list[str]:
+        """Every llama-server argument but host, port, key and log, which the process owns."""
+        return [*self.variant.server_args(), *self.added]
+
+    @property
+    def n_slots(self) -> int:
+        return self.launch.n_slots
+
+    @property
+    def ctx_size(self) -> int:
+        return self.launch.n_ctx
+
+    @property
+    def sleeps(self) -> bool:
+        return (self.sleep_idle_s or 0) > 0
+
+    @property
+    def slot_actions(self) -> bool:
+        """Whether the server takes slot saves, restores and erases (a build may refuse them with an mmproj)."""
+        return not self.launch.multimodal or self.capabilities.holds("mmproj_slot_actions")
+
+    def reuse_model(self) -> expectation.ServerModel:
+        """A fresh model of this server's reuse (``reuse.expectation``), before its first request."""
+        return expectation.ServerModel(self.memory, self.launch, self.capabilities)
+
+    def server(self, *, call_timeout_s: float, extra_args: Sequence[str] = ()) -> Server:
+        """The server of this launch, not started; `extra_args` come last (a later option wins)."""
+        return Server.of(self.variant.binary.path, [*self.args, *extra_args], call_timeout_s=call_timeout_s)
+
+
+def resolve(variant: Variant, capabilities: Capabilities = PINNED, *, context: Context, metrics: bool = False,
+            verify: bool = True, early_stop: bool = True) -> LaunchSpec:
+    """The launch of `variant` by the rules of its build's `capabilities`. `context(n_slots)` is the context the
+    harness gives when the variant sets none; `metrics` adds ``--metrics`` unless the variant sets it; `verify` and
+    `early_stop` are the command line's, which the variant and the build may still turn off."""
+    def launch_with(n_ctx: int) -> expectation.Launch:
+        return expectation.launch_of_options(variant.options, multimodal=variant.mmproj is not None,
+                                             lora_adapters=len(variant.lora), n_ctx=n_ctx)
+
+    added: list[str] = []
+    launch = launch_with(0)
+    if variant.option("ctx-size") is None and context is not None:
+        launch = launch_with(context(launch.n_slots))
+        added += ["--ctx-size", str(launch.n_ctx)]
+    if metrics and variant.option("metrics") is None:
+        added.append("--metrics")
+    save_path = variant.option("slot-save-path")
+    spec = LaunchSpec(variant, capabilities, expectation.memory_of_gguf(variant.model), launch, tuple(added),
+                      slot_save_path=None if save_path is None else Path(str(save_path)),
+                      sleep_idle_s=variant.number("sleep-idle-seconds"), verify=variant.verify and verify,
+                      early_stop=early_stop)
+    # a stopped step's slot is erased at once: a server that refuses slot actions cannot have a step stopped
+    return spec if spec.slot_actions else replace(spec, early_stop=False)
