@@ -1,0 +1,80 @@
+"""`reusebench build`: llama-server from source (the pinned release or a checkout, CPU or CUDA), cached."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from reusebench.cli import common
+from reusebench.llama import build, cuda
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    try:
+        if args.asv_env:
+            if args.tree is None or args.patch:
+                raise ValueError("--asv-env goes with --tree, and without --patch")
+            flavor = os.environ.get("REUSEBENCH_BUILD_FLAVOR", "cpu")
+            flavor_args, details = _flavor_build(flavor, cuda.cuda_build_from_env, progress)
+            binary = build.asv_install(args.tree, args.commit or "HEAD", args.asv_env, flavor, flavor_args,
+                                       details, progress)
+        else:
+            if args.tree is None and args.commit:
+                raise ValueError("--commit goes with --tree")
+            flavor_args, details = _flavor_build(args.flavor, lambda progress: cuda.cuda_build(
+                major=args.cuda, arch=args.cuda_arch, toolkit=args.cuda_toolkit, progress=progress), progress)
+            source = build.patched(build.fetch_pinned(progress) if args.tree is None else build.git_source(
+                args.tree, args.commit or "HEAD"), args.patch or (), progress)
+            binary = build.build(source, build.cmake_args(source, args.flavor, [*flavor_args, *(args.cmake_arg or ())]),
+                                 flavor=args.flavor, jobs=args.jobs, details=details, progress=progress)
+            if args.tree is None and not args.cmake_arg and not args.patch:
+                build.remember_pinned(args.flavor, binary)
+    except build.BuildError as exc:
+        print(f"reusebench build: {exc}", file=sys.stderr)
+        return 1
+    print(binary)
+    return 0
+
+
+def _flavor_build(flavor: str, cuda_build: Callable[[Callable[[str], None]], cuda.CudaBuild],
+                  progress: Callable[[str], None]) -> tuple[tuple[str, ...], dict[str, object] | None]:
+    """The machine-dependent CMake arguments of a flavor, and what build.json says about them."""
+    if flavor != "cuda":
+        return (), None
+    chosen = cuda_build(progress)
+    return chosen.cmake_args, chosen.details
+
+
+def add_build(sub: common.Subparsers) -> None:
+    make = sub.add_parser(
+        "build", help=f"build llama-server from source: the pinned {build.PINNED.requirement} (llama.cpp "
+        f"b{build.PINNED.build_number}) that profiles call `default`, or a llama.cpp checkout; cached, prints the path")
+    make.add_argument("--flavor", choices=tuple(build.FLAVORS), default="cpu",
+                      help="cpu: portable (GGML_NATIVE=OFF), any CPU of this architecture; cuda: for NVIDIA GPUs "
+                      "(profiles: binary: default:cuda)")
+    make.add_argument("--cuda", type=int, choices=cuda.MAJORS, help="with --flavor cuda: the CUDA major (default: "
+                      "the newest this machine's driver supports; needed where no driver is readable)")
+    make.add_argument("--cuda-arch", metavar="ARCH", help="with --flavor cuda: GPU architectures, e.g. 90 (H100/H200), "
+                      "120 (RTX PRO 6000 Blackwell), 90,120, or native (the default; needs a visible GPU)")
+    make.add_argument("--cuda-toolkit", choices=cuda.TOOLKIT_CHOICES, default="auto",
+                      help="with --flavor cuda: auto (a complete system toolkit of that major, else NVIDIA's wheels "
+                      "from PyPI, installed into the build cache), system, or pypi")
+    make.add_argument("--cmake-arg", action="append", metavar="ARG", help="extra CMake argument (repeatable); "
+                      "a pinned build with extra arguments is not `default`: use the printed path")
+    make.add_argument("--jobs", type=int, help="parallel compile jobs (default: $REUSEBENCH_BUILD_JOBS or all CPUs)")
+    make.add_argument("--tree", type=Path, help="a llama.cpp git checkout instead of the pinned release")
+    make.add_argument("--patch", type=Path, action="append", metavar="FILE.diff", help="apply this patch (git apply, "
+                      "repeatable, in order) to a copy of the tree first: a fix not merged yet, built beside its base; "
+                      "the build's cache key, build.json and every record's build name the patches")
+    make.add_argument("--commit", help="with --tree: the commit checked out there (default HEAD)")
+    make.add_argument("--asv-env", type=Path, metavar="DIR", help="with --tree: record the binary in asv's "
+                      "{env_dir} (asv.llama.conf.json's install command); flavor, CUDA choices and extra CMake arguments "
+                      "then come from $REUSEBENCH_BUILD_FLAVOR, $REUSEBENCH_CUDA, $REUSEBENCH_CUDA_ARCH, "
+                      "$REUSEBENCH_CUDA_TOOLKIT and $REUSEBENCH_CMAKE_ARGS")
+    make.set_defaults(func=cmd_build)

@@ -1,0 +1,28 @@
+"""The command line's parser: the program's description and every command's subparser, in the order --help lists them."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from reusebench.cli import advise, build, check, common, report, run, shipped, tap
+
+DESCRIPTION = """Does llama-server really reuse the prompts it has already read? reusebench sends realistic sequences of long
+prompts (resend, re-ask, an edit, another document in between, a restart) to llama-server and records, for each
+step, how many tokens it re-processed against what a perfect cache would, why (from the server's log), and
+whether the reused output equals output computed without reuse."""
+
+# each adds its command's subparser, with its arguments and `func`, the function that runs it
+COMMANDS: tuple[Callable[[common.Subparsers], None], ...] = (
+    run.add_run, run.add_workload, tap.add_tap, report.add_report, check.add_check, report.add_view,
+    advise.add_agreement, advise.add_advise, shipped.add_profiles, tap.add_log_filter, check.add_probe,
+    build.add_build, shipped.add_models,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reusebench", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS:
+        add(sub)
+    return parser

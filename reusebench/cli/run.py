@@ -1,0 +1,140 @@
+"""`reusebench run` (a profile's scenarios) and `reusebench workload` (users on one server): measure and report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from reusebench import records
+from reusebench.cli import common
+from reusebench.config import profiles, scenarios, workload
+from reusebench.run import plan, runner, session
+from reusebench.run.recording import RunDir
+from reusebench.run.service import ScheduleDeviation, service_run
+from reusebench.tap import InFront
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    profile = profiles.load_profile(args.profile, check_binary=not args.dry_run)  # a plan needs no binary
+    repeats = None if args.repeat_first_load is None else runner.Repeats(
+        args.repeat_first_load, idle_gap_s=args.idle_gap or 0.0, warm_up=args.warm_up)
+    if repeats is None and (args.idle_gap is not None or args.warm_up):
+        raise ValueError("--idle-gap and --warm-up go with --repeat-first-load N")
+    if args.dry_run:
+        print(plan.render_plan(runner.plan_profile(
+            profile, variants=args.variant or (), sizes=args.size or (), scenario_ids=args.scenarios or (),
+            corpus_name=args.corpus, verify=not args.no_verify, early_stop=not args.full_prefills, repeats=repeats)))
+        return 0
+    started = time.monotonic()
+    try:
+        result = runner.run_profile(
+            profile, results_dir=Path(args.results), variants=args.variant or (), sizes=args.size or (),
+            scenario_ids=args.scenarios or (), corpus_name=args.corpus, verify=not args.no_verify,
+            early_stop=not args.full_prefills, repeats=repeats, on_failure=args.on_failure,
+        )
+    except runner.Interrupted as exc:
+        return common.interrupted(exc.summary)
+    except KeyboardInterrupt:  # before its sessions started
+        return common.interrupted(lambda: f"interrupted: every server stopped; records kept under "
+                                  f"{Path(args.results) / 'runs'}")
+    written = common.write_run_report(result.run_dir, f"run {result.run_id}", scenario_records=result.records)
+    print(written.text)
+    print(f"\n{len(result.records)} records in {time.monotonic() - started:.0f} s; "
+          f"report: {result.run_dir / 'report.md'}; page: {written.page}", file=sys.stderr)
+    return 1 if result.failed_sessions else 0
+
+
+def add_run(sub: common.Subparsers) -> None:
+    shows = ("run the scenarios of a profile; prints per step the tokens re-processed against a perfect cache's, "
+             "prefill seconds, hit or miss, whether the output matched output without reuse, and why (from the "
+             "server's log)")
+    run = sub.add_parser("run", help=shows, description=shows)
+    run.add_argument("--profile", required=True, help="profile name in server_profiles/ or a path")
+    run.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
+    run.add_argument("--size", action="append", type=common.token_size,
+                     help="prompt size in tokens: 2048, 32K or 1M (repeatable; default: the profile's sizes)")
+    run.add_argument("--scenarios", nargs="+", choices=scenarios.SCENARIO_IDS, help="subset of scenarios")
+    run.add_argument("--corpus", help="corpus spec name in corpora/ or a path (default: the profile's `corpus:`, "
+                     "else tiny-words)")
+    run.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
+    run.add_argument("--no-verify", action="store_true", help="skip the no-reuse reference comparison")
+    run.add_argument("--dry-run", action="store_true", help="print the plan (sessions, requests, tokens, the "
+                     "prefills the reuse model expects) and exit without starting a server")
+    run.add_argument("--full-prefills", action="store_true", help="time every step to its end; by default a step "
+                     "that would re-process more than 8K tokens and whose output nothing needs (the edit, the resend "
+                     "after a restore on a hybrid) stops once its count is known, its seconds n/a")
+    run.add_argument("--on-failure", choices=session.ON_FAILURE, default="stop",
+                     help="after a failed step: stop that session (default) or restart its server and go on; "
+                          "the run goes on with the next session either way")
+    run.add_argument("--repeat-first-load", type=int, metavar="N",
+                     help="only the cold first load, N times per variant x size, each on a fresh server; "
+                     "reports the spread with the GPU and page-cache state of each repeat")
+    before = run.add_mutually_exclusive_group()
+    before.add_argument("--idle-gap", type=float, metavar="SECONDS", help="with --repeat-first-load: idle this "
+                        "long before each repeat (does the GPU cool down between loads?)")
+    before.add_argument("--warm-up", action="store_true", help="with --repeat-first-load: prefill a short other "
+                        "text on the same server before each measured load (recorded as a setup call)")
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_workload(args: argparse.Namespace) -> int:
+    load = workload.load_workload(args.workload)
+    profile = profiles.load_profile(args.profile or load.profile)
+    named = args.variant or load.variant
+    variant = profile.variant(named) if named else profile.variants[0]
+    run = RunDir.create(Path(args.results))
+    run_id, run_dir, records_path = run.run_id, run.path, run.records_path
+    print(f"run {run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> {records_path}",
+          file=sys.stderr)
+    started = time.monotonic()
+    via = InFront(Path(args.results), long_prefill_tokens=load.long_prefill_tokens) if args.through_tap else None
+    try:
+        with records.RecordWriter(records_path) as writer:
+            for repeat in range(1, args.repeat + 1):
+                if args.repeat > 1:
+                    print(f"run {repeat} of {args.repeat}", file=sys.stderr)
+                service_run(load, variant, writer, run_id=run_id, log_dir=run.log_dir, free_running=args.free_running,
+                            repeat=repeat if args.repeat > 1 else None, via=via).run()
+    except KeyboardInterrupt:
+        return common.interrupted(lambda: f"interrupted: every server stopped; "
+                                  f"{len(records.read_records(records_path))} records kept in {records_path}")
+    except ScheduleDeviation as exc:
+        print(f"reusebench: workload {load.name}: the server left the serial schedule, so its counts would depend on "
+              f"timing: {exc}; {len(records.read_records(records_path))} records kept in {records_path}",
+              file=sys.stderr)
+        return 1
+    written = common.write_run_report(run_dir, f"workload {load.name}, run {run_id}")
+    print(written.text)
+    for tapped in via.runs if via else ():
+        text = common.write_run_report(tapped, f"tap, run {tapped.name}").text
+        print(f"\n## What the tap in front of it recorded ({tapped.name})\n\n{text}")
+    print(f"\nworkload took {time.monotonic() - started:.0f} s; report: {run_dir / 'report.md'}; page: {written.page}",
+          file=sys.stderr)
+    return 0
+
+
+def _runs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of runs, 1 or more, got {text!r}")
+    return int(text)
+
+
+def add_workload(sub: common.Subparsers) -> None:
+    shows = ("run a workload (workloads/): its users talk to one server, one request at a time in an order fixed by "
+             "the file (or at once: --free-running); prints miss rates by class with the log's cause of each miss, "
+             "what a long prefill costs the other users, and the health check's effect")
+    load = sub.add_parser("workload", help=shows, description=shows)
+    load.add_argument("workload", help=f"workload name in workloads/ or a path ({', '.join(workload.workload_names())})")
+    load.add_argument("--profile", help="another server profile than the workload's")
+    load.add_argument("--variant", help="a variant of that profile (default: the workload's, else the first)")
+    load.add_argument("--free-running", action="store_true", help="one thread per user on the wall clock instead "
+                      "of the serial schedule: the server under the real scramble of threads, whose counts vary from "
+                      "run to run")
+    load.add_argument("--repeat", type=_runs, default=1, metavar="N", help="run the workload N times, each on a fresh "
+                      "server, and report every figure's median, min and max (default 1)")
+    load.add_argument("--through-tap", action="store_true", help="the users talk to the server through a tap "
+                      "(`reusebench tap`), whose records go to a run of their own, reported after the workload's")
+    load.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
+    load.set_defaults(func=cmd_workload)

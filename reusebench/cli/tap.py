@@ -1,0 +1,98 @@
+"""`reusebench tap` (record a running server's traffic) and `reusebench log-filter` (the log lines it reads)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from reusebench.cli import common
+from reusebench.llama import logs
+from reusebench.tap import Tap, TapOptions, conversations
+from reusebench.tap.keys import KeyFileError, default_key_path
+
+
+def cmd_tap(args: argparse.Namespace) -> int:
+    if args.server_log is None:
+        print("reusebench tap: no --server-log: records will carry counts and classes but no causes", file=sys.stderr)
+    try:
+        tap = Tap(TapOptions(upstream=args.upstream, listen=args.listen, results=Path(args.results),
+                             key_file=args.key_file, server_log=args.server_log, probe_tokens=args.probe_tokens,
+                             gap_s=args.gap_minutes * 60.0, long_prefill_tokens=args.long_prefill_tokens))
+    except KeyFileError as exc:
+        print(f"reusebench tap: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the port is taken, the results directory cannot be written
+        print(f"reusebench tap: cannot start on {args.listen[0]}:{args.listen[1]}: {exc}", file=sys.stderr)
+        return 2
+    why = ["Ctrl-C"]
+
+    def terminated(signum: int, frame: object) -> None:  # the clean stop, and the records say it was SIGTERM
+        why[0] = "SIGTERM"
+        common.terminated(signum, frame)
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        tap.start()
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        summary = tap.stop(why[0])
+    print(common.write_run_report(tap.run.path, f"tap, run {tap.run.path.name}").text)
+    print(f"\n{summary.extra['requests']} requests recorded; report: {tap.run.path / 'report.md'}", file=sys.stderr)
+    return 0
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 127.0.0.1:8081, got {text!r}")
+    return host, int(port)
+
+
+def add_tap(sub: common.Subparsers) -> None:
+    shows = ("relay a running llama-server and record every completion request without its text: counts, class "
+             "(first, continues, regenerate, head insert, ...), ideal and cause from the server's log, for the "
+             "service report; stops on Ctrl-C or SIGTERM")
+    tap = sub.add_parser("tap", help=shows, description=shows)
+    tap.add_argument("--upstream", required=True, help="the server, e.g. http://127.0.0.1:8080")
+    tap.add_argument("--listen", type=_address, default=("127.0.0.1", 8081), metavar="HOST:PORT",
+                     help="where clients connect (default 127.0.0.1:8081; loopback unless you say otherwise)")
+    tap.add_argument("--server-log", type=Path, metavar="FILE", help="the server's -lv 4 log, best through "
+                     "`reusebench log-filter`: the causes come from it")
+    tap.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
+    tap.add_argument("--key-file", type=Path, default=default_key_path(), help="the secret for the records' keyed "
+                     "hashes, made on first use (default ~/.config/reusebench/tap.key or $REUSEBENCH_TAP_KEY); "
+                     "never inside the results")
+    tap.add_argument("--probe-tokens", type=int, default=conversations.DEFAULT_PROBE_TOKENS, metavar="N",
+                     help="a request of at most N tokens that continues no conversation is unrelated (a health "
+                     f"check): recorded as a probe (default {conversations.DEFAULT_PROBE_TOKENS})")
+    tap.add_argument("--gap-minutes", type=float, default=conversations.DEFAULT_GAP_S / 60, metavar="M",
+                     help="a turn after M idle minutes of its conversation (and no sleep) is 'after a gap' "
+                     f"(default {conversations.DEFAULT_GAP_S / 60:g})")
+    tap.add_argument("--long-prefill-tokens", type=common.token_size, default="4K", metavar="N",
+                     help="prefills of at least N tokens count as long for interference (default 4K)")
+    tap.set_defaults(func=cmd_tap)
+
+
+def cmd_log_filter(args: argparse.Namespace) -> int:
+    # Ctrl-C or SIGTERM (the server's pipe closing first is the usual end) stops after a whole line
+    source = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
+    try:
+        kept, dropped = logs.filter_stream(source, sys.stdout)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader went away: nothing more to keep
+        return 0
+    print(f"log-filter: kept {kept} lines, dropped {dropped}", file=sys.stderr)
+    return 0
+
+
+def add_log_filter(sub: common.Subparsers) -> None:
+    log_filter = sub.add_parser("log-filter", help="read llama-server's -lv 4 log on stdin, write only the "
+                                "numbers-only lines reusebench parses (no prompt or output text): "
+                                "`llama-server ... -lv 4 2>&1 | reusebench log-filter > server.log`")
+    log_filter.set_defaults(func=cmd_log_filter)
