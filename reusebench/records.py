@@ -214,6 +214,16 @@ def deviation(r: Record) -> int | None:
     return None if r.expected is None or r.prompt_n is None else r.prompt_n - r.expected
 
 
+def interrupted(why: str = "Ctrl-C") -> str:
+    """The error of a call cut short because its run stopped (Ctrl-C, SIGTERM, the tap stopped): one spelling for
+    the session, the workload and the tap."""
+    return f"interrupted ({why})"
+
+
+def was_interrupted(error: str | None) -> bool:
+    return bool(error) and str(error).startswith("interrupted (")
+
+
 def verdict(r: Record) -> str:
     """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse, or
     UNEXPECTED when prompt_n is not what the reuse model predicts (a wrong output outranks it: the

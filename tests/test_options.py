@@ -12,12 +12,12 @@ import pytest
 
 from reusebench import check, cli
 from reusebench.check import OptionVerdict, Verdict
-from reusebench.check import run as check_run
 from reusebench.check.probes.launch import metrics_agreement
 from reusebench.check.probes.reuse import probe_cache_prompt
 from reusebench.check.run import CHECKED_DEFAULTS, PROBE_CTX_PER_SLOT, launch_args, settings_to_check
 from reusebench.config import profiles
 from reusebench.llama.client import Completion, TokenProbs
+from reusebench.llama.process import ServerProcess
 
 UNKNOWN_OPTIONS_PROFILE = """\
 binary: default
@@ -112,7 +112,7 @@ def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path
     def no_launch(*args: object, **kwargs: object) -> None:
         raise AssertionError("a server was started for a profile the binary rejects")
 
-    monkeypatch.setattr(check_run, "ServerProcess", no_launch)
+    monkeypatch.setattr(ServerProcess, "start", no_launch)
     variant = profiles.load_profile(unknown_profile, check_binary=False).variants[0]
     verdicts = by_key(check.check_variant(variant))
     assert {key for key, v in verdicts.items() if v.verdict is Verdict.UNSUPPORTED} == {

@@ -301,6 +301,6 @@ def test_a_tap_stopped_mid_stream_loses_no_record(server_and_log, tmp_path: Path
     if kill == signal.SIGTERM:  # the request in flight recorded as interrupted, the summary last
         assert tap.returncode == 0, output
         assert [r.role for r in kept] == [Role.MEASURE, Role.MEASURE, Role.SESSION]
-        assert kept[1].error == "interrupted: the tap stopped (SIGTERM)" and kept[2].extra["interrupted"] == 1
+        assert kept[1].error == "interrupted (SIGTERM)" and kept[2].extra["interrupted"] == 1
     else:  # nothing after the last whole line: the request in flight is lost with the process, nothing else
         assert tap.returncode == -signal.SIGKILL and [r.role for r in kept] == [Role.MEASURE]

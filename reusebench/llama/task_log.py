@@ -73,11 +73,12 @@ class TaskLog:
         self._sleeps = 0
         self._asleep = False
 
-    def claim(self, slot: int | None, n_tokens: int, wait_s: float = 2.0) -> Task | None:
+    def claim(self, slot: int | None, n_tokens: int, wait_s: float = 2.0, *, released: bool = True) -> Task | None:
         """The first unclaimed task on `slot` (any slot: None) whose prompt had `n_tokens` tokens, with its lines
         up to its release, waiting up to `wait_s` for them to reach the log (the server logs the release, and the
         prompt's timing, as the answer ends, so a reader may come first); None when the task never shows (the
-        request's record then has no cause). A task whose release does not come in time is returned as read."""
+        request's record then has no cause). A task whose release does not come in time is returned as read; with
+        `released` False, as soon as it shows (a request cut short, whose task is still running)."""
         deadline = time.monotonic() + wait_s
         found: Task | None = None
         while True:
@@ -89,7 +90,7 @@ class TaskLog:
                     found = next((t for t in candidates if not t.claimed and t.n_tokens == n_tokens), None)
                     if found is not None:
                         found.claimed = True
-                if found is not None and found.released_at is not None:
+                if found is not None and (found.released_at is not None or not released):
                     return found
             if time.monotonic() > deadline:
                 return found

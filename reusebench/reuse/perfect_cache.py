@@ -1,8 +1,8 @@
-"""What a perfect cache would re-process of a service's prompt: the tokens after the longest prefix the server
+"""What a perfect cache would re-process of a prompt (its ``ideal``): the tokens after the longest prefix the server
 computed before (any earlier prompt with its answer), and at least one, since the server always evaluates one.
 
-One definition for the two drivers that see a service's requests: a workload's run (``reusebench.run.service``)
-and the tap in front of real clients (``reusebench.tap``), so that their ideals agree on the same traffic.
+One definition for every driver: the scenario session (one per LoRA setting, ``run.steps``), a workload's run
+(``reusebench.run.service``) and the tap in front of real clients (``reusebench.tap``), so that their ideals agree.
 
 Token ids stay in memory. The store is bounded by tokens and drops its oldest sequences first; a sequence that is
 a prefix of a newer one adds nothing and is dropped when the newer one comes (a conversation that only grows

@@ -10,9 +10,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from typing import Any
 
-from reusebench.llama import causes
+from reusebench.llama import task_log
 from reusebench.llama.client import ClientError
 from reusebench.records import Record
 from reusebench.run.recording import Recorder
@@ -29,6 +28,7 @@ HANG_MARGIN_S = 30.0
 UNMEASURED_RATE = 100.0
 HANG_PER_TOKEN_S = 1.0  # per generated token
 LOG_TAIL_LINES = 12  # scrubbed server log lines kept on a failed record
+CLAIM_WAIT_S = 2.0  # how long an answered call waits for its task's release in the server log
 
 
 def deadline_s(n_tokens: int, rate: float | None, n_predict: int) -> float:
@@ -42,10 +42,13 @@ class Diagnosis:
 
     def __init__(self, server: SessionServer, recorder: Recorder) -> None:
         self.server, self.recorder = server, recorder
+        self.tasks = task_log.TaskLog(server.process.raw_log_path)
 
-    def cause(self, mark: int) -> dict[str, Any]:
-        """Why the server did what it did since log position `mark` (``causes.explain``)."""
-        return causes.explain(self.server.events_since(mark)).to_dict()
+    def claim(self, slot: int | None, n_tokens: int, *, wait_s: float = CLAIM_WAIT_S, released: bool = True
+              ) -> task_log.Task | None:
+        """The server's task for a completion of `n_tokens` on `slot` (``TaskLog.claim``, as the workload and the tap
+        match theirs)."""
+        return self.tasks.claim(slot, n_tokens, wait_s, released=released)
 
     def fail(self, record: Record, exc: ClientError, why: str = "") -> ClientError:
         """Record a failed call with what the server says about it; the error to raise."""

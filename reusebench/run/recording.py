@@ -21,7 +21,17 @@ from reusebench.config.profiles import Variant
 from reusebench.llama import logs
 from reusebench.llama.client import Completion
 from reusebench.llama.task_log import Task
-from reusebench.records import Lora, PrefillBudget, Record, RecordWriter, Role, lora_key, prefill_budgets, tokens_hash
+from reusebench.records import (
+    Lora,
+    PrefillBudget,
+    Record,
+    RecordWriter,
+    Role,
+    lora_key,
+    prefill_budgets,
+    tokens_hash,
+    verdict,
+)
 
 UNKNOWN_BUILD = "unknown"
 
@@ -97,6 +107,35 @@ class Recorder:
                       model=s.model, size=self.size, scenario=scenario, step=step, role=role, endpoint=endpoint,
                       started_at=started, ended_at=fields.pop("ended_at", time.time()), extra=dict(self.extra),
                       **fields)
+
+    def open(self, scenario: str, step: str, role: Role, endpoint: str, *, tokens: Sequence[int] | None,
+             lora: Lora = None, ideal: int | None = None, started: float | None = None, **fields: Any) -> Record:
+        """A call's record as it is sent (or, for the tap, as it was): the header (``record``) and its request
+        (``request``; none when the driver could not read the prompt). Every call of every driver goes open -> sent
+        -> ``answered`` or ``cut_short`` -> ``write``."""
+        record = self.record(scenario, step, role, endpoint, time.time() if started is None else started, **fields)
+        if tokens is not None:
+            self.request(record, tokens, lora, ideal)
+        return record
+
+    def answered(self, record: Record, c: Completion, claim: Callable[[Record], Task | None], *,
+                 judged: bool = True) -> Task | None:
+        """A call's answer: its figures (``fill``), then its task in the server's log (`claim`: ``TaskLog.claim``,
+        the one way a call is matched to the log) and what the log says of it (``attach_task``), and, for a
+        measured call the driver can judge, its verdict (``records.verdict``). Returns the task, None when the log
+        never showed it."""
+        self.fill(record, c)
+        task = claim(record)
+        if task is not None:
+            self.attach_task(record, task)
+        if judged and record.role == Role.MEASURE:
+            record.verdict = verdict(record)
+        return task
+
+    def cut_short(self, record: Record, error: str, status: int | None = None) -> None:
+        """A call that failed or was interrupted (``records.interrupted``): when and why, written at once."""
+        record.ended_at, record.status, record.error = time.time(), status, error
+        self.write(record)
 
     def request(self, record: Record, tokens: Sequence[int], lora: Lora, ideal: int | None) -> None:
         """What a record says about the request it sends: the LoRA key, the prompt's length and hash, the ideal."""

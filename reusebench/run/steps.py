@@ -25,8 +25,10 @@ from reusebench.config import scenarios
 from reusebench.llama.client import ClientError, Completion, ProgressCallback, StreamEnded
 from reusebench.llama.outputs import common_prefix, difference
 from reusebench.llama.process import ServerError
-from reusebench.records import DEFAULT_LORA, Lora, Record, Role, lora_key, verdict
+from reusebench.llama.task_log import Task
+from reusebench.records import DEFAULT_LORA, Lora, Record, Role, interrupted, lora_key, verdict
 from reusebench.reuse import expectation
+from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.reuse.verification import alternative_ubatch
 from reusebench.run.diagnosis import Diagnosis, deadline_s
 from reusebench.run.launch import LaunchSpec
@@ -62,7 +64,7 @@ class SessionSteps(VariantSteps):
         self.corpus_timing: dict[str, float] = {}
         self.noise: dict[str, float] = {}  # the noise band, its ubatch and its prefilled tokens, once measured
         self.last_slot = 0
-        self._seen: dict[str, list[list[int]]] = {}  # lora key -> sequences the server has processed
+        self._seen: dict[str, PerfectCache] = {}  # lora key -> what the server has processed under it
         self._slot_sequence: tuple[str, list[int]] = (DEFAULT_LORA, [])  # what the last slot used holds
         self._restored = False  # whether a slot file was restored since the last completion
         self._saved: dict[str, tuple[str, list[int]]] = {}
@@ -145,7 +147,7 @@ class SessionSteps(VariantSteps):
         key, sequence = self._saved[filename]
         self._slot_sequence = (key, sequence)
         self._restored = True  # the next completion finds the slot as the file left it
-        self._seen.setdefault(key, []).append(sequence)
+        self._seen.setdefault(key, PerfectCache()).add(sequence)
         self.expectation.restore(slot, self._expected_saved[filename])
 
     def wait_until_asleep(self, scenario: str) -> None:
@@ -187,8 +189,7 @@ class SessionSteps(VariantSteps):
 
     def _ideal(self, tokens: list[int], key: str) -> int:
         """Tokens a perfect cache would re-process: those after the longest prefix already seen (at least 1)."""
-        seen = max((common_prefix(tokens, s) for s in self._seen.get(key, [])), default=0)
-        return max(1, len(tokens) - seen)
+        return self._seen.get(key, PerfectCache()).ideal(tokens)
 
     def _record(self, scenario: str, step: str, role: Role, endpoint: str, started: float) -> Record:
         return self.recorder.record(scenario, step, role, endpoint, started, slot=self.last_slot)
@@ -204,8 +205,7 @@ class SessionSteps(VariantSteps):
             why = explain() if explain and self.server.process.is_running() else ""
             raise self.diagnosis.fail(record, exc, why) from exc
         except ServerError as exc:
-            record.status, record.error, record.ended_at = None, f"ServerError: {exc}", time.time()
-            self.recorder.write(record)
+            self.recorder.cut_short(record, f"ServerError: {exc}")
             raise
         record.ended_at = time.time()
         record.wall_ms = (record.ended_at - started) * 1000.0
@@ -215,17 +215,22 @@ class SessionSteps(VariantSteps):
         self.recorder.write(record)
         return response
 
-    def _fill(self, record: Record, c: Completion) -> None:
-        self.recorder.fill(record, c)
+    def _answered(self, record: Record, c: Completion) -> None:
+        """The one end of a completion (``Recorder.answered``: figures, its task in the log, its cause); judged by the
+        session itself (``_judge``), which knows the reuse model and the references."""
+        self.recorder.answered(record, c, self._claim, judged=False)
         self.server_s += (c.prompt_ms + c.predicted_ms) / 1000.0
+
+    def _claim(self, record: Record) -> Task | None:
+        return self.diagnosis.claim(record.slot, (record.prompt_n or 0) + (record.cache_n or 0))
 
     def _complete(self, scenario: str, step: str, role: Role, request: Request,
                   expect_hit: bool, may_stop: bool = False) -> tuple[Completion, str] | None:
         """One completion, recorded; None for a step stopped once its count was known (only measured steps
         that may stop)."""
         key = lora_key(request.lora)
-        record = self._record(scenario, step, role, request.endpoint, time.time())
-        self.recorder.request(record, request.tokens, request.lora, self._ideal(request.tokens, key))
+        record = self.recorder.open(scenario, step, role, request.endpoint, tokens=request.tokens, lora=request.lora,
+                                    ideal=self._ideal(request.tokens, key), slot=self.last_slot)
         # where the prompt first differs from what the slot last used holds (a position, never tokens)
         record.extra["diverges_at"] = common_prefix(request.tokens, self._slot_sequence[1])
         if self._restored:
@@ -235,7 +240,6 @@ class SessionSteps(VariantSteps):
         record.expected, record.cause_expected = expected.prompt_n, expected.cause
         if expected.wrong_output:
             record.extra["expected_wrong_output"] = True
-        log_mark = self.server.mark()
         record.host = self.server.host_state()
         sampler = self.server.sampler
         gpu_mark = sampler.mark()
@@ -246,28 +250,26 @@ class SessionSteps(VariantSteps):
         except StreamEnded as ended:
             record.gpu = sampler.summary_dict(gpu_mark, sampler.mark())
             self.progress.clear()
-            self._stopped(record, request, ended, log_mark)
+            self._stopped(record, request, ended)
             return None
         except (ClientError, KeyboardInterrupt) as exc:
             self.progress.clear()
-            record.cause = self.diagnosis.cause(log_mark)
+            self._attach(record, self.diagnosis.claim(None, len(request.tokens), wait_s=0.0, released=False))
             record.gpu = sampler.summary_dict(gpu_mark, sampler.mark())
             record.extra["timeout_s"] = round(timeout, 1)
             if isinstance(exc, KeyboardInterrupt):  # keep what the step got to, then stop
-                record.status, record.error, record.ended_at = None, "interrupted (Ctrl-C)", time.time()
-                self.recorder.write(record)
+                self.recorder.cut_short(record, interrupted())
                 raise
             raise self.diagnosis.fail(record, exc) from exc
         record.gpu = sampler.summary_dict(gpu_mark, sampler.mark())
         self.progress.clear()
-        self._fill(record, completion)
-        record.cause = self.diagnosis.cause(log_mark)
+        self._answered(record, completion)
         if record.slot is None:  # chat responses do not name the slot; the log does
-            record.slot = record.cause.get("slot")
+            record.slot = (record.cause or {}).get("slot")
         self.last_slot = record.slot if record.slot is not None else self.last_slot
         self._slot_sequence = (key, request.tokens + completion.tokens)
         self.expectation.answered(completion.tokens)
-        self._seen.setdefault(key, []).append(self._slot_sequence[1])
+        self._seen.setdefault(key, PerfectCache()).add(self._slot_sequence[1])
         try:
             if completion.cache_n == 0:  # computed without reuse: a reference itself, for earlier steps too
                 self.references.use(record, completion)
@@ -292,7 +294,7 @@ class SessionSteps(VariantSteps):
 
         return on_progress
 
-    def _stopped(self, record: Record, request: Request, ended: StreamEnded, log_mark: int) -> None:
+    def _stopped(self, record: Record, request: Request, ended: StreamEnded) -> None:
         """A step ended at its count: erase what the cancelled task left in the slot, record the count."""
         record.prompt_n, record.cache_n = ended.total - ended.cached, ended.cached
         record.excess = None if record.ideal is None else record.prompt_n - record.ideal
@@ -300,9 +302,11 @@ class SessionSteps(VariantSteps):
         record.ended_at = time.time()
         record.wall_ms = (record.ended_at - record.started_at) * 1000.0
         waited = time.time()
-        record.cause = self._cause_naming_the_slot(log_mark)
+        # the task, as soon as the log shows it: the server writes its log from another thread, so at the first
+        # progress event its lines may not be in the file yet; it runs until the erase below
+        self._attach(record, self.diagnosis.claim(None, ended.total, wait_s=SLOT_LINE_WAIT_S, released=False))
         waited = time.time() - waited  # the harness's, not the server's
-        slot = record.cause.get("slot")  # the stream named none: the log's selection line does
+        slot = (record.cause or {}).get("slot")  # the stream named none: the log's selection line does
         record.slot = self.last_slot = slot = self.last_slot if slot is None else slot
         try:
             erased = self._call(record.scenario, "erase slot", f"/slots/{slot}?action=erase",
@@ -315,22 +319,16 @@ class SessionSteps(VariantSteps):
             key = lora_key(request.lora)
             self.expectation.erase(slot)
             self._slot_sequence = (key, [])
-            self._seen.setdefault(key, []).append(list(request.tokens))  # the prompt was seen; its answer is not
+            self._seen.setdefault(key, PerfectCache()).add(request.tokens)  # the prompt was seen; its answer is not
             self._outcome(record)
             self.recorder.write(record)
             self.measured.append(record)
         self.progress.step(record)
 
-    def _cause_naming_the_slot(self, log_mark: int) -> dict[str, Any]:
-        """The log's cause since `log_mark`, once it names the slot: the server writes its log from another thread,
-        so at the first progress event the selection line may not be in the file yet. With one slot there is
-        nothing to wait for."""
-        deadline = time.monotonic() + (SLOT_LINE_WAIT_S if self.spec.n_slots > 1 else 0.0)
-        while True:
-            cause = self.diagnosis.cause(log_mark)
-            if cause.get("slot") is not None or time.monotonic() > deadline:
-                return cause
-            time.sleep(0.05)
+    @staticmethod
+    def _attach(record: Record, task: Task | None) -> None:
+        if task is not None:
+            Recorder.attach_task(record, task)
 
     def _outcome(self, record: Record) -> None:
         # More reused than the longest prefix ever computed under this LoRA: state computed for something else
@@ -361,8 +359,8 @@ class SessionSteps(VariantSteps):
             return
         for pending in waiting:
             first = pending.steps[0][0]
-            record = self._record(first.scenario, first.step, Role.REFERENCE, pending.request.endpoint, time.time())
-            record.lora, record.prompt_tokens, record.prompt_hash = first.lora, first.prompt_tokens, first.prompt_hash
+            record = self.recorder.open(first.scenario, first.step, Role.REFERENCE, pending.request.endpoint,
+                                        tokens=pending.request.tokens, lora=pending.request.lora, slot=self.last_slot)
             timeout = self._deadline(len(pending.request.tokens))
             try:
                 reference, _ = pending.request.send(
@@ -371,7 +369,7 @@ class SessionSteps(VariantSteps):
                 self.progress.clear()
                 raise self.diagnosis.fail(record, exc) from exc
             self.progress.clear()
-            self._fill(record, reference)
+            self._answered(record, reference)
             # a reference overwrites the slot like any request
             self.expectation.complete(pending.request.tokens, lora=pending.request.lora,
                                       user_starts=pending.request.user_starts, cache_prompt=False)
@@ -400,8 +398,8 @@ class SessionSteps(VariantSteps):
         measured: list[tuple[Record, float]] = []
         for prompt in waiting[:BAND_PROMPTS]:
             first = prompt.steps[0][0]
-            record = self._record(first.scenario, first.step, Role.NOISE, prompt.request.endpoint, time.time())
-            record.lora, record.prompt_tokens, record.prompt_hash = first.lora, first.prompt_tokens, first.prompt_hash
+            record = self.recorder.open(first.scenario, first.step, Role.NOISE, prompt.request.endpoint,
+                                        tokens=prompt.request.tokens, lora=prompt.request.lora, slot=self.last_slot)
             try:
                 alternative, _ = prompt.request.send(
                     False, self.progress.callback(first.scenario, first.step, Role.NOISE),
@@ -410,7 +408,7 @@ class SessionSteps(VariantSteps):
                 self.progress.clear()
                 raise self.diagnosis.fail(record, exc) from exc
             self.progress.clear()
-            self._fill(record, alternative)
+            self._answered(record, alternative)
             sample = difference(prompt.reference, alternative).delta
             record.extra |= {"n_ubatch": n_ubatch, "band_sample": sample}
             measured.append((record, sample))

@@ -27,8 +27,8 @@ import httpx
 from reusebench.config import workload
 from reusebench.llama import logs
 from reusebench.llama.client import Completion
-from reusebench.llama.task_log import TaskLog
-from reusebench.records import Record, RecordWriter, Role, verdict
+from reusebench.llama.task_log import Task, TaskLog
+from reusebench.records import Record, RecordWriter, Role, interrupted, was_interrupted
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.tap import exchange
 from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, Conversations, Ticket
@@ -40,7 +40,6 @@ SCENARIO = workload.TAPPED  # the records' scenario and the summary's schedule
 DEFAULT_LONG_PREFILL = 4096
 CLAIM_WAIT_S = 5.0  # how long a finished request waits for its task's lines (a log-filter pipe may lag)
 AUTH_HEADERS = ("authorization", "x-api-key")
-INTERRUPTED = "interrupted: the tap stopped ({why})"
 
 
 @dataclass(frozen=True)
@@ -106,13 +105,13 @@ class Tap:
         self.say(f"relaying {self.relay.address} -> {self.options.upstream}; records -> {self.run.records_path}")
         return self.relay.address
 
-    def stop(self, why: str = "stopped") -> Record:
+    def stop(self, why: str = "the tap stopped") -> Record:
         """Cut what is in flight (recorded as interrupted), write the summary, drop every id held."""
         if self._summary is not None:
             return self._summary
         self.stopped_by = why
         if self._thread is not None:
-            self.relay.stop(INTERRUPTED.format(why=why))
+            self.relay.stop(interrupted(why))
             self._thread.join()
         else:  # stopped before it served
             self.relay.close()
@@ -129,7 +128,7 @@ class Tap:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop("interrupted (Ctrl-C)" if exc[0] is KeyboardInterrupt else "stopped")
+        self.stop("Ctrl-C" if exc[0] is KeyboardInterrupt else "the tap stopped")
 
     def summary_extra(self) -> dict[str, Any]:
         t = self.tally
@@ -284,58 +283,59 @@ class _Request:
         ticket, made = found if found is not None else (None, None)
         c = ticket.classed if ticket is not None else None
         endpoint = self.asked.endpoint if self.asked is not None else self.path
-        record = tap.recorder.record(
-            SCENARIO, c.kind if c else "unclassed", c.role if c else Role.MEASURE, endpoint, self.started_at,
-            status=self.status, user=c.user if c else None, turn=c.turn if c else None,
-            expected_hit=c.expected_hit if c else None)
-        if made is not None and c is not None:
-            tap.recorder.request(record, made.ids, self.asked.lora if self.asked else None, c.ideal)
+        classed = made is not None and c is not None
+        record = tap.recorder.open(
+            SCENARIO, c.kind if c else "unclassed", c.role if c else Role.MEASURE, endpoint, started=self.started_at,
+            tokens=made.ids if classed and made is not None else None, lora=self.asked.lora if self.asked else None,
+            ideal=c.ideal if c else None, status=self.status, user=c.user if c else None,
+            turn=c.turn if c else None, expected_hit=c.expected_hit if c else None)
+        if classed and made is not None and c is not None:
             record.extra |= {"diverges_at": c.divergence, "gap_s": None if c.gap_s is None else round(c.gap_s, 3),
                              "inserted": c.inserted, "tokenize_ms": round(made.ms, 3)}
         else:
             record.extra["unclassed"] = self.unclassed or "no prompt read"
         complete = answer is not None and answer.done and answer.error is None
-        if complete and answer is not None:
-            self._fill(record, answer)
-        failure = error if not complete else None
-        record.error = failure or (answer.error if answer is not None else None) or (
-            None if complete else "the answer ended without its timings")
         with tap._lock:
             tap.tally.requests += 1
-            tap.tally.interrupted += bool(error and error.startswith("interrupted"))
+            tap.tally.interrupted += was_interrupted(error)
             tap.tally.unclassed += c is None
-        if complete and tap.tasks is not None and record.prompt_n is not None:
-            task = tap.tasks.claim(record.slot, record.prompt_n + (record.cache_n or 0),
-                                   wait_s=tap.options.claim_wait_s)
-            if task is None:
-                with tap._lock:
-                    tap.tally.without_task += 1
-            else:
-                Recorder.attach_task(record, task)
-                record.slot = task.slot if record.slot is None else record.slot
-                record.extra["lifetime"] = task.lifetime
-        if complete and record.prompt_tokens is not None and record.prompt_n is not None:
+        if not complete:
+            tap.recorder.cut_short(record, (error if error else None) or (answer.error if answer is not None else None)
+                                   or "the answer ended without its timings", self.status)
+            return
+        assert answer is not None
+        task = tap.recorder.answered(record, self._completion(answer), self._claim, judged=c is not None)
+        if task is not None:
+            record.slot = task.slot if record.slot is None else record.slot
+            record.extra["lifetime"] = task.lifetime
+        if not answer.ids:
+            record.output_hash = None  # no ids in the answer: nothing to hash but text, which the tap does not keep
+        if record.prompt_tokens is not None and record.prompt_n is not None:
             served = record.prompt_n + (record.cache_n or 0)
             if served != record.prompt_tokens:
                 record.extra["length_mismatch"] = {"tap": record.prompt_tokens, "server": served}
                 with tap._lock:
                     tap.tally.length_mismatches += 1
-        if record.role == Role.MEASURE and complete and c is not None:
-            record.verdict = verdict(record)
         tap.recorder.write(record)
 
-    def _fill(self, record: Record, answer: Answer) -> None:
+    def _claim(self, record: Record) -> Task | None:
+        """The answer's task in the server's log, when the tap reads one (``--server-log``)."""
+        tap = self.tap
+        if tap.tasks is None or record.prompt_n is None:
+            return None
+        task = tap.tasks.claim(record.slot, record.prompt_n + (record.cache_n or 0), wait_s=tap.options.claim_wait_s)
+        if task is None:
+            with tap._lock:
+                tap.tally.without_task += 1
+        return task
+
+    def _completion(self, answer: Answer) -> Completion:
+        """The relayed answer's figures as a client's ``Completion``; its ids, when the answer had them."""
         t = answer.timings
         prompt_n, cache_n = int(t.get("prompt_n", 0)), int(t.get("cache_n", 0))
         ttft = None if answer.first_token_at is None else (answer.first_token_at - self.t0) * 1000.0
-        ideal, hashed = record.ideal, record.prompt_hash
-        self.tap.recorder.fill(record, Completion(
+        return Completion(
             prompt_n=prompt_n, cache_n=cache_n, prompt_ms=float(t.get("prompt_ms", 0.0)),
             predicted_n=int(t.get("predicted_n", 0)), predicted_ms=float(t.get("predicted_ms", 0.0)),
             tokens_evaluated=prompt_n + cache_n, id_slot=answer.id_slot, ttft_ms=ttft,
-            wall_ms=(time.perf_counter() - self.t0) * 1000.0, tokens=answer.ids))
-        record.ideal, record.prompt_hash = ideal, hashed
-        if not answer.ids:
-            record.output_hash = None  # no ids in the answer: nothing to hash but text, which the tap does not keep
-        if ideal is None:
-            record.excess = None
+            wall_ms=(time.perf_counter() - self.t0) * 1000.0, tokens=answer.ids)

@@ -26,11 +26,11 @@ from reusebench.config.workload import Workload
 from reusebench.llama import binaries, task_log
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.process import ServerProcess
-from reusebench.records import Record, RecordWriter
+from reusebench.records import Record, RecordWriter, interrupted
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run import launch
 from reusebench.run.recording import Recorder, Source
-from reusebench.run.service.calls import INTERRUPTED, Calls
+from reusebench.run.service.calls import Calls
 from reusebench.run.service.texts import Texts, make_texts
 
 REQUEST_TIMEOUT_S = 300.0
@@ -92,7 +92,7 @@ class ServiceRun:
                 self._started = time.monotonic()  # the workload's clock starts here
                 self._drive(texts)
         except BaseException as exc:
-            self.result.stopped_by = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
+            self.result.stopped_by = interrupted() if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
             self._stop_sending()
             raise
         finally:

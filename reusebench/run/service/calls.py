@@ -7,18 +7,16 @@ A call that fails, or that Ctrl-C interrupts, is recorded as such before the err
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from reusebench import records
 from reusebench.llama import task_log
 from reusebench.llama.client import ClientError, Completion, LlamaClient
 from reusebench.llama.task_log import Task
-from reusebench.records import Lora, Record, Role, verdict
+from reusebench.records import Lora, Record, Role
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run.recording import Recorder
-
-INTERRUPTED = "interrupted (Ctrl-C)"
 
 
 @dataclass(frozen=True)
@@ -62,11 +60,9 @@ class Calls:
         """Send `request` and record it. `on_prefill` runs once the server starts its prompt (its first progress
         event) or the call ends; `on_answered` as the call ends, before its log lines are looked up;
         `interrupted` says whether a failure is the run being stopped."""
-        started = time.time()
-        record = self.recorder.record(self.scenario, request.kind, request.role, "/completion", started,
-                                      ended_at=started, user=request.user, turn=request.turn,
-                                      expected_hit=request.expected_hit)
-        self.recorder.request(record, request.prompt, request.lora, request.ideal)
+        record = self.recorder.open(self.scenario, request.kind, request.role, "/completion", tokens=request.prompt,
+                                    lora=request.lora, ideal=request.ideal, user=request.user, turn=request.turn,
+                                    expected_hit=request.expected_hit)
         record.extra["in_flight"] = list(request.in_flight)
         prefilling = threading.Event()
 
@@ -81,35 +77,33 @@ class Calls:
                                          timeout_s=self.timeout_s, on_progress=progress,
                                          extra={"ignore_eos": True})
         except (ClientError, OSError) as exc:
-            record.ended_at, record.status = time.time(), getattr(exc, "status", None)
-            record.error = INTERRUPTED if interrupted() else str(exc)
-            self._write(record)
+            self._cut_short(record, records.interrupted() if interrupted() else str(exc), getattr(exc, "status", None))
             return Call(record, None, None)
         except BaseException as exc:  # Ctrl-C, or a fault of ours: the call is kept, then the error goes on
-            record.ended_at = time.time()
-            record.error = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-            self._write(record)
+            self._cut_short(record, records.interrupted() if isinstance(exc, KeyboardInterrupt)
+                            else f"{type(exc).__name__}: {exc}")
             raise
         finally:
             progress(0, 0, 0)  # whatever happened, whoever waits for this prefill is not held back by it
             if on_answered is not None:
                 on_answered()
         self.seen.add([*request.prompt, *completion.tokens])
+        task = None
         try:
-            task = self._fill(record, completion)
+            task = self.recorder.answered(record, completion, self._claim)
         finally:
             self._write(record)  # also when Ctrl-C comes while its log lines are looked up: what was measured stays
         return Call(record, completion, task)
 
-    def _fill(self, record: Record, c: Completion) -> Task | None:
-        self.recorder.fill(record, c)
-        task = (self.tasks.claim(c.id_slot, record.prompt_tokens or 0, wait_s=self.claim_wait_s)
-                if c.id_slot is not None else None)
-        if task is not None:
-            Recorder.attach_task(record, task)
-        if record.role == Role.MEASURE:
-            record.verdict = verdict(record)
-        return task
+    def _claim(self, record: Record) -> Task | None:
+        if record.slot is None:
+            return None
+        return self.tasks.claim(record.slot, record.prompt_tokens or 0, wait_s=self.claim_wait_s)
+
+    def _cut_short(self, record: Record, error: str, status: int | None = None) -> None:
+        with self._lock:
+            self.recorder.cut_short(record, error, status)
+            self.records.append(record)
 
     def _write(self, record: Record) -> None:
         with self._lock:
