@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypedDict, cast
 
 # 2: ``lora`` is one format for every driver (``lora_key``); version 1 records of scenario runs held it as JSON
 # pairs, and ``read_records`` converts them.
@@ -107,6 +107,86 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+class Extra(TypedDict, total=False):
+    """What a record carries beside its columns, under the names its readers use. Each key is one driver's: most
+    records carry a few."""
+
+    # every driver
+    repeat: int  # which of repeated sessions or runs wrote it
+    diverges_at: int | None  # where the prompt first differs from what its slot held (a position)
+    # the session
+    slot_from: str  # "disk": the slot was restored from a file just before
+    expected_wrong_output: bool  # the reuse model knows the reused state to be foreign
+    foreign_reused: int  # tokens reused beyond the longest prefix ever computed under this LoRA
+    prefill_seconds: str  # why a step stopped at its count has no prefill seconds
+    timeout_s: float  # a failed completion's deadline
+    hung: bool
+    exit_status: int
+    log_tail: str  # the scrubbed server log (numbers only) of a failed call
+    reference: str  # "deferred": verified by a later no-reuse call
+    verifies: list[dict[str, Any]]  # a reference's or the band's verdicts for earlier steps (``step_id`` + check)
+    output_check: str | None  # identical, within noise, WRONG (schema 3)
+    output_delta: float
+    noise_band: float
+    verified_by: str | None
+    n_ubatch: int  # a noise-band call's ubatch
+    band_sample: float  # its difference from the reference
+    # a slot action's answer (save, restore, erase) and a wait for sleep
+    n_saved: int
+    n_written: int
+    n_restored: int
+    n_read: int
+    n_erased: int
+    n_polls: int
+    timings: dict[str, float]
+    # the call's task in the server's log (``Recorder.attach_task``)
+    task: int | None
+    displaced: list[int]
+    idle_saved: list[int]
+    evicted_mib: list[float]
+    checkpoints_erased_old: int
+    lifetime: int
+    # a workload's calls
+    in_flight: list[str]
+    # the tap's records
+    gap_s: float | None
+    inserted: int | None  # tokens a head insert put before the conversation's kept part
+    tokenize_ms: float
+    unclassed: str | int  # a record: why it could not be classed; the tap's summary: how many could not
+    length_mismatch: dict[str, int]
+    # a session's summary record (role "session")
+    timing: dict[str, float]
+    prefill: dict[str, int]
+    failures: list[str]
+    not_applicable: dict[str, str]
+    noise: dict[str, float]
+    # a workload's or the tap's summary record
+    schedule: str
+    sleeps: int
+    gaps: list[tuple[float, float]]
+    stopped_by: str
+    requests: int
+    users: int
+    long_prefill_tokens: int
+    system_prompt_tokens: int
+    upstream: str
+    unrecorded: dict[str, int]
+    interrupted: int
+    without_task: int
+    length_mismatches: int
+    tokenize: dict[str, float]
+    server_lifetimes: int
+    log_warnings: list[str]
+
+
+SLOT_ANSWER_KEYS = ("n_saved", "n_written", "n_restored", "n_read", "n_erased", "n_polls", "timings")
+
+
+def slot_answer(response: dict[str, Any]) -> Extra:
+    """What a record keeps of a slot action's answer (or of a wait for sleep): its counts and timings."""
+    return cast(Extra, {key: response[key] for key in SLOT_ANSWER_KEYS if key in response})
+
+
 @dataclass
 class Record:
     """One HTTP call of a session (or, with role "session", the session's summary)."""
@@ -154,7 +234,7 @@ class Record:
     user: str | None = None  # a workload's user ("chat-3", "health check"); None in scenario runs
     turn: int | None = None  # that user's turn, from 1
     schema: int = SCHEMA_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: Extra = field(default_factory=lambda: Extra())
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.capability import cache
-from reusebench.capability.rules import PINNED_RULES, Capabilities
+from reusebench.capability import PINNED_RULES, Capabilities, cache
 from reusebench.config import profiles
 from reusebench.llama.binaries import Binary
 from reusebench.records import Role

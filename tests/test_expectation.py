@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from reusebench import tiny
-from reusebench.capability.rules import Capabilities
+from reusebench.capability import Capabilities
 from reusebench.reuse.expectation import (
     Held,
     Launch,

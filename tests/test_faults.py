@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from reusebench import cli, records, tiny
-from reusebench.capability.rules import PINNED
+from reusebench.capability import PINNED
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import logs
 from reusebench.machine.gpu import GpuSampler

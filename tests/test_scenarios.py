@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from reusebench import cli
-from reusebench.capability.rules import PINNED
+from reusebench.capability import PINNED
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama.client import Completion
 from reusebench.records import Record, Role, read_records

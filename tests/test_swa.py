@@ -5,7 +5,7 @@ model's own; tests/test_scenarios.py and `reusebench agreement` hold them agains
 from __future__ import annotations
 
 from reusebench import tiny
-from reusebench.capability.rules import Capabilities
+from reusebench.capability import Capabilities
 from reusebench.reuse import swa
 from reusebench.reuse.expectation import Memory, ServerModel, can_shift, launch_of_options, memory_of_gguf
 

@@ -1,1 +1,141 @@
-"""What a llama-server build does where builds differ: capabilities, their probes, and the cache by binary hash."""
+"""What a llama-server build does where builds differ, as its probes showed it: ``Capabilities``, the pinned
+build's (``PINNED``), the probes that show them (``build_probes``) and the cache by binary hash (``cache``).
+
+llama.cpp changes its reuse rules between releases, and forks change them between releases. A build
+number cannot say which rules hold, so each behaviour that differs between the builds we know is a
+capability with a short probe (``reusebench.capability.build_probes``). The reuse model takes its rules from
+these values. A value the probes could not show is None, and the pinned build's rule applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """One build's behaviour where llama.cpp builds differ; None: not shown (the pinned build's rule applies)."""
+
+    # Saving a slot writes its context checkpoints into the file, and restoring reads them back (b11549).
+    slot_file_checkpoints: bool | None = None
+    # A restore clears only the slot's tokens and keeps its in-memory checkpoints, whatever they were computed
+    # from (2026-03): a re-ask after a restore can return to one, or to another document's.
+    restore_keeps_slot_checkpoints: bool | None = None
+    # Checkpoints within 64 tokens of the prompt's start or of the previous one are made (not 2026-03, which makes
+    # none before 64 tokens and none closer than 64 to the last).
+    close_checkpoints: bool | None = None
+    # A chat prompt gets a checkpoint where its last user message starts (from b10355).
+    user_message_checkpoints: bool | None = None
+    # /completion reads `message_delimiters`, so a token prompt can mark its user messages (before b11549).
+    completion_message_delimiters: bool | None = None
+    # A slot can be saved, restored and erased while an mmproj is loaded (not 2026-03, which refuses every slot
+    # action then, HTTP 501).
+    mmproj_slot_actions: bool | None = None
+    # A slot that holds nothing (erased, just started) takes a matching RAM prompt-cache entry (not 2026-03, which
+    # updates the cache only for a slot with tokens).
+    empty_slot_loads_from_ram: bool | None = None
+    # A RAM prompt-cache entry keeps the LoRA it was computed with, and a restore takes only a matching one
+    # (report B's fix; none of the releases).
+    ram_cache_keeps_lora: bool | None = None
+    # GET /metrics wakes a sleeping server (none of the releases: /metrics and /props do not, /slots does).
+    metrics_wakes_sleeping: bool | None = None
+    # The checkpoint search skips checkpoints past the divergence, takes one that starts at position 0, and tests
+    # an identical prompt one position stricter (from 2026-10-01; 2026-03 takes any checkpoint that starts below
+    # the threshold). It decides sliding-window models: a recurrent checkpoint starts where it ends.
+    checkpoint_search_bounded: bool | None = None
+    # A saved sliding-window state (a checkpoint, a RAM cache entry, a slot file) holds only the window, so once
+    # loaded it cannot serve a prompt without a checkpoint (from 2026-10-01; 2026-03 keeps every cell).
+    swa_state_window_only: bool | None = None
+    # --swa-full makes the server treat the model as one without a window (from 2026-10-01; 2026-03 still tests a
+    # shared prefix against the window, so one no longer than the window is re-processed).
+    swa_full_drops_window: bool | None = None
+    # What each probe saw: counts, and the server's own error where it refused: {capability: evidence}.
+    evidence: Mapping[str, str] = field(default_factory=dict, compare=False)
+    how: str = "not probed"  # "probed", "probed (cached)", or "not probed: why"
+
+    def holds(self, name: str) -> bool:
+        """The rule the reuse model applies: the probed value, else the pinned build's."""
+        value = getattr(self, name)
+        return PINNED_RULES[name] if value is None else value
+
+    def values(self) -> dict[str, bool | None]:
+        return {name: getattr(self, name) for name in NAMES}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "evidence": dict(self.evidence)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, how: str | None = None) -> Capabilities:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown capabilities {', '.join(unknown)}")
+        found = cls(**{**data, "evidence": dict(data.get("evidence") or {})})
+        return found if how is None else replace(found, how=how)
+
+    def describe(self) -> str:
+        """One line for a report or a record's build: "slot files carry checkpoints: yes; ... (probed)"."""
+        said = "; ".join(f"{WORDS[name]}: {_word(value)}" for name, value in self.values().items())
+        return f"{said} ({self.how})"
+
+    def lines(self) -> list[str]:
+        """One line per capability for `check` and `probe`: "this build: slot files carry checkpoints: no, probed
+        (evidence)"."""
+        unshown = "not shown by its probe" if self.how.startswith("probed") else "not probed"
+        found = []
+        for name, value in self.values().items():
+            said = "probed" if value is not None else f"{unshown}: b11434's rule applies"
+            evidence = f" ({self.evidence[name]})" if name in self.evidence else ""
+            found.append(f"this build: {WORDS[name]}: {_word(self.holds(name))}, {said}{evidence}")
+        return found
+
+    def label(self) -> str:
+        """What a record's build says of its rules: "rules probed: as b11434", or the ones that differ."""
+        if self.how.startswith("not probed"):
+            return "rules not probed: b11434's"
+        differ = self.differences()
+        return f"rules probed: {'; '.join(differ) if differ else 'as b11434'}"
+
+    def differences(self) -> list[str]:
+        """The rules where this build differs from the pinned one, in words."""
+        return [f"{WORDS[name]}: {_word(value)}" for name, value in self.values().items()
+                if value is not None and value != PINNED_RULES[name]]
+
+
+NAMES: tuple[str, ...] = tuple(f.name for f in fields(Capabilities) if f.name not in ("evidence", "how"))
+# The pinned build's (b11434's) rules, which apply where a probe showed nothing.
+PINNED_RULES: dict[str, bool] = {
+    "slot_file_checkpoints": False,
+    "restore_keeps_slot_checkpoints": False,
+    "close_checkpoints": True,
+    "user_message_checkpoints": True,
+    "completion_message_delimiters": True,
+    "mmproj_slot_actions": True,
+    "empty_slot_loads_from_ram": True,
+    "ram_cache_keeps_lora": False,
+    "metrics_wakes_sleeping": False,
+    "checkpoint_search_bounded": True,
+    "swa_state_window_only": True,
+    "swa_full_drops_window": True,
+}
+WORDS: dict[str, str] = {
+    "slot_file_checkpoints": "slot files carry checkpoints",
+    "restore_keeps_slot_checkpoints": "a restore keeps the slot's checkpoints",
+    "close_checkpoints": "checkpoints within 64 tokens of the start or each other",
+    "user_message_checkpoints": "checkpoints at user messages (chat)",
+    "completion_message_delimiters": "/completion takes message_delimiters",
+    "mmproj_slot_actions": "slot save, restore and erase with an mmproj loaded",
+    "empty_slot_loads_from_ram": "an empty slot loads from the RAM cache",
+    "ram_cache_keeps_lora": "RAM cache entries keep their LoRA",
+    "metrics_wakes_sleeping": "GET /metrics wakes a sleeping server",
+    "checkpoint_search_bounded": "checkpoints past the divergence are never restored",
+    "swa_state_window_only": "a saved sliding-window state holds only the window",
+    "swa_full_drops_window": "--swa-full drops the window from the reuse test",
+}
+PINNED = Capabilities(**PINNED_RULES, how="not probed: the pinned build's rules")  # type: ignore[arg-type]  # bool fields
+
+
+def _word(value: bool | None) -> str:
+    return "not shown" if value is None else "yes" if value else "no"

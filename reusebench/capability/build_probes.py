@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from reusebench import tiny
-from reusebench.capability.rules import Capabilities
+from reusebench.capability import Capabilities
 from reusebench.llama import binaries, facts
 from reusebench.llama.binaries import Binary
 from reusebench.llama.client import ClientError, Completion, LlamaClient

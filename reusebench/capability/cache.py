@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reusebench.capability import build_probes
-from reusebench.capability.rules import Capabilities
+from reusebench.capability import Capabilities, build_probes
 from reusebench.llama.binaries import Binary, BinaryError
 from reusebench.llama.client import ClientError
 from reusebench.llama.process import ServerError

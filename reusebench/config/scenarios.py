@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from reusebench.capability.rules import Capabilities
+from reusebench.capability import Capabilities
 from reusebench.llama.client import Completion
 from reusebench.llama.facts import NO_LORA
 

@@ -26,7 +26,7 @@ from typing import Any
 from tabulate import tabulate
 
 from reusebench.config import users, workload
-from reusebench.records import HIT_TOLERANCE, Record, Role, lora_applied
+from reusebench.records import HIT_TOLERANCE, Extra, Record, Role, lora_applied
 
 LORA_AFTER_RESTORE = "LoRA-change clear after restore"
 SIMILARITY_STOLE = "similarity stole the slot"
@@ -141,7 +141,7 @@ def turns(records: Sequence[Record]) -> list[Turn]:
     calls = sorted((r for r in records if r.role in (Role.MEASURE, Role.PROBE) and not r.error),
                    key=lambda r: r.started_at)
     summary = next((r for r in records if r.role == Role.SESSION), None)
-    ctx = Context({}, calls, int((summary.extra if summary else {}).get("system_prompt_tokens", 0)))
+    ctx = Context({}, calls, summary.extra.get("system_prompt_tokens", 0) if summary else 0)
     for r in calls:
         ctx.by_user.setdefault(r.user or "", []).append(r)
     found = []
@@ -324,7 +324,7 @@ FREE_RUNNING_NOTE = ("free-running: the users' threads reach the server in the o
                      "repeats them exactly")
 
 
-def tap_section(extra: dict[str, Any], records: Sequence[Record]) -> str:
+def tap_section(extra: Extra, records: Sequence[Record]) -> str:
     """What a tap's summary adds: what it did not record, how it tokenized, and what its log lacked."""
     tokenize = extra.get("tokenize") or {}
     tokens, ms = tokenize.get("tokens", 0), tokenize.get("ms", 0.0)
@@ -350,7 +350,7 @@ def tap_section(extra: dict[str, Any], records: Sequence[Record]) -> str:
 
 def render(records: Sequence[Record]) -> str:
     summary = next((r for r in records if r.role == Role.SESSION), None)
-    extra = summary.extra if summary else {}
+    extra = summary.extra if summary else Extra()
     long_tokens = int(extra.get("long_prefill_tokens", 4096))
     found = turns(records)
     health = health_effect(records, long_tokens)
@@ -388,7 +388,7 @@ def figures(records: Sequence[Record]) -> dict[str, float]:
     """asv's figures, lower is better: turns that should hit and did not, by class and by cause, with the
     health check's slot takes (MISS_FIGURES); other users' ms per token and TTFT (INTERFERENCE_FIGURES)."""
     summary = next((r for r in records if r.role == Role.SESSION), None)
-    long_tokens = int((summary.extra if summary else {}).get("long_prefill_tokens", 4096))
+    long_tokens = summary.extra.get("long_prefill_tokens", 4096) if summary else 4096
     found = turns(records)
     missed = [t for t in found if t.should_hit and t.outcome != "hit"]
     causes = miss_causes(found)

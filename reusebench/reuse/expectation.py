@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import gguf
 
-from reusebench.capability.rules import PINNED, Capabilities
+from reusebench.capability import PINNED, Capabilities
 from reusebench.config import options as options_mod
 from reusebench.llama.facts import (
     AUTO_SLOTS,

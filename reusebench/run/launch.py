@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reusebench.capability.rules import PINNED, Capabilities
+from reusebench.capability import PINNED, Capabilities
 from reusebench.config.profiles import Variant
 from reusebench.llama.server import Server
 from reusebench.reuse import expectation

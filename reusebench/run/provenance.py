@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reusebench.capability.rules import Capabilities
+from reusebench.capability import Capabilities
 from reusebench.config import profiles
 from reusebench.llama import build
 from reusebench.records import file_sha256

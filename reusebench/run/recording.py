@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reusebench.capability.rules import Capabilities
+from reusebench.capability import Capabilities
 from reusebench.config.profiles import Variant
 from reusebench.llama import logs
 from reusebench.llama.client import Completion
 from reusebench.llama.task_log import Task
 from reusebench.records import (
+    Extra,
     Lora,
     PrefillBudget,
     Record,
@@ -82,12 +83,12 @@ class Recorder:
     record, the tally of prefilled tokens by role, and the scrubbed server log. Thread-safe."""
 
     def __init__(self, writer: RecordWriter, source: Source, *, run_id: str, session: str, size: int,
-                 log_dir: Path, extra: dict[str, Any] | None = None,
+                 log_dir: Path, extra: Extra | None = None,
                  hash_tokens: Callable[[Sequence[int]], str] = tokens_hash) -> None:
         self.writer, self.source, self.run_id, self.session, self.size = writer, source, run_id, session, size
         self.hash_tokens = hash_tokens  # prompt and output hashes: the tap keys them (tap.keys)
         self.log_dir = log_dir
-        self.extra = extra or {}  # on every record (a repeated session's number)
+        self.extra = extra or Extra()  # on every record (a repeated session's number)
         self.build = UNKNOWN_BUILD
         self.written: list[Record] = []
         self._lock = threading.Lock()
@@ -105,7 +106,7 @@ class Recorder:
         s = self.source
         return Record(run_id=self.run_id, session=self.session, profile=s.profile, variant=s.variant, build=self.build,
                       model=s.model, size=self.size, scenario=scenario, step=step, role=role, endpoint=endpoint,
-                      started_at=started, ended_at=fields.pop("ended_at", time.time()), extra=dict(self.extra),
+                      started_at=started, ended_at=fields.pop("ended_at", time.time()), extra=self.extra.copy(),
                       **fields)
 
     def open(self, scenario: str, step: str, role: Role, endpoint: str, *, tokens: Sequence[int] | None,
@@ -157,9 +158,9 @@ class Recorder:
     def attach_task(record: Record, task: Task) -> None:
         """What the server's log says of the record's task: its cause, and what its launch moved in the RAM cache."""
         record.cause = task.cause().to_dict()
-        record.extra |= {"task": task.task, "displaced": task.displaced, "idle_saved": task.idle_saved,
-                         "evicted_mib": task.evicted_mib,
-                         "checkpoints_erased_old": sum(e.kind == "checkpoint_erased_old" for e in task.events)}
+        record.extra.update(Extra(task=task.task, displaced=task.displaced, idle_saved=task.idle_saved,
+                                  evicted_mib=task.evicted_mib,
+                                  checkpoints_erased_old=sum(e.kind == "checkpoint_erased_old" for e in task.events)))
 
     def write(self, record: Record) -> None:
         with self._lock:
@@ -171,7 +172,7 @@ class Recorder:
         found = prefill_budgets(self.written)
         return found[0] if found else PrefillBudget(self.session, 0, 0, 0, 0, self.size)
 
-    def summary(self, scenario: str, started_at: float, wall_s: float, extra: dict[str, Any],
+    def summary(self, scenario: str, started_at: float, wall_s: float, extra: Extra,
                 **fields: Any) -> Record:
         """The session's record that is no HTTP call (role "session"): written, and returned."""
         record = self.record(scenario, "summary", Role.SESSION, "", started_at, status=None, wall_ms=wall_s * 1000.0,

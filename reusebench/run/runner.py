@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import NamedTuple, TextIO
 
 from reusebench import records
-from reusebench.capability import cache
-from reusebench.capability.rules import PINNED, Capabilities
+from reusebench.capability import PINNED, Capabilities, cache
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler

@@ -26,7 +26,7 @@ from reusebench.llama.client import ClientError, Completion, ProgressCallback, S
 from reusebench.llama.outputs import common_prefix, difference
 from reusebench.llama.process import ServerError
 from reusebench.llama.task_log import Task
-from reusebench.records import DEFAULT_LORA, Lora, Record, Role, interrupted, lora_key, verdict
+from reusebench.records import DEFAULT_LORA, Extra, Lora, Record, Role, interrupted, lora_key, slot_answer, verdict
 from reusebench.reuse import expectation
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.reuse.verification import alternative_ubatch
@@ -200,7 +200,7 @@ class SessionSteps(VariantSteps):
         record = self._record(scenario, step, Role.SETUP, endpoint, started)
         try:
             response = action()
-            record.extra |= {k: v for k, v in response.items() if k.startswith("n_") or k == "timings"}
+            record.extra.update(slot_answer(response))
         except ClientError as exc:
             why = explain() if explain and self.server.process.is_running() else ""
             raise self.diagnosis.fail(record, exc, why) from exc
@@ -410,12 +410,12 @@ class SessionSteps(VariantSteps):
             self.progress.clear()
             self._answered(record, alternative)
             sample = difference(prompt.reference, alternative).delta
-            record.extra |= {"n_ubatch": n_ubatch, "band_sample": sample}
+            record.extra.update(Extra(n_ubatch=n_ubatch, band_sample=sample))
             measured.append((record, sample))
         band = max(sample for _, sample in measured)
         checks = [check for _, done in self.references.settle(band) for check in done]
         last = measured[-1][0]
-        last.extra |= {"noise_band": band, "verifies": checks}
+        last.extra.update(Extra(noise_band=band, verifies=checks))
         for record, _ in measured:
             self.recorder.write(record)
         self.noise = {"noise_band": band, "n_ubatch": n_ubatch, "tokens": sum(r.prompt_n or 0 for r, _ in measured)}

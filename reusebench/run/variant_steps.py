@@ -3,7 +3,7 @@ it from the session's ``LaunchSpec``."""
 
 from __future__ import annotations
 
-from reusebench.capability.rules import Capabilities
+from reusebench.capability import Capabilities
 from reusebench.config import corpus as corpus_mod
 from reusebench.run.launch import LaunchSpec
 

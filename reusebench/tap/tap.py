@@ -19,7 +19,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 from urllib.parse import urlsplit
 
 import httpx
@@ -28,7 +28,7 @@ from reusebench.config import workload
 from reusebench.llama import logs
 from reusebench.llama.client import Completion
 from reusebench.llama.task_log import Task, TaskLog
-from reusebench.records import Record, RecordWriter, Role, interrupted, was_interrupted
+from reusebench.records import Extra, Record, RecordWriter, Role, interrupted, was_interrupted
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.tap import exchange
 from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, Conversations, Ticket
@@ -130,7 +130,7 @@ class Tap:
     def __exit__(self, *exc: object) -> None:
         self.stop("Ctrl-C" if exc[0] is KeyboardInterrupt else "the tap stopped")
 
-    def summary_extra(self) -> dict[str, Any]:
+    def summary_extra(self) -> Extra:
         t = self.tally
         return {
             "schedule": SCENARIO, "requests": t.requests, "users": self.conversations.started,
@@ -290,8 +290,8 @@ class _Request:
             ideal=c.ideal if c else None, status=self.status, user=c.user if c else None,
             turn=c.turn if c else None, expected_hit=c.expected_hit if c else None)
         if classed and made is not None and c is not None:
-            record.extra |= {"diverges_at": c.divergence, "gap_s": None if c.gap_s is None else round(c.gap_s, 3),
-                             "inserted": c.inserted, "tokenize_ms": round(made.ms, 3)}
+            record.extra.update(Extra(diverges_at=c.divergence, gap_s=None if c.gap_s is None else round(c.gap_s, 3),
+                                      inserted=c.inserted, tokenize_ms=round(made.ms, 3)))
         else:
             record.extra["unclassed"] = self.unclassed or "no prompt read"
         complete = answer is not None and answer.done and answer.error is None

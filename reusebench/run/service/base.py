@@ -79,6 +79,10 @@ class ServiceRun:
         self.clients_url = ""  # where the users send their requests: the server, or the relay in front of it
         self.requests = 0  # calls sent
         self._started = 0.0
+        self._setup()
+
+    def _setup(self) -> None:
+        """What a way of sending keeps besides (threads, locks), made before anything can stop the run."""
 
     def run(self) -> WorkloadResult:
         started_at = time.time()

@@ -13,20 +13,15 @@ the streams end) and every thread is joined.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import TextIO
 
 from reusebench.config import users
-from reusebench.config.profiles import Variant
 from reusebench.config.users import User
-from reusebench.config.workload import DURING_PREFILL, FREE_RUNNING, Workload
+from reusebench.config.workload import DURING_PREFILL, FREE_RUNNING
 from reusebench.llama.client import LlamaClient
-from reusebench.records import RecordWriter
-from reusebench.run.service.base import ServiceRun, Via
+from reusebench.run.service.base import ServiceRun
 from reusebench.run.service.calls import Call, Request
 from reusebench.run.service.texts import Conversation, Texts
 
@@ -36,9 +31,7 @@ PACE_S = 0.1  # how often the pacing loop looks at the gaps and the time bound
 class FreeRunningRun(ServiceRun):
     schedule_name = FREE_RUNNING
 
-    def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str,
-                 log_dir: Path, repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
-        super().__init__(workload, variant, writer, run_id=run_id, log_dir=log_dir, repeat=repeat, via=via, out=out)
+    def _setup(self) -> None:
         self._lock = threading.Lock()
         self._open = threading.Event()  # cleared during an idle gap
         self._stop = threading.Event()
