@@ -71,7 +71,7 @@ def _run_workload(name: str, repeat: int = 1) -> dict[str, Any]:
     run = RunDir.create(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")))
     with records.RecordWriter(run.records_path) as writer:
         for number in range(1, repeat + 1):
-            result = service_run(load, variant, writer, run_id=run.run_id, log_dir=run.log_dir,
+            result = service_run(load, variant, writer, run=run,
                                  repeat=number if repeat > 1 else None).run()
             failed = [r.error for r in result.records if r.error]
             if failed:

@@ -21,6 +21,7 @@ from reusebench.config import profiles, users, workload
 from reusebench.llama import task_log
 from reusebench.records import Record, Role
 from reusebench.report import service_report, service_runs
+from reusebench.run.recording import RunDir
 from reusebench.run.service import ScheduleDeviation, ServiceRun, WorkloadResult, schedule, service_run
 from reusebench.run.service.calls import Calls
 
@@ -36,7 +37,7 @@ Ran = tuple[list[Record], ServiceRun, WorkloadResult]
 def driver(load: workload.Workload, run_dir: Path, free_running: bool = False) -> ServiceRun:
     variant = profiles.load_profile(load.profile).variants[0]
     writer = records.RecordWriter(run_dir / "records.jsonl")
-    return service_run(load, variant, writer, run_id="t", log_dir=run_dir / "logs", free_running=free_running,
+    return service_run(load, variant, writer, run=RunDir("t", run_dir), free_running=free_running,
                        out=io.StringIO())
 
 

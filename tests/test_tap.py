@@ -25,6 +25,7 @@ from reusebench.llama.process import ServerProcess
 from reusebench.llama.task_log import TaskLog
 from reusebench.records import Record, Role
 from reusebench.report import service_report
+from reusebench.run.recording import RunDir
 from reusebench.run.service import service_run
 from reusebench.tap import InFront, Tap, TapOptions
 
@@ -66,7 +67,7 @@ def through_tap(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Record],
     via = InFront(tmp / "taps", long_prefill_tokens=load.long_prefill_tokens, key_file=tmp / "tap.key")
     writer = records.RecordWriter(tmp / "records.jsonl")
     with writer:
-        service_run(load, variant, writer, run_id="t", log_dir=tmp / "logs", via=via, out=io.StringIO()).run()
+        service_run(load, variant, writer, run=RunDir("t", tmp), via=via, out=io.StringIO()).run()
     (tapped,) = via.runs
     return records.read_records(tmp / "records.jsonl"), read_clean(tapped / "records.jsonl")
 

@@ -95,7 +95,7 @@ def cmd_workload(args: argparse.Namespace) -> int:
             for repeat in range(1, args.repeat + 1):
                 if args.repeat > 1:
                     print(f"run {repeat} of {args.repeat}", file=sys.stderr)
-                service_run(load, variant, writer, run_id=run_id, log_dir=run.log_dir, free_running=args.free_running,
+                service_run(load, variant, writer, run=run, free_running=args.free_running,
                             repeat=repeat if args.repeat > 1 else None, via=via).run()
     except KeyboardInterrupt:
         return common.interrupted(lambda: f"interrupted: every server stopped; "

@@ -82,12 +82,11 @@ class Recorder:
     """Writes one driver's records: the header every record carries, the figures of a Completion, the summary
     record, the tally of prefilled tokens by role, and the scrubbed server log. Thread-safe."""
 
-    def __init__(self, writer: RecordWriter, source: Source, *, run_id: str, session: str, size: int,
-                 log_dir: Path, extra: Extra | None = None,
-                 hash_tokens: Callable[[Sequence[int]], str] = tokens_hash) -> None:
-        self.writer, self.source, self.run_id, self.session, self.size = writer, source, run_id, session, size
+    def __init__(self, writer: RecordWriter, source: Source, *, run: RunDir, session: str, size: int,
+                 extra: Extra | None = None, hash_tokens: Callable[[Sequence[int]], str] = tokens_hash) -> None:
+        self.writer, self.source, self.session, self.size = writer, source, session, size
+        self.run_id, self.log_dir = run.run_id, run.log_dir
         self.hash_tokens = hash_tokens  # prompt and output hashes: the tap keys them (tap.keys)
-        self.log_dir = log_dir
         self.extra = extra or Extra()  # on every record (a repeated session's number)
         self.build = UNKNOWN_BUILD
         self.written: list[Record] = []

@@ -103,8 +103,8 @@ class Session:
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
         self.name = session_name(spec.variant, size, repeat)
         self.server = SessionServer(spec, sampler)
-        self.recorder = Recorder(writer, Source.of(spec.variant), run_id=run.run_id, session=self.name, size=size,
-                                 log_dir=run.log_dir, extra={} if repeat is None else {"repeat": repeat})
+        self.recorder = Recorder(writer, Source.of(spec.variant), run=run, session=self.name, size=size,
+                                 extra={} if repeat is None else {"repeat": repeat})
         self.progress = Progress(self.name, out, progress_hook, estimate)
         self.steps = SessionSteps(spec, corpus_spec, self.server, self.recorder, self.progress)
         self.result = SessionResult(self.name, records=self.steps.measured)

@@ -78,9 +78,8 @@ class Tap:
         self.run = RunDir.create(options.results)
         upstream = urlsplit(options.upstream)
         self.writer = RecordWriter(self.run.records_path)
-        self.recorder = Recorder(self.writer, Source(SCENARIO, upstream.netloc, "unknown"), run_id=self.run.run_id,
-                                 session=f"{SCENARIO}/{upstream.netloc}", size=0, log_dir=self.run.log_dir,
-                                 hash_tokens=self.hasher.tokens)
+        self.recorder = Recorder(self.writer, Source(SCENARIO, upstream.netloc, "unknown"), run=self.run,
+                                 session=f"{SCENARIO}/{upstream.netloc}", size=0, hash_tokens=self.hasher.tokens)
         self.tasks = TaskLog(options.server_log) if options.server_log else None
         self.conversations = Conversations(probe_tokens=options.probe_tokens, gap_s=options.gap_s)
         self.tally = Tally()

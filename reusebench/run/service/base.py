@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TextIO
 
 from reusebench.config import users
@@ -29,7 +28,7 @@ from reusebench.llama.process import ServerProcess
 from reusebench.records import Record, RecordWriter, interrupted
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run import launch
-from reusebench.run.recording import Recorder, Source
+from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.service.calls import Calls
 from reusebench.run.service.texts import Texts, make_texts
 
@@ -62,15 +61,15 @@ class ServiceRun:
     schedule_name = ""  # how requests are ordered, as the summary record names it
     claim_wait_s = 2.0  # how long a finished call waits for its task's lines in the server log
 
-    def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run_id: str,
-                 log_dir: Path, repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
+    def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run: RunDir,
+                 repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
         self.workload, self.variant, self.via, self.out = workload, variant, via, out
         self.users = users.draw_users(workload)
         self.spec = launch.resolve(variant, context=lambda n_slots: kv_tokens(workload, self.users, n_slots))
         self.handle = self.spec.server(call_timeout_s=REQUEST_TIMEOUT_S)
         self.result = WorkloadResult()
         self.session = f"{workload.name}/{variant.profile}/{variant.name}"
-        self.recorder = Recorder(writer, Source.of(variant), run_id=run_id, session=self.session, log_dir=log_dir,
+        self.recorder = Recorder(writer, Source.of(variant), run=run, session=self.session,
                                  size=max(u.opening_tokens for u in self.users),
                                  extra=None if repeat is None else {"repeat": repeat})
         self.seen = PerfectCache()  # every user's sequences: each turn's ideal
