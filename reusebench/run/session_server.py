@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from reusebench.llama.client import LlamaClient
-from reusebench.llama.logs import Event
 from reusebench.llama.process import ServerError, ServerProcess
 from reusebench.llama.server import SleepWait
 from reusebench.machine import host
@@ -46,12 +45,6 @@ class SessionServer:
     def save_dir(self) -> Path:
         """Where slot files go: the private directory, or the variant's --slot-save-path."""
         return self.slot_dir or Path(str(self.spec.slot_save_path))
-
-    def mark(self) -> int:
-        return self.server.mark()
-
-    def events_since(self, mark: int) -> list[Event]:
-        return self.server.events_since(mark)
 
     def wait_until_asleep(self) -> SleepWait:
         return self.server.wait_until_asleep(self.spec.sleep_idle_s or 0.0)
