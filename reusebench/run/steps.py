@@ -302,17 +302,19 @@ class SessionSteps(VariantSteps):
         record.ended_at = time.time()
         record.wall_ms = (record.ended_at - record.started_at) * 1000.0
         waited = time.time()
-        # the task, as soon as the log shows it: the server writes its log from another thread, so at the first
-        # progress event its lines may not be in the file yet; it runs until the erase below
-        self._attach(record, self.diagnosis.claim(None, ended.total, wait_s=SLOT_LINE_WAIT_S, released=False))
+        # With one slot the erase goes out at once (the cancelled task prefills until it lands) and its task is
+        # matched after it. With more, the log must first name the slot: the server writes its log from another
+        # thread, so at the first progress event the task's lines may not be in the file yet.
+        task = None if self.spec.n_slots == 1 else self._claim_stopped(ended)
         waited = time.time() - waited  # the harness's, not the server's
-        slot = (record.cause or {}).get("slot")  # the stream named none: the log's selection line does
+        slot = None if task is None else task.slot  # the stream named none: the log's selection line does
         record.slot = self.last_slot = slot = self.last_slot if slot is None else slot
         try:
             erased = self._call(record.scenario, "erase slot", f"/slots/{slot}?action=erase",
                                 lambda: self.server.client.slot_erase(slot))
             # the slot held the reused prefix and what was prefilled before the cancel took effect
             record.prefilled_n = max(0, int(erased.get("n_erased", ended.cached)) - ended.cached)
+            self._attach(record, task or self._claim_stopped(ended))
         finally:
             # the server worked until the erase, less the wait for its log line: not harness time
             self.server_s += time.time() - record.started_at - waited
@@ -324,6 +326,10 @@ class SessionSteps(VariantSteps):
             self.recorder.write(record)
             self.measured.append(record)
         self.progress.step(record)
+
+    def _claim_stopped(self, ended: StreamEnded) -> Task | None:
+        """A stopped step's task, as soon as the log shows it (it is released only by the erase)."""
+        return self.diagnosis.claim(None, ended.total, wait_s=SLOT_LINE_WAIT_S, released=False)
 
     @staticmethod
     def _attach(record: Record, task: Task | None) -> None:
