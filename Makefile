@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 # variants, then the asv site from the hybrid run's records and the two service workloads
 # asv measures (report-b-service's counts, interference's timings), and the report of all four runs.
 REPORT_A := first_load resend interleave reask edit_middle restore_disk
+REPORT_A_SCENARIOS := $(foreach step,$(REPORT_A),--scenario $(step))
 HYBRID_VARIANT := mmproj=on,cache-reuse=256
 HYBRID_SIZES ?= --size 32K --size 128K
 CONTROL_SIZES ?= --size 32K
@@ -60,9 +61,9 @@ real-model: $(STAMP)
 	$(BIN)/reusebench models --real
 
 bench: setup site-assets
-	$(BIN)/reusebench check tiny-qwen35
-	$(BIN)/reusebench run --profile tiny-llama $(CONTROL_SIZES) --scenarios $(REPORT_A) $(RUN_FLAGS)
-	$(BIN)/reusebench run --profile tiny-qwen35 --variant $(HYBRID_VARIANT) $(HYBRID_SIZES) --scenarios $(REPORT_A) $(RUN_FLAGS)
+	$(BIN)/reusebench check --profile tiny-qwen35
+	$(BIN)/reusebench run --profile tiny-llama $(CONTROL_SIZES) $(REPORT_A_SCENARIOS) $(RUN_FLAGS)
+	$(BIN)/reusebench run --profile tiny-qwen35 --variant $(HYBRID_VARIANT) $(HYBRID_SIZES) $(REPORT_A_SCENARIOS) $(RUN_FLAGS)
 	$(BIN)/asv machine --yes > /dev/null
 	REUSEBENCH_ASV_RECORDS=$(CURDIR)/$$(ls -d results/runs/*/ | tail -1)records.jsonl \
 	  $(BIN)/asv run --python=same --set-commit-hash=$$(git rev-parse HEAD)
@@ -79,7 +80,7 @@ nightly-demo: $(STAMP) site-assets
 	$(BIN)/python tools/nightly_demo.py
 
 # The CUDA build without a GPU or a CUDA install: the pinned llama.cpp for CUDA 13 and sm_90 (H100/H200) with
-# NVIDIA's toolkit wheels from PyPI (reusebench/llama/cuda.py). Over an hour on 2 cores; not part of `make test`.
+# NVIDIA's toolkit wheels from PyPI (reusebench/llama/cuda.py). 41 min 53 s on 2 cores (docs/measured.md); not part of `make test`.
 CUDA_ARCH ?= 90
 cuda-build-check: setup
 	binary=$$($(BIN)/reusebench build --flavor cuda --cuda 13 --cuda-arch $(CUDA_ARCH) --cuda-toolkit pypi) && \

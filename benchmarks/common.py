@@ -5,24 +5,14 @@ same function, and asv keys its cache by the function's module and line), so one
 reusebench run feeds all ``track_*`` benchmarks. The figures are seconds and
 token counts only: asv assumes lower is better, so rates would read backwards.
 
-Environment variables (asv has no other way to pass settings to benchmarks):
-
-- ``REUSEBENCH_ASV_SIZES``: prompt sizes, e.g. "4K" or "32K,128K" (default: 32K,128K)
-- ``REUSEBENCH_ASV_PROFILE``: profile name or path (default: tiny-qwen35, or
-  nightly-tiny-qwen35 under ``asv.llama.conf.json``, which runs the llama-server asv built)
-- ``REUSEBENCH_ASV_VARIANTS``: variant names separated by spaces (default: all)
-- ``REUSEBENCH_ASV_SCENARIOS``: scenario ids, e.g. "reask,edit_middle" (default: all;
-  first_load always runs)
-- ``REUSEBENCH_ASV_REPEAT``: sessions per commit; seconds are the median (default: 1)
-- ``REUSEBENCH_ASV_FULL_PREFILLS``: 1 times every step to its end (``reusebench run --full-prefills``);
-  by default a step whose output nothing needs stops once its count is known, and its seconds read n/a
-  (the token counts are the same either way)
-- ``REUSEBENCH_RESULTS``: where raw records go, under ``runs/`` (default: results/)
-- ``REUSEBENCH_ASV_RECORDS``: a ``records.jsonl`` of a ``reusebench run`` to publish instead of
-  measuring again (``make bench``: one measurement, shown live, then tracked); the profile,
-  sizes, variants and scenarios then come from those records. Refused (one line) where asv
-  built the environment (the nightly: every commit would get the same figures), and when the
-  run's stamp (``run.json``: reusebench commit, profile content, binaries) differs from now.
+What the suite measures comes from its REUSEBENCH_ASV_* variables, read by
+``reusebench.config.asv_selection`` (the nightly's plan reads them there too); every
+variable is in docs/environment.md. ``REUSEBENCH_ASV_RECORDS``, a ``records.jsonl`` of a
+``reusebench run`` to publish instead of measuring again (``make bench``: one measurement,
+shown live, then tracked), replaces the selection with those records'. It is refused (one
+line) where asv built the environment (the nightly: every commit would get the same
+figures), and when the run's stamp (``run.json``: reusebench commit, profile content,
+binaries) differs from now.
 """
 
 from __future__ import annotations
@@ -30,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import statistics
 import sys
 from collections import defaultdict
@@ -41,14 +30,11 @@ from typing import Any
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench import records
-from reusebench.config import profiles, scenarios, sizes
+from reusebench.config import asv_selection, profiles, scenarios, sizes
 from reusebench.llama import build
 from reusebench.run import provenance, runner
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SIZES = "32K,128K"
-DEFAULT_PROFILE = "tiny-qwen35"
-BUILT_PROFILE = "nightly-tiny-qwen35"  # takes its binary from ${REUSEBENCH_LLAMA_SERVER}
 BINARY_ENV = "REUSEBENCH_LLAMA_SERVER"
 INSTALLED_FILE = build.INSTALLED_FILE  # written into asv's environment by `reusebench build --asv-env`
 
@@ -57,17 +43,6 @@ INSTALLED_FILE = build.INSTALLED_FILE  # written into asv's environment by `reus
 # history: tests/test_scenarios.py pins the list, so renaming one is as deliberate as bumping a `version`.
 STEPS = scenarios.MEASURED_STEPS
 FIRST_LOAD = STEPS[0]
-
-
-def _words(name: str, default: str, separators: str = r"[\s,]+") -> list[str]:
-    return [word for word in re.split(separators, os.environ.get(name, default).strip()) if word]
-
-
-def _size(text: str) -> int:
-    try:
-        return sizes.parse_size(text)
-    except sizes.SizeError as error:
-        raise ValueError(f"REUSEBENCH_ASV_SIZES: {error}") from None
 
 
 def installed_binary() -> Path | None:
@@ -91,15 +66,10 @@ def installed_binary() -> Path | None:
     return Path(info["binary"])
 
 
-def _profile_name() -> str:
-    """Only environments asv builds set ASV_ENV_DIR: there the profile runs the llama-server asv built."""
-    return os.environ.get("REUSEBENCH_ASV_PROFILE", BUILT_PROFILE if "ASV_ENV_DIR" in os.environ else DEFAULT_PROFILE)
-
-
 def _load_profile() -> profiles.Profile:
     """The whole profile, checked (setup_cache only: it resolves binaries and models, and sets the environment)."""
     built = installed_binary()
-    name = _profile_name()
+    name = asv_selection.profile_name(os.environ)
     if built is None:
         return profiles.load_profile(name, check_binary=False)
     # The profiles' way to name a binary from outside is ${REUSEBENCH_LLAMA_SERVER}.
@@ -152,19 +122,16 @@ if RECORDS_FILE:
     _STAMP = provenance.read(Path(RECORDS_FILE).parent)
     OUTLINE = profiles.outline(_STAMP.profile) if _STAMP is not None else None
 else:
-    OUTLINE = profiles.outline(_profile_name())
-    SIZE_TOKENS = [_size(word) for word in _words("REUSEBENCH_ASV_SIZES", DEFAULT_SIZES)]
-    VARIANTS = _words("REUSEBENCH_ASV_VARIANTS", " ".join(OUTLINE.variants), r"\s+")
-    SCENARIOS = _words("REUSEBENCH_ASV_SCENARIOS", ",".join(scenarios.SCENARIO_IDS))
-    _unknown = [name for name in VARIANTS if name not in OUTLINE.variants]
-    if _unknown:  # a clear error now, not inside setup_cache
-        raise ValueError(f"REUSEBENCH_ASV_VARIANTS: {OUTLINE.name} has no variant {', '.join(map(repr, _unknown))}; "
-                         f"valid variants: {', '.join(OUTLINE.variants)}")
+    SELECTION = asv_selection.from_env()
+    OUTLINE = profiles.outline(SELECTION.profile)
+    SIZE_TOKENS = list(SELECTION.sizes)
+    VARIANTS = list(SELECTION.variants)
+    SCENARIOS = list(SELECTION.scenarios)
 SIZES = [sizes.size_label(tokens) for tokens in SIZE_TOKENS]  # asv parameter values: "32K", "128K"
 # Steps after the cold first load, of the selected scenarios only: a narrowed run has no failures to show.
 REUSE_STEPS = [step for step in STEPS[1:] if step.split("/")[0] in SCENARIOS]
-REPEAT = int(os.environ.get("REUSEBENCH_ASV_REPEAT", "1"))
-FULL_PREFILLS = os.environ.get("REUSEBENCH_ASV_FULL_PREFILLS", "0") == "1"
+REPEAT = 1 if RECORDS_FILE else SELECTION.repeat
+FULL_PREFILLS = not RECORDS_FILE and SELECTION.full_prefills
 
 
 def whole_profile() -> profiles.Profile:

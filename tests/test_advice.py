@@ -66,7 +66,7 @@ def test_advice_says_whether_it_was_measured_or_predicted() -> None:
 def test_advise_tiny_qwen35_removes_its_disabled_cache_reuse_and_splits_the_document(tmp_path, capsys) -> None:
     from reusebench import cli
 
-    status = cli.main(["advise", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=256",
+    status = cli.main(["advise", "--profile", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=256",
                        "--results", str(tmp_path)])
     printed = capsys.readouterr().out
     assert status == 0

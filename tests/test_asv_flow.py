@@ -323,7 +323,7 @@ def test_nightly_over_two_commits(tmp_path: Path) -> None:
     first, second = fake_llama_cpp(tmp_path / "llama.cpp")
     config = str(nightly_config(tmp_path, tmp_path / "llama.cpp"))
     # asv imports the environment plugin (".tools.asv_existing_build") relative to the config's directory.
-    env = asv_env(tmp_path, PYTHONPATH=str(REPO), REUSEBENCH_ASV_SCENARIOS="reask,after_sleep")
+    env = asv_env(tmp_path, PYTHONPATH=str(REPO), REUSEBENCH_ASV_SCENARIOS="reask after_sleep")
     run_asv(env, "machine", "--yes", "--machine", MACHINE, "--config", config)
     run_asv(env, "run", "--machine", MACHINE, "--config", config, f"{first}^!")
     run_asv(env, "run", "--machine", MACHINE, "--config", config, "NEW")

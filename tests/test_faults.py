@@ -22,6 +22,7 @@ import pytest
 
 from reusebench import cli, records, tiny
 from reusebench.capability import PINNED
+from reusebench.cli.exits import Exit
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import logs
 from reusebench.machine.gpu import GpuSampler
@@ -200,7 +201,7 @@ def test_ctrl_c_mid_prefill_keeps_the_records_stops_the_server_and_exits_130(tmp
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background `make test &` ignores it
     try:
         status = cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=0", "--size", "4K",
-                           "--scenarios", "edit_middle", "--results", str(tmp_path)])
+                           "--scenario", "edit_middle", "--results", str(tmp_path)])
     finally:
         signal.signal(signal.SIGINT, previous)
     assert status == 130 and len(servers) == 1
@@ -265,11 +266,11 @@ def test_disk_full_while_saving_a_slot_is_named_and_leaves_no_partial_file(tmp_p
     assert list(full_disk.iterdir()) == []
 
 
-# -- bad input: one clear error, exit status 2, no server left -------------------------------------------
+# -- bad input: one clear error, exit status 3 (a file it reads is wrong), no server left -------------------------------------------
 
 
 def cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    assert cli.main(["run", *argv]) == 2
+    assert cli.main(["run", *argv]) == Exit.CONFIG
     assert not child_llama_servers()
     return capsys.readouterr().err.strip()
 
@@ -279,7 +280,7 @@ def test_corrupt_model_is_an_error_naming_file_and_field_before_launch(tmp_path,
     broken.write_bytes(tiny.model_path("llama").read_bytes()[:100_000])
     path = profile_file(tmp_path, f"model: {broken}\n")
     err = cli_error(capsys, "--profile", str(path), "--results", str(tmp_path))
-    assert re.fullmatch(rf"reusebench: .*p\.yaml:\d+:1: model: {broken}: .*(truncated|corrupt).*", err), err
+    assert re.fullmatch(rf"reusebench run: .*p\.yaml:\d+:1: model: {broken}: .*(truncated|corrupt).*", err), err
     assert not (tmp_path / "runs").exists()
 
 
@@ -291,14 +292,14 @@ def test_binary_missing_or_not_executable(tmp_path, capsys, case):
         binary.chmod(0o644)
     path = profile_file(tmp_path, f"binary: {binary}\n")
     err = cli_error(capsys, "--profile", str(path), "--results", str(tmp_path))
-    assert re.fullmatch(rf"reusebench: .*p\.yaml:\d+:1: binary: {binary} ({'does not exist' if case == 'missing' else 'is not executable'})", err), err
+    assert re.fullmatch(rf"reusebench run: .*p\.yaml:\d+:1: binary: {binary} ({'does not exist' if case == 'missing' else 'is not executable'})", err), err
 
 
 @pytest.mark.parametrize(("text", "message"), [
     ("options: {parallel: 1\n", r"p\.yaml:\d+:\d+: invalid YAML: "),
     ("n_predict: eight\n", r"p\.yaml:\d+:1: n_predict: expected an integer"),
 ])
-def test_malformed_profile_is_exit_2_naming_file_and_field(tmp_path, capsys, text, message):
+def test_malformed_profile_is_exit_3_naming_file_and_field(tmp_path, capsys, text, message):
     path = profile_file(tmp_path, text)
     err = cli_error(capsys, "--profile", str(path), "--results", str(tmp_path))
     assert re.search(message, err), err
@@ -310,7 +311,7 @@ def test_corpus_smaller_than_the_size_is_an_error_naming_file_and_sizes(tmp_path
     spec = tmp_path / "short.yaml"
     spec.write_text("source: file\npath: short.txt\nquestions: [' what is it', ' where is it']\n"
                     "edit: ' a new line'\nsummary: ' a summary'\n")
-    err = cli_error(capsys, "--profile", "tiny-llama", "--size", "2048", "--scenarios", "resend",
+    err = cli_error(capsys, "--profile", "tiny-llama", "--size", "2048", "--scenario", "resend",
                     "--corpus", str(spec), "--results", str(tmp_path))
     assert re.search(rf"short\.yaml: path: corpus file {text} has \d+ tokens, fewer than the requested size of 2,048",
                      err), err

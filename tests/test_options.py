@@ -127,7 +127,7 @@ def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path
 
 def test_cli_check_json_exits_1_on_unsupported_and_keeps_its_verdicts_with_a_page(
         unknown_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check", str(unknown_profile), "--json", "--results", str(tmp_path)]) == 1
+    assert cli.main(["check", "--profile", str(unknown_profile), "--json", "--results", str(tmp_path)]) == 1
     (report,) = json.loads(capsys.readouterr().out)
     assert report["variant"] == "default" and report["build"]
     assert {row["option"]: row["code"] for row in report["verdicts"]}["mlock"] == 5
@@ -159,6 +159,20 @@ def test_qwen35_cache_reuse_is_disabled_by_the_mmproj() -> None:
     verdict = checked("tiny-qwen35", "mmproj=on,cache-reuse=256")["cache-reuse"]
     assert verdict.verdict is Verdict.DISABLED
     assert "log [warn] cache_reuse is not supported by multimodal, it will be disabled" in verdict.evidence
+
+
+@pytest.mark.e2e
+def test_check_strict_exits_1_on_report_a_s_disabled_cache_reuse(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Report A's launch line: --cache-reuse 256 with the mmproj is DISABLED, and nothing is UNSAFE or UNSUPPORTED;
+    so plain `check` exits 0 on it and `check --strict` exits 1, for a script or a nightly to act on."""
+    argv = ["check", "--strict", "--profile", "tiny-qwen35", "--variant", "mmproj=on,cache-reuse=256", "--json",
+            "--results", str(tmp_path)]
+    assert cli.main(argv) == 1
+    (found,) = json.loads(capsys.readouterr().out)
+    verdicts = {v["option"]: v["verdict"] for v in found["verdicts"]}
+    assert verdicts["cache-reuse"] == "DISABLED"
+    assert not {v for v in verdicts.values() if v in check.FAILING_VERDICTS}  # without --strict: exit 0
 
 
 @pytest.mark.e2e

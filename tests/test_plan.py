@@ -54,7 +54,7 @@ def test_the_control_reuses_half_the_edited_document_so_nothing_stops():
 def test_dry_run_prints_the_plan_and_starts_no_server(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(ServerProcess, "start", lambda self: pytest.fail("a dry run started a server"))
     assert cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=on,cache-reuse=256", "--size", "32K",
-                     "--scenarios", *REPORT_A, "--dry-run", "--results", str(tmp_path)]) == 0
+                     *(arg for step in REPORT_A for arg in ("--scenario", step)), "--dry-run", "--results", str(tmp_path)]) == 0
     assert not any(tmp_path.iterdir())  # no run directory either
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("plan: 1 session(s), 10 requests; the reuse model expects ")

@@ -86,7 +86,7 @@ def test_check_and_run_name_sigill_in_one_line(avx512_binary: Path, tmp_path: Pa
     verdicts = check.check_variant(profiles.load_profile(profile, check_binary=False).variants[0])
     assert verdicts and {v.verdict for v in verdicts} == {check.Verdict.UNVERIFIED}
     assert all(len(v.evidence) == 1 and "died with SIGILL" in v.evidence[0] for v in verdicts)
-    assert cli.main(["run", "--profile", str(profile), "--size", "1K", "--results", str(tmp_path)]) == 2
+    assert cli.main(["run", "--profile", str(profile), "--size", "1K", "--results", str(tmp_path)]) == 3  # the binary a profile names is wrong
     (error,) = capsys.readouterr().err.strip().splitlines()
     assert "died with SIGILL" in error and "`reusebench build`" in error
 

@@ -382,9 +382,9 @@ def test_probe_costs_the_conversation_only_without_a_ram_cache(probe):
 
 @pytest.mark.e2e
 def test_restore_disk_alone_saves_its_own_slot(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    """`reusebench run --scenarios first_load restore_disk`: no interleave saved the slot it restores."""
+    """`reusebench run --scenario first_load --scenario restore_disk`: no interleave saved the slot it restores."""
     status = cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=0", "--size", "2K",
-                       "--scenarios", "first_load", "restore_disk", "--results", str(tmp_path)])
+                       "--scenario", "first_load", "--scenario", "restore_disk", "--results", str(tmp_path)])
     assert status == 0, capsys.readouterr().err
     (run_dir,) = (tmp_path / "runs").iterdir()
     written = read_records(run_dir / "records.jsonl")

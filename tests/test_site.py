@@ -51,7 +51,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp_path = tmp_path_factory.mktemp("site")
     first, _ = fake_llama_cpp(tmp_path / "llama.cpp")
     config = str(nightly_config(tmp_path, tmp_path / "llama.cpp"))
-    env = asv_env(tmp_path, PYTHONPATH=str(REPO), REUSEBENCH_ASV_SCENARIOS="resend,reask")
+    env = asv_env(tmp_path, PYTHONPATH=str(REPO), REUSEBENCH_ASV_SCENARIOS="resend reask")
     run_asv(env, "machine", "--yes", "--machine", MACHINE, "--config", config)
     # The reuse benchmarks only: the option check (verdicts) would add a session per commit.
     for commits in (f"{first}^!", "NEW"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from reusebench import cli
+from reusebench.config import asv_selection
 from reusebench.config.sizes import SizeError, parse_size, size_label
 
 REFUSED = ("-5", "0", "abc")
@@ -42,7 +43,5 @@ def test_the_command_line_names_the_option(given: str, capsys: pytest.CaptureFix
 
 @pytest.mark.parametrize("given", REFUSED)
 def test_the_asv_selection_names_its_variable(given: str) -> None:
-    from benchmarks import common
-
     with pytest.raises(ValueError, match=rf"^REUSEBENCH_ASV_SIZES: expected a positive token count .*, got '{given}'$"):
-        common._size(given)
+        asv_selection.from_env({"REUSEBENCH_ASV_SIZES": given})

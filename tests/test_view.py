@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("view")
     assert cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=0", "--size", "2K",
-                     "--scenarios", "resend", "edit_middle", "--results", str(results)]) == 0
+                     "--scenario", "resend", "--scenario", "edit_middle", "--results", str(results)]) == 0
     (found,) = (results / "runs").iterdir()
     return found
 

@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / "results" / "llama-demo"
 MACHINE = "nightly-demo"
 SIZE = "2K"
-SCENARIOS = "first_load,resend,reask,restore_disk"
+SCENARIOS = "first_load resend reask restore_disk"
 VARIANT = "mmproj=off,cache-reuse=256"  # report A's launch line without the mmproj: a multimodal slot cannot be saved
 
 

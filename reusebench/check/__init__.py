@@ -22,6 +22,7 @@ from reusebench.check.render import describe_launch, render_report, render_table
 from reusebench.check.run import check_variant
 from reusebench.check.verdicts import (
     FAILING_VERDICTS,
+    STRICT_FAILING_VERDICTS,
     VERDICT_CODES,
     OptionVerdict,
     Setting,
@@ -31,6 +32,7 @@ from reusebench.check.verdicts import (
 
 __all__ = [
     "FAILING_VERDICTS",
+    "STRICT_FAILING_VERDICTS",
     "VERDICT_CODES",
     "OptionVerdict",
     "Setting",

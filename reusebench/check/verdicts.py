@@ -30,8 +30,9 @@ VERDICT_CODES: dict[Verdict, int] = {
     Verdict.UNSUPPORTED: 5,
 }
 
-# Verdicts that make `reusebench check` exit with status 1.
+# Verdicts that make `reusebench check` exit with status 1; with --strict also an option that does nothing.
 FAILING_VERDICTS = (Verdict.UNSAFE, Verdict.UNSUPPORTED)
+STRICT_FAILING_VERDICTS = (*FAILING_VERDICTS, Verdict.DISABLED, Verdict.INEFFECTIVE)
 
 
 @dataclass(frozen=True)

@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from collections.abc import Sequence
 
 from reusebench.cli import common
+from reusebench.cli.exits import Exit
 from reusebench.cli.parser import build_parser
-from reusebench.config import corpus, profiles, workload
+from reusebench.config import asv_selection, corpus, profiles, workload
 from reusebench.llama import binaries, process
 
 __all__ = ["build_parser", "main"]
 
+# a file the command reads is wrong (it names the file and field): apart from a wrong command line
+CONFIG_ERRORS = (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, binaries.BinaryError,
+                 asv_selection.SelectionError)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.verbosity > 0:  # -v: the llama-server starts and stops that reusebench.llama logs
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logging.getLogger("reusebench").addHandler(handler)
+        logging.getLogger("reusebench").setLevel(logging.DEBUG)
     previous = signal.signal(signal.SIGTERM, common.terminated)
     try:
         return int(args.func(args))
-    except (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, binaries.BinaryError,
-            ValueError) as exc:
-        print(f"reusebench: {exc}", file=sys.stderr)
-        return 2
+    except CONFIG_ERRORS as exc:
+        print(f"reusebench {args.command}: {exc}", file=sys.stderr)
+        return Exit.CONFIG
+    except ValueError as exc:  # options that do not go together, a name that is not there
+        print(f"reusebench {args.command}: {exc}", file=sys.stderr)
+        return Exit.USAGE
     finally:
         process.stop_all()
         signal.signal(signal.SIGTERM, previous)

@@ -9,12 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reusebench.cli import common
+from reusebench.cli.exits import Exit
 from reusebench.llama import build, cuda
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    out = common.progress(args)
+
     def progress(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        print(message, file=out, flush=True)
 
     try:
         if args.asv_env:
@@ -37,9 +40,9 @@ def cmd_build(args: argparse.Namespace) -> int:
                 build.remember_pinned(args.flavor, binary)
     except build.BuildError as exc:
         print(f"reusebench build: {exc}", file=sys.stderr)
-        return 1
+        return Exit.FINDING
     print(binary)
-    return 0
+    return Exit.OK
 
 
 def _flavor_build(flavor: str, cuda_build: Callable[[Callable[[str], None]], cuda.CudaBuild],
@@ -52,9 +55,11 @@ def _flavor_build(flavor: str, cuda_build: Callable[[Callable[[str], None]], cud
 
 
 def add_build(sub: common.Subparsers) -> None:
-    make = sub.add_parser(
-        "build", help=f"build llama-server from source: the pinned {build.PINNED.requirement} (llama.cpp "
-        f"b{build.PINNED.build_number}) that profiles call `default`, or a llama.cpp checkout; cached, prints the path")
+    shows = (f"build llama-server from source: the pinned {build.PINNED.requirement} (llama.cpp "
+             f"b{build.PINNED.build_number}) that profiles call `default`, or a llama.cpp checkout; cached, prints the "
+             "path")
+    make = common.add_command(sub, "build", shows.split(":")[0], shows + ". The cache is $REUSEBENCH_LLAMA_BUILD_CACHE "
+                              "(default ~/.cache/reusebench/llama-server), keyed by source, commit and CMake flags.")
     make.add_argument("--flavor", choices=tuple(build.FLAVORS), default="cpu",
                       help="cpu: portable (GGML_NATIVE=OFF), any CPU of this architecture; cuda: for NVIDIA GPUs "
                       "(profiles: binary: default:cuda)")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 from reusebench import check
 from reusebench.capability import cache as capability_cache
 from reusebench.cli import common
+from reusebench.cli.exits import Exit
 from reusebench.config import profiles
 from reusebench.llama import binaries
 from reusebench.report import view
@@ -21,29 +21,40 @@ def cmd_check(args: argparse.Namespace) -> int:
     # --help is compared per option inside the check, so every unknown option gets its own UNSUPPORTED row
     profile = profiles.load_profile(args.profile, check_binary=False)
     variants = [profile.variant(name) for name in args.variant] if args.variant else list(profile.variants)
+    failing_verdicts = check.STRICT_FAILING_VERDICTS if args.strict else check.FAILING_VERDICTS
     found, texts, failing = [], [], False
+    out = common.progress(args)
     for variant in variants:
-        print(f"checking {variant.profile} / {variant.name} ...", file=sys.stderr)
-        say = lambda message: print(f"  {message}", file=sys.stderr)  # noqa: E731
+        print(f"checking {variant.profile} / {variant.name} ...", file=out)
+        say = lambda message: print(f"  {message}", file=out)  # noqa: E731
         rules = capability_cache.of_binary(variant.binary, say)
         verdicts = check.check_variant(variant, progress=say, capabilities=rules)
-        failing |= any(v.verdict in check.FAILING_VERDICTS for v in verdicts)
+        failing |= any(v.verdict in failing_verdicts for v in verdicts)
         found.append({**check.describe_launch(variant), "capabilities": rules.to_dict(),
                       "verdicts": [v.to_dict() for v in verdicts]})
         texts.append(check.render_report(variant, verdicts) + "\n\n" + "\n".join(rules.lines()))
     print(json.dumps(found, indent=2) if args.json else "\n\n".join(texts))
     page = view.write_check_page(RunDir.create(Path(args.results)).path, found)
     view.write_index(Path(args.results))
-    print(f"page: {page}", file=sys.stderr)
-    return 1 if failing else 0
+    print(f"page: {page}", file=out)
+    return Exit.FINDING if failing else Exit.OK
 
 
 def add_check(sub: common.Subparsers) -> None:
-    check_cmd = sub.add_parser("check", help="is each option really active? a verdict with evidence per option "
-                           "(exit status 1 when one is UNSAFE or UNSUPPORTED)")
-    check_cmd.add_argument("profile", help="profile name in server_profiles/ or a path")
-    check_cmd.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
-    check_cmd.add_argument("--json", action="store_true", help="JSON instead of tables")
+    check_cmd = common.add_command(
+        sub, "check", "is each option really active? a verdict with evidence per option",
+        "Is each option of a profile really in effect? Starts the profile's llama-server per variant and probes each "
+        "option it sets and each reuse default: ACTIVE, DISABLED (the server turned it off, its own line quoted), "
+        "INEFFECTIVE (on, but the probe saw no effect), UNSAFE (on, and reused output was wrong), UNSUPPORTED (this "
+        "build does not know the option) or UNVERIFIED (no probe could decide). Exits 1 when a verdict is UNSAFE or "
+        "UNSUPPORTED, and with --strict also when one is DISABLED or INEFFECTIVE, so a script or a nightly can use "
+        "the exit status.")
+    common.add_profile(check_cmd)
+    check_cmd.add_argument("--variant", action="append", help="only this matrix variant (repeatable; default: every "
+                           "variant of the profile)")
+    check_cmd.add_argument("--strict", action="store_true", help="exit 1 also when an option is DISABLED or "
+                           "INEFFECTIVE (an option you set that does nothing)")
+    common.add_json(check_cmd, "every variant's launch, capabilities and verdicts as JSON on stdout instead of tables")
     check_cmd.add_argument("--results", default=str(common.RESULTS_DIR), help="where its run directory with the "
                            "verdicts (check.json) and their page goes (default: results)")
     check_cmd.set_defaults(func=cmd_check)
@@ -52,19 +63,22 @@ def add_check(sub: common.Subparsers) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     binary = binaries.resolve_binary(args.binary, source="reusebench probe")
     started = time.monotonic()
-    found = capability_cache.of_binary(binary, lambda message: print(message, file=sys.stderr), again=args.again)
+    out = common.progress(args)
+    found = capability_cache.of_binary(binary, lambda message: print(message, file=out), again=args.again)
     print(json.dumps(found.to_dict(), indent=2) if args.json else "\n".join(found.lines()))
     print(f"{binary.path}: {found.how} ({time.monotonic() - started:.1f} s); kept in {capability_cache.cache_dir()}",
-          file=sys.stderr)
-    return 0 if not found.how.startswith("not probed") else 1
+          file=common.progress(args))
+    return Exit.OK if not found.how.startswith("not probed") else Exit.FINDING
 
 
 def add_probe(sub: common.Subparsers) -> None:
-    probe = sub.add_parser("probe", help="what a llama-server build does where builds differ (slot files with "
-                           "checkpoints, restores, user-message checkpoints, LoRA in the RAM cache, sleep): short probes "
-                           "on a tiny model, cached by the executable's hash; the reuse model takes its rules from them")
+    probe = common.add_command(
+        sub, "probe", "what a llama-server build does where builds differ", "What a llama-server build does where "
+        "builds differ (slot files with checkpoints, restores, user-message checkpoints, LoRA in the RAM cache, "
+        "sleep): short probes on a tiny model, cached by the executable's hash; the reuse model takes its rules from "
+        "them.")
     probe.add_argument("binary", nargs="?", default=binaries.DEFAULT, help="default (the pinned build), default:cuda, "
                        "or a path (a launcher script is followed to the executable it starts)")
     probe.add_argument("--again", action="store_true", help="probe even when a result is cached, and replace it")
-    probe.add_argument("--json", action="store_true", help="JSON instead of lines")
+    common.add_json(probe, "JSON on stdout instead of lines")
     probe.set_defaults(func=cmd_probe)

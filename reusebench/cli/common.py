@@ -1,15 +1,19 @@
-"""What the commands share: the results directory, argument types, the clean stop, and a finished run's report."""
+"""What the commands share: their parser's shape, the results directory, argument types, the progress stream, the
+clean stop, and a finished run's report."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple, TextIO, TypeAlias
 
 from reusebench import records
+from reusebench.cli import exits
 from reusebench.config import sizes
 from reusebench.llama import process
 from reusebench.report import run_report, service_runs, view
@@ -17,6 +21,51 @@ from reusebench.report import run_report, service_runs, view
 RESULTS_DIR = Path("results")
 # what ArgumentParser.add_subparsers returns; every command module adds its parsers to it
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+ENVIRONMENT_DOC = "docs/environment.md"
+PAGES_WRITTEN_BY = ("`run`, `workload`, `tap` and `check` write their run's page and the list when they end; `view` "
+                    "writes them again from a run's files.")
+EPILOG = f"{exits.table()}\n\nenvironment variables: {ENVIRONMENT_DOC} in the reusebench repository"
+
+
+def _verbosity() -> argparse.ArgumentParser:
+    """-q and -v, on every command (after its name, as pytest takes them)."""
+    options = argparse.ArgumentParser(add_help=False)
+    said = options.add_mutually_exclusive_group()
+    said.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
+                      help="no progress on stderr: only the results (stdout) and errors")
+    said.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                      help="also each llama-server's start (its arguments and pid) and stop on stderr")
+    return options
+
+
+VERBOSITY = _verbosity()
+
+
+def add_command(sub: Subparsers, name: str, summary: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A command's parser: its one-line summary in the list of commands, its description atop its own --help, and
+    -q/-v and the exit statuses on every one."""
+    return sub.add_parser(name, help=summary, description=wrapped(description or summary), epilog=EPILOG,
+                          parents=[VERBOSITY], formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def wrapped(text: str) -> str:
+    """Paragraphs (apart by a blank line) filled to 100 columns: the epilog's table keeps its own lines."""
+    return "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in text.split("\n\n"))
+
+
+def add_profile(parser: argparse.ArgumentParser, *, required: bool = True, what: str = "") -> None:
+    """--profile: how every command names a profile."""
+    parser.add_argument("--profile", required=required, metavar="NAME",
+                        help=what or "profile name in server_profiles/ (`reusebench profiles`) or a path")
+
+
+def add_json(parser: argparse.ArgumentParser, what: str = "JSON on stdout instead of tables") -> None:
+    parser.add_argument("--json", action="store_true", help=what)
+
+
+def progress(args: argparse.Namespace) -> TextIO:
+    """Where a command's progress goes: stderr, or nowhere with -q."""
+    return open(os.devnull, "w") if args.verbosity < 0 else sys.stderr  # open as long as the command runs
 
 
 def token_size(text: str) -> int:
@@ -25,6 +74,14 @@ def token_size(text: str) -> int:
         return sizes.parse_size(text)
     except sizes.SizeError as error:  # argparse prefixes "argument --size: "
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def address(text: str) -> tuple[str, int]:
+    """An argparse type: HOST:PORT, where a command listens."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 127.0.0.1:8081, got {text!r}")
+    return host, int(port)
 
 
 def records_paths(given: Sequence[str]) -> list[Path]:
@@ -42,7 +99,7 @@ def interrupted(kept: Callable[[], str]) -> int:
     """After Ctrl-C or SIGTERM: every server stopped, then what was kept said on stderr; the exit status, 130."""
     process.stop_all()
     print("\n" + kept(), file=sys.stderr)
-    return 130
+    return exits.Exit.INTERRUPTED
 
 
 class Written(NamedTuple):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from importlib import metadata
 
 from reusebench.cli import advise, build, check, common, report, run, shipped, tap
+from reusebench.llama import build as llama_build
 
 DESCRIPTION = """Does llama-server really reuse the prompts it has already read? reusebench sends realistic sequences of long
 prompts (resend, re-ask, an edit, another document in between, a restart) to llama-server and records, for each
@@ -20,8 +22,16 @@ COMMANDS: tuple[Callable[[common.Subparsers], None], ...] = (
 )
 
 
+def version() -> str:
+    """What `--version` prints: this package's version and the llama.cpp release `default` builds."""
+    return (f"reusebench {metadata.version('reusebench')} (llama-server default: llama.cpp "
+            f"b{llama_build.PINNED.build_number}, {llama_build.PINNED.requirement})")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reusebench", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="reusebench", description=DESCRIPTION, epilog=common.EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
         add(sub)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from reusebench import records
 from reusebench.cli import common
+from reusebench.cli.exits import Exit
 from reusebench.report import run_report, view
 
 
@@ -18,18 +19,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     missing = [p for p in paths if not p.is_file()]
     if not paths or missing:
         print(f"reusebench report: no records at {', '.join(map(str, missing)) or args.results}", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     measured = records.read_many(paths)
     print(run_report.summary_json(measured) if args.json else run_report.render_text(measured))
-    return 0
+    return Exit.OK
 
 
 def add_report(sub: common.Subparsers) -> None:
-    rep = sub.add_parser("report", help="tables from recorded runs (default: the latest run)")
+    rep = common.add_command(sub, "report", "tables from recorded runs (default: the latest run)", "Tables from "
+                             "recorded runs, as `run` and `workload` print them at their end (default: the newest "
+                             "run under --results).")
     rep.add_argument("paths", nargs="*", help="run directories or records.jsonl files")
-    rep.add_argument("--results", default=str(common.RESULTS_DIR))
+    rep.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
     rep.add_argument("--last", type=int, default=1, metavar="N", help="without paths: the N newest runs (default 1)")
-    rep.add_argument("--json", action="store_true", help="JSON instead of tables")
+    common.add_json(rep)
     rep.set_defaults(func=cmd_report)
 
 
@@ -39,26 +42,27 @@ def cmd_view(args: argparse.Namespace) -> int:
         (results / "runs").glob("*/"))[-1:]
     if not run_dirs:
         print(f"reusebench view: no runs under {results / 'runs'}", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     for run_dir in run_dirs:
         if (run_dir / view.CHECK_FILE).is_file():
             print(view.write_check_page(run_dir, json.loads((run_dir / view.CHECK_FILE).read_text())))
             continue
         if not (run_dir / "records.jsonl").is_file():
             print(f"reusebench view: {run_dir}: no records.jsonl or {view.CHECK_FILE}", file=sys.stderr)
-            return 2
+            return Exit.USAGE
         print(view.write_run_page(run_dir))
     # the list goes beside `runs/`: the results directory the run is in, else --results
     print(view.write_index(run_dirs[0].parent.parent if run_dirs[0].parent.name == "runs" else results),
-          file=sys.stderr)
-    return 0
+          file=common.progress(args))
+    return Exit.OK
 
 
 def add_view(sub: common.Subparsers) -> None:
-    page = sub.add_parser("view", help="write a run's HTML page (results/runs/RUN_ID/index.html: a scenario run's "
-                          "steps as re-processed, ideal and expected tokens on a log axis with verdicts and causes; a "
-                          "workload's timeline with a lane per slot and its requests by user) and the list of all "
-                          "pages (results/index.html); `run` and `workload` write both at their end")
+    page = common.add_command(
+        sub, "view", "write a run's HTML page and the list of all pages", "Write a run's HTML page "
+        "(results/runs/RUN_ID/index.html: a scenario run's steps as re-processed, ideal and expected tokens on a log "
+        "axis with verdicts and causes; a workload's timeline with a lane per slot and its requests by user; an option "
+        "check's verdicts) and the list of all pages (results/index.html). " + common.PAGES_WRITTEN_BY)
     page.add_argument("runs", nargs="*", metavar="RUN", help="run directories or run ids (default: the newest run)")
     page.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
     page.set_defaults(func=cmd_view)

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from reusebench import records
 from reusebench.cli import common
+from reusebench.cli.exits import Exit
 from reusebench.config import profiles, scenarios, workload
+from reusebench.report import run_report, service_runs
 from reusebench.run import plan, runner, session
 from reusebench.run.recording import RunDir
 from reusebench.run.service import ScheduleDeviation, service_run
@@ -24,15 +26,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ValueError("--idle-gap and --warm-up go with --repeat-first-load N")
     if args.dry_run:
         print(plan.render_plan(runner.plan_profile(
-            profile, variants=args.variant or (), sizes=args.size or (), scenario_ids=args.scenarios or (),
+            profile, variants=args.variant or (), sizes=args.size or (), scenario_ids=args.scenario or (),
             corpus_name=args.corpus, verify=not args.no_verify, early_stop=not args.full_prefills, repeats=repeats)))
-        return 0
+        return Exit.OK
     started = time.monotonic()
     try:
         result = runner.run_profile(
             profile, results_dir=Path(args.results), variants=args.variant or (), sizes=args.size or (),
-            scenario_ids=args.scenarios or (), corpus_name=args.corpus, verify=not args.no_verify,
-            early_stop=not args.full_prefills, repeats=repeats, on_failure=args.on_failure,
+            scenario_ids=args.scenario or (), corpus_name=args.corpus, verify=not args.no_verify,
+            early_stop=not args.full_prefills, repeats=repeats, on_failure=args.on_failure, out=common.progress(args),
         )
     except runner.Interrupted as exc:
         return common.interrupted(exc.summary)
@@ -40,22 +42,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         return common.interrupted(lambda: f"interrupted: every server stopped; records kept under "
                                   f"{Path(args.results) / 'runs'}")
     written = common.write_run_report(result.run_dir, f"run {result.run_id}", scenario_records=result.records)
-    print(written.text)
-    print(f"\n{len(result.records)} records in {time.monotonic() - started:.0f} s; "
-          f"report: {result.run_dir / 'report.md'}; page: {written.page}", file=sys.stderr)
-    return 1 if result.failed_sessions else 0
+    print(run_report.summary_json(result.records) if args.json else written.text)
+    if args.verbosity >= 0:
+        print(f"\n{len(result.records)} records in {time.monotonic() - started:.0f} s; "
+              f"report: {result.run_dir / 'report.md'}; page: {written.page}", file=sys.stderr)
+    return Exit.FINDING if result.failed_sessions else Exit.OK
 
 
 def add_run(sub: common.Subparsers) -> None:
     shows = ("run the scenarios of a profile; prints per step the tokens re-processed against a perfect cache's, "
              "prefill seconds, hit or miss, whether the output matched output without reuse, and why (from the "
              "server's log)")
-    run = sub.add_parser("run", help=shows, description=shows)
-    run.add_argument("--profile", required=True, help="profile name in server_profiles/ or a path")
+    run = common.add_command(sub, "run", shows.split(";")[0], shows + ". Every variant at every size of the "
+                             "profile by default: the plan it prints first says how many tokens that prefills (a real "
+                             "model at 32K and 128K is hours on one GPU); --dry-run prints only the plan.")
+    common.add_profile(run)
     run.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
     run.add_argument("--size", action="append", type=common.token_size,
                      help="prompt size in tokens: 2048, 32K or 1M (repeatable; default: the profile's sizes)")
-    run.add_argument("--scenarios", nargs="+", choices=scenarios.SCENARIO_IDS, help="subset of scenarios")
+    run.add_argument("--scenario", action="append", choices=scenarios.SCENARIO_IDS, metavar="ID",
+                     help=f"only this scenario (repeatable; default: all of {', '.join(scenarios.SCENARIO_IDS)})")
     run.add_argument("--corpus", help="corpus spec name in corpora/ or a path (default: the profile's `corpus:`, "
                      "else tiny-words)")
     run.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
@@ -76,6 +82,7 @@ def add_run(sub: common.Subparsers) -> None:
                         "long before each repeat (does the GPU cool down between loads?)")
     before.add_argument("--warm-up", action="store_true", help="with --repeat-first-load: prefill a short other "
                         "text on the same server before each measured load (recorded as a setup call)")
+    common.add_json(run, "the measured steps as JSON on stdout instead of the tables (report.md is written too)")
     run.set_defaults(func=cmd_run)
 
 
@@ -86,17 +93,18 @@ def cmd_workload(args: argparse.Namespace) -> int:
     variant = profile.variant(named) if named else profile.variants[0]
     run = RunDir.create(Path(args.results))
     run_id, run_dir, records_path = run.run_id, run.path, run.records_path
+    out = common.progress(args)
     print(f"run {run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> {records_path}",
-          file=sys.stderr)
+          file=out)
     started = time.monotonic()
     via = InFront(Path(args.results), long_prefill_tokens=load.long_prefill_tokens) if args.through_tap else None
     try:
         with records.RecordWriter(records_path) as writer:
             for repeat in range(1, args.repeat + 1):
                 if args.repeat > 1:
-                    print(f"run {repeat} of {args.repeat}", file=sys.stderr)
+                    print(f"run {repeat} of {args.repeat}", file=out)
                 service_run(load, variant, writer, run=run, free_running=args.free_running,
-                            repeat=repeat if args.repeat > 1 else None, via=via).run()
+                            repeat=repeat if args.repeat > 1 else None, via=via, out=out).run()
     except KeyboardInterrupt:
         return common.interrupted(lambda: f"interrupted: every server stopped; "
                                   f"{len(records.read_records(records_path))} records kept in {records_path}")
@@ -104,15 +112,17 @@ def cmd_workload(args: argparse.Namespace) -> int:
         print(f"reusebench: workload {load.name}: the server left the serial schedule, so its counts would depend on "
               f"timing: {exc}; {len(records.read_records(records_path))} records kept in {records_path}",
               file=sys.stderr)
-        return 1
+        return Exit.FINDING
     written = common.write_run_report(run_dir, f"workload {load.name}, run {run_id}")
-    print(written.text)
-    for tapped in via.runs if via else ():
-        text = common.write_run_report(tapped, f"tap, run {tapped.name}").text
-        print(f"\n## What the tap in front of it recorded ({tapped.name})\n\n{text}")
+    tapped = {path.name: common.write_run_report(path, f"tap, run {path.name}").text for path in via.runs} if via else {}
+    if args.json:
+        print(service_runs.figures_json(records.read_records(records_path)))
+    else:
+        print(written.text + "".join(f"\n\n## What the tap in front of it recorded ({name})\n\n{text}"
+                                     for name, text in tapped.items()))
     print(f"\nworkload took {time.monotonic() - started:.0f} s; report: {run_dir / 'report.md'}; page: {written.page}",
-          file=sys.stderr)
-    return 0
+          file=out)
+    return Exit.OK
 
 
 def _runs(text: str) -> int:
@@ -125,9 +135,9 @@ def add_workload(sub: common.Subparsers) -> None:
     shows = ("run a workload (workloads/): its users talk to one server, one request at a time in an order fixed by "
              "the file (or at once: --free-running); prints miss rates by class with the log's cause of each miss, "
              "what a long prefill costs the other users, and the health check's effect")
-    load = sub.add_parser("workload", help=shows, description=shows)
+    load = common.add_command(sub, "workload", shows.split(";")[0], shows)
     load.add_argument("workload", help=f"workload name in workloads/ or a path ({', '.join(workload.workload_names())})")
-    load.add_argument("--profile", help="another server profile than the workload's")
+    common.add_profile(load, required=False, what="another server profile than the workload's")
     load.add_argument("--variant", help="a variant of that profile (default: the workload's, else the first)")
     load.add_argument("--free-running", action="store_true", help="one thread per user on the wall clock instead "
                       "of the serial schedule: the server under the real scramble of threads, whose counts vary from "
@@ -137,4 +147,5 @@ def add_workload(sub: common.Subparsers) -> None:
     load.add_argument("--through-tap", action="store_true", help="the users talk to the server through a tap "
                       "(`reusebench tap`), whose records go to a run of their own, reported after the workload's")
     load.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
+    common.add_json(load, "each run's figures as JSON on stdout instead of the tables (report.md is written too)")
     load.set_defaults(func=cmd_workload)

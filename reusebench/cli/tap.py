@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from reusebench.cli import common
+from reusebench.cli.exits import Exit
 from reusebench.llama import logs
 from reusebench.tap import Tap, TapOptions, conversations
 from reusebench.tap.keys import KeyFileError, default_key_path
@@ -22,10 +23,10 @@ def cmd_tap(args: argparse.Namespace) -> int:
                              gap_s=args.gap_minutes * 60.0, long_prefill_tokens=args.long_prefill_tokens))
     except KeyFileError as exc:
         print(f"reusebench tap: {exc}", file=sys.stderr)
-        return 2
+        return Exit.CONFIG
     except OSError as exc:  # the port is taken, the results directory cannot be written
         print(f"reusebench tap: cannot start on {args.listen[0]}:{args.listen[1]}: {exc}", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     why = ["Ctrl-C"]
 
     def terminated(signum: int, frame: object) -> None:  # the clean stop, and the records say it was SIGTERM
@@ -42,24 +43,18 @@ def cmd_tap(args: argparse.Namespace) -> int:
     finally:
         summary = tap.stop(why[0])
     print(common.write_run_report(tap.run.path, f"tap, run {tap.run.path.name}").text)
-    print(f"\n{summary.extra['requests']} requests recorded; report: {tap.run.path / 'report.md'}", file=sys.stderr)
-    return 0
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 127.0.0.1:8081, got {text!r}")
-    return host, int(port)
+    print(f"\n{summary.extra['requests']} requests recorded; report: {tap.run.path / 'report.md'}",
+          file=common.progress(args))
+    return Exit.OK
 
 
 def add_tap(sub: common.Subparsers) -> None:
     shows = ("relay a running llama-server and record every completion request without its text: counts, class "
              "(first, continues, regenerate, head insert, ...), ideal and cause from the server's log, for the "
              "service report; stops on Ctrl-C or SIGTERM")
-    tap = sub.add_parser("tap", help=shows, description=shows)
+    tap = common.add_command(sub, "tap", shows.split(":")[0], shows)
     tap.add_argument("--upstream", required=True, help="the server, e.g. http://127.0.0.1:8080")
-    tap.add_argument("--listen", type=_address, default=("127.0.0.1", 8081), metavar="HOST:PORT",
+    tap.add_argument("--listen", type=common.address, default=("127.0.0.1", 8081), metavar="HOST:PORT",
                      help="where clients connect (default 127.0.0.1:8081; loopback unless you say otherwise)")
     tap.add_argument("--server-log", type=Path, metavar="FILE", help="the server's -lv 4 log, best through "
                      "`reusebench log-filter`: the causes come from it")
@@ -84,15 +79,15 @@ def cmd_log_filter(args: argparse.Namespace) -> int:
     try:
         kept, dropped = logs.filter_stream(source, sys.stdout)
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
     except BrokenPipeError:  # the reader went away: nothing more to keep
-        return 0
-    print(f"log-filter: kept {kept} lines, dropped {dropped}", file=sys.stderr)
-    return 0
+        return Exit.OK
+    print(f"log-filter: kept {kept} lines, dropped {dropped}", file=common.progress(args))
+    return Exit.OK
 
 
 def add_log_filter(sub: common.Subparsers) -> None:
-    log_filter = sub.add_parser("log-filter", help="read llama-server's -lv 4 log on stdin, write only the "
-                                "numbers-only lines reusebench parses (no prompt or output text): "
-                                "`llama-server ... -lv 4 2>&1 | reusebench log-filter > server.log`")
+    shows = ("read llama-server's -lv 4 log on stdin, write only the numbers-only lines reusebench parses (no prompt "
+             "or output text): `llama-server ... -lv 4 2>&1 | reusebench log-filter > server.log`")
+    log_filter = common.add_command(sub, "log-filter", shows.split(" (")[0], shows)
     log_filter.set_defaults(func=cmd_log_filter)

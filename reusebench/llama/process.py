@@ -10,6 +10,7 @@ still stops it: nothing outlives the run.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import secrets
 import signal
@@ -24,6 +25,8 @@ import httpx
 
 from reusebench.llama.binaries import death_by_signal
 from reusebench.llama.logs import scrub_line
+
+logger = logging.getLogger(__name__)  # `reusebench -v` shows it: each start and stop
 
 HEALTH_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
@@ -149,6 +152,8 @@ class ServerProcess:
             )
         _live.add(self)
         self.starts += 1
+        logger.debug("started llama-server pid %d on 127.0.0.1:%d: %s %s", self.popen.pid, self.port, self.binary,
+                  " ".join(self.args))  # the arguments the profile chose; never the API key
         try:
             self._wait_healthy()
         except BaseException:
@@ -207,6 +212,7 @@ class ServerProcess:
         except ProcessLookupError:
             pass
         process.wait()
+        logger.debug("stopped llama-server pid %d (exit status %s)", process.pid, process.returncode)
         self.popen = None
         self.port = None
         _live.discard(self)

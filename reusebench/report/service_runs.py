@@ -3,6 +3,7 @@ figure's median, min and max over the runs, and whether every run gave the same.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -67,3 +68,9 @@ def render_runs(records: Sequence[Record]) -> str:
     parts = [f"## Run {number} of {len(found)}\n\n{render(run)}" for number, run in enumerate(found, start=1)]
     parts.append(f"## Over the {len(found)} runs\n\n" + spread_table([_with_ratios(figures(run)) for run in found]))
     return "\n\n".join(parts)
+
+
+def figures_json(records: Sequence[Record]) -> str:
+    """Each run's figures as JSON (``--json``): name -> number, null where the run did not have it."""
+    return json.dumps([{name: None if value != value else value for name, value in figures(run).items()}
+                       for run in runs(records)], indent=2)

@@ -1,0 +1,112 @@
+"""The command line's conventions, as asv's and pytest's: --version, a description on every command, the exit
+statuses in --help, -q and -v, --json where there are results, one way to name a profile and to repeat a choice."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from reusebench import cli
+from reusebench.cli import common, exits
+from reusebench.llama import build
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def test_version_names_the_package_and_the_pinned_llama_cpp(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == (f"reusebench 0.1.0 (llama-server default: llama.cpp "
+                                               f"b{build.PINNED.build_number}, {build.PINNED.requirement})")
+
+
+def test_every_command_has_a_description_the_exit_table_and_q_v() -> None:
+    found = commands()
+    assert len(found) == 13
+    for name, parser in found.items():
+        text = parser.format_help()
+        assert parser.description and len(parser.description) > 30, name
+        assert exits.table() in text and common.ENVIRONMENT_DOC in text, name
+        assert "-q, --quiet" in text and "-v, --verbose" in text, name
+    assert exits.table() in cli.build_parser().format_help()
+
+
+def test_the_exit_table_keeps_config_errors_apart_from_usage_errors() -> None:
+    assert [(code.name, code.value) for code in exits.Exit] == [
+        ("OK", 0), ("FINDING", 1), ("USAGE", 2), ("CONFIG", 3), ("BUSY", 4), ("INTERRUPTED", 130)]
+    assert set(exits.MEANING) == set(exits.Exit)
+    documented = re.findall(r"^\| (\d+) \| (.+) \|$", (REPO / "docs" / "commands.md").read_text(), re.M)
+    assert [(int(code), text.replace("`", "")) for code, text in documented] == [
+        (code.value, exits.MEANING[code]) for code in exits.Exit]  # the docs' table is --help's
+
+
+@pytest.mark.parametrize("command", ["run", "check", "advise", "workload", "agreement"])
+def test_a_profile_is_named_by_profile_everywhere(command: str) -> None:
+    options = {o for action in commands()[command]._actions for o in action.option_strings}
+    assert "--profile" in options
+    positional = [a.dest for a in commands()[command]._actions if not a.option_strings]
+    assert "profile" not in positional
+
+
+def test_a_choice_is_repeated_not_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    args = cli.build_parser().parse_args(["run", "--profile", "p", "--scenario", "reask", "--scenario", "resend",
+                                          "--size", "2K", "--size", "4K"])
+    assert (args.scenario, args.size) == (["reask", "resend"], [2048, 4096])
+    with pytest.raises(SystemExit) as refused:  # the old list form is gone, not silently taken
+        cli.build_parser().parse_args(["run", "--profile", "p", "--scenarios", "reask"])
+    assert refused.value.code == exits.Exit.USAGE
+    assert "unrecognized arguments: --scenarios" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["run", "workload", "profiles", "check", "probe", "report"])
+def test_json_is_on_every_command_with_results(command: str) -> None:
+    assert "--json" in {o for action in commands()[command]._actions for o in action.option_strings}
+
+
+def test_profiles_json_lists_each_profile_with_its_variants(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["profiles", "--json"]) == 0
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    assert set(listed["tiny-qwen35"]["variants"]) == {f"mmproj={m},cache-reuse={c}" for m in ("on", "off")
+                                                      for c in ("0", "256")}
+    assert {"cache-reuse", "mmproj"} <= set(listed["tiny-qwen35"]["variants"]["mmproj=on,cache-reuse=256"])
+    assert "mmproj" not in listed["tiny-qwen35"]["variants"]["mmproj=off,cache-reuse=256"]
+
+
+def test_q_silences_the_progress_and_keeps_the_results(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["profiles"]) == 0
+    said = capsys.readouterr()
+    assert "use one with `reusebench run --profile NAME`" in said.err
+    assert cli.main(["profiles", "-q"]) == 0
+    assert capsys.readouterr() == (said.out, "")
+
+
+def test_v_shows_each_llama_server_start_and_stop(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    logger = logging.getLogger("reusebench")
+    try:
+        assert cli.main(["check", "-v", "--profile", "tiny-llama", "--results", str(tmp_path)]) == 0
+    finally:
+        logger.handlers.clear()
+        logger.setLevel(logging.NOTSET)
+    err = capsys.readouterr().err
+    started = [line for line in err.splitlines() if line.startswith("reusebench.llama.process: started llama-server")]
+    stopped = [line for line in err.splitlines() if line.startswith("reusebench.llama.process: stopped llama-server")]
+    assert started and len(started) == len(stopped)
+    assert "--api-key" not in err  # the key it generated stays out of what it shows
+
+
+def test_a_config_error_exits_3_naming_the_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "p.yaml"
+    broken.write_text("n_predict: eight\n")
+    assert cli.main(["run", "--profile", str(broken), "--dry-run"]) == exits.Exit.CONFIG
+    assert capsys.readouterr().err.startswith(f"reusebench run: {broken}:1:1: n_predict: expected an integer")
