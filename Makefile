@@ -18,7 +18,7 @@ CONTROL_SIZES ?= --size 32K
 # --full-prefills times every step to its end (the default stops a step whose output nothing needs at its count)
 RUN_FLAGS ?=
 
-.PHONY: lint setup llama-server qemu chromium site-assets bench nightly-demo test models real-model clean-results \
+.PHONY: lint setup llama-server qemu chromium site-assets bench nightly nightly-demo test models real-model clean-results \
 	cuda-build-check gpu-check-bundle gpu-check
 
 setup: $(STAMP) llama-server
@@ -71,7 +71,13 @@ bench: setup site-assets
 	$(BIN)/python -m reusebench.report.site vendor results/html > /dev/null
 	$(BIN)/reusebench report --last 4
 	@echo "run pages: results/index.html (each run's steps as bars on a log axis; opens from file://)"
-	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/python -m http.server --bind 127.0.0.1 8080 --directory results/html)"
+	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/reusebench site --config asv.conf.json --serve)"
+
+# The nightly on the GPU box (docs/nightly.md): asv.llama.conf.json over the commits of ../llama.cpp not measured
+# yet, everything under results/llama; NIGHTLY_FLAGS (e.g. --dry-run, --max-commits 1) go to `reusebench nightly`.
+NIGHTLY_FLAGS ?=
+nightly: setup site-assets
+	$(BIN)/reusebench nightly $(NIGHTLY_FLAGS)
 
 # The nightly over real llama.cpp history: released trees from PyPI as a local git repository, asv.llama.conf.json
 # over it at 2K, the site in results/llama-demo/html (tools/nightly_demo.py). It builds each tree itself, so it

@@ -2,12 +2,13 @@
 "llama.cpp" commits. (That the step parameters are the scenarios' declared steps: tests/test_scenarios.py.)
 
 The nightly test stands a throwaway git repository in for llama.cpp. Its CMake
-`llama-server` target "builds" a launcher that execs the default llama-server;
-the second commit adds `--ctx-checkpoints 0` (last flag wins), which makes the
-hybrid re-ask re-process the whole prompt instead of the ~515 tokens after the
-last checkpoint. asv builds both commits with `reusebench build --asv-env`
-(`asv run A^!`, then `asv run NEW`), runs the suite at 2K tokens, publishes, and
-`asv compare` must flag the regression.
+`llama-server` target "builds" a launcher that execs the default llama-server.
+`reusebench nightly` measures its one commit; then a second commit adds
+`--ctx-checkpoints 0` (last flag wins), which makes the hybrid re-ask re-process
+the whole prompt instead of the ~515 tokens after the last checkpoint, and the next
+night measures only that one. asv builds each with `reusebench build --asv-env`,
+runs the suite at 2K tokens and publishes; `reusebench compare` must flag the
+regression.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from typing import Any
 import asv
 import gguf
 import pytest
-from asv import util as asv_util
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench import records, tiny
 from reusebench.config import profiles
 from reusebench.llama import binaries
+from reusebench.report import asv_results
 from reusebench.run import provenance
 
 from conftest import default_llama_server
@@ -270,65 +271,59 @@ def launcher(extra_args: str = "") -> str:
     return f'#!/bin/sh\nexec "{default_llama_server()}" "$@" {extra_args}\n'
 
 
-def fake_llama_cpp(path: Path) -> tuple[str, str]:
-    """A git repository with two commits; the second disables context checkpoints. Returns both hashes."""
+def fake_llama_cpp(path: Path) -> str:
+    """A git repository with one commit, context checkpoints on (llama-server's default). Returns its hash."""
     path.mkdir()
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost", *args], cwd=path,
-                              check=True, capture_output=True, text=True).stdout.strip()
-
-    git("init", "-q", "-b", "master")
     (path / "CMakeLists.txt").write_text(CMAKELISTS)
     server = path / "llama-server"
     server.write_text(launcher())
     server.chmod(0o755)
-    git("add", ".")
-    git("commit", "-q", "-m", "checkpoints on")
-    server.write_text(launcher("--ctx-checkpoints 0"))
-    git("commit", "-q", "-am", "checkpoints off")
-    return git("rev-parse", "HEAD~1"), git("rev-parse", "HEAD")
+    git(path, "init", "-q", "-b", "master")
+    git(path, "add", ".")
+    git(path, "commit", "-q", "-m", "checkpoints on")
+    return git(path, "rev-parse", "HEAD")
 
 
-def nightly_config(tmp_path: Path, repo: Path) -> Path:
-    """asv.llama.conf.json pointed at `repo`, with everything it writes under tmp_path."""
-    conf = asv_util.load_json(str(REPO / "asv.llama.conf.json"), js_comments=True)
-    # asv runs from the config's directory and names it {conf_dir}; this copy lives elsewhere.
-    for key in ("install_command", "uninstall_command"):
-        conf[key] = [command.replace("{conf_dir}", str(REPO)) for command in conf[key]]
-    conf.update(repo=str(repo), benchmark_dir=str(REPO / "benchmarks"), env_dir=str(tmp_path / "env"),
-                results_dir=str(tmp_path / "asv"), html_dir=str(tmp_path / "html"))
-    path = tmp_path / "asv.llama.conf.json"
-    path.write_text(json.dumps(conf, indent=2))
-    return path
+def disable_checkpoints(path: Path) -> str:
+    """The stand-in's next commit: context checkpoints off. Returns its hash."""
+    (path / "llama-server").write_text(launcher("--ctx-checkpoints 0"))
+    git(path, "commit", "-q", "-am", "checkpoints off")
+    return git(path, "rev-parse", "HEAD")
+
+
+def git(path: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost", *args], cwd=path,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def reusebench(env: dict[str, str], *args: str, status: int = 0, timeout: float = 300) -> str:
+    done = subprocess.run([sys.executable, "-m", "reusebench", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == status, f"reusebench {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
 
 
 def stored(results_dir: Path, commit: str) -> dict[tuple[str, tuple[str, ...]], Any]:
-    """What asv stored for `commit`: {(benchmark, parameter values): figure}."""
-    (path,) = (results_dir / MACHINE).glob(f"{commit[:8]}-*.json")
-    data = json.loads(path.read_text())
-    columns = data["result_columns"]
-    figures = {}
-    for name, row in data["results"].items():
-        entry = dict(zip(columns, row))
-        combos = [()]
-        for values in entry["params"]:
-            combos = [(*combo, value) for combo in combos for value in values]
-        figures.update({(name, combo): value for combo, value in zip(combos, entry["result"])})
+    """What asv stored for `commit` on the test's machine."""
+    figures = asv_results.stored(results_dir, commit, MACHINE)
+    assert figures, f"no results for {commit} in {results_dir / MACHINE}"
     return figures
 
 
 @pytest.mark.e2e
-def test_nightly_over_two_commits(tmp_path: Path) -> None:
-    first, second = fake_llama_cpp(tmp_path / "llama.cpp")
-    config = str(nightly_config(tmp_path, tmp_path / "llama.cpp"))
-    # asv imports the environment plugin (".tools.asv_existing_build") relative to the config's directory.
-    env = asv_env(tmp_path, PYTHONPATH=str(REPO), REUSEBENCH_ASV_SCENARIOS="reask after_sleep")
-    run_asv(env, "machine", "--yes", "--machine", MACHINE, "--config", config)
-    run_asv(env, "run", "--machine", MACHINE, "--config", config, f"{first}^!")
-    run_asv(env, "run", "--machine", MACHINE, "--config", config, "NEW")
+def test_two_nightlies_measure_one_new_commit_each_and_compare_flags_the_regression(tmp_path: Path) -> None:
+    repo, nights = tmp_path / "llama.cpp", tmp_path / "nightly"
+    first = fake_llama_cpp(repo)
+    env = asv_env(tmp_path, REUSEBENCH_ASV_SCENARIOS="reask after_sleep")
+    night = ("nightly", "--repo", str(repo), "--results", str(nights), "--machine", MACHINE)
+    planned = reusebench(env, *night).splitlines()  # the plan comes first, on stdout
+    assert planned[0].startswith("nightly plan: 1 commit(s)") and planned[1].startswith(first[:12])
+    second = disable_checkpoints(repo)
+    planned = reusebench(env, *night).splitlines()  # the night after: only the commit it has not measured
+    assert planned[0].startswith("nightly plan: 1 commit(s)") and planned[1].startswith(second[:12])
+    assert planned[-1].startswith("time: about ")  # timed by the first night
 
-    before, after = stored(tmp_path / "asv", first), stored(tmp_path / "asv", second)
+    before, after = stored(nights / "asv", first), stored(nights / "asv", second)
     sized = ("'2K'", repr(VARIANT))
     reask = (*sized, repr(REASK))
     for figures in (before, after):
@@ -360,10 +355,15 @@ def test_nightly_over_two_commits(tmp_path: Path) -> None:
     # Both binaries came from the build cache `reusebench build` keeps per commit.
     assert {p.name.split("-")[0] for p in (tmp_path / "builds").glob("*-*")} == {first[:12], second[:12]}
 
-    compared = run_asv(env, "compare", "--machine", MACHINE, "--config", config, first, second)
-    flagged = [line for line in compared.splitlines() if line.startswith("| +")]
-    assert any("track_reprocessed_tokens" in line and REASK in line for line in flagged), compared
+    # Checkpoints off re-processes the whole prompt at the re-ask: a count, so the noise rule flags any change.
+    compared = reusebench(env, "compare", first, second, "--results", str(nights), "--json", status=1)
+    regressions = {(c["benchmark"], tuple(c["params"])) for c in json.loads(compared) if c["kind"] == "regression"}
+    assert ("reuse.ReprocessedTokens.track_reprocessed_tokens", ("2K", VARIANT, REASK)) in regressions
+    assert ("verdicts.OptionVerdict.track_verdict_code", (VARIANT, "ctx-checkpoints")) in regressions
+    assert reusebench(env, "compare", first, first, "--results", str(nights)).strip() == (
+        f"{first[:12]} -> {first[:12]}: no figure changed beyond the noise rule")
 
-    run_asv(env, "publish", "--config", config)
-    graphs = list((tmp_path / "html" / "graphs").rglob("reuse.ReprocessedTokens.track_reprocessed_tokens.json"))
-    assert graphs and (tmp_path / "html" / "index.html").is_file()
+    graphs = list((nights / "html" / "graphs").rglob("reuse.ReprocessedTokens.track_reprocessed_tokens.json"))
+    assert graphs and (nights / "html" / "index.html").is_file()
+    logged = [json.loads(line) for line in (nights / "nightly.jsonl").read_text().splitlines()]
+    assert [n["commits"] for n in logged] == [[first], [second]] and [n["asv_run_status"] for n in logged] == [0, 0]

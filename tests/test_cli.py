@@ -33,7 +33,7 @@ def test_version_names_the_package_and_the_pinned_llama_cpp(capsys: pytest.Captu
 
 def test_every_command_has_a_description_the_exit_table_and_q_v() -> None:
     found = commands()
-    assert len(found) == 13
+    assert len(found) == 16
     for name, parser in found.items():
         text = parser.format_help()
         assert parser.description and len(parser.description) > 30, name
@@ -69,7 +69,7 @@ def test_a_choice_is_repeated_not_listed(capsys: pytest.CaptureFixture[str]) -> 
     assert "unrecognized arguments: --scenarios" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["run", "workload", "profiles", "check", "probe", "report"])
+@pytest.mark.parametrize("command", ["run", "workload", "profiles", "check", "probe", "report", "compare"])
 def test_json_is_on_every_command_with_results(command: str) -> None:
     assert "--json" in {o for action in commands()[command]._actions for o in action.option_strings}
 

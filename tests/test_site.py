@@ -10,12 +10,10 @@ library still taken from a CDN breaks the page. Screenshots go to results/site-t
 
 from __future__ import annotations
 
-import http.server
 import json
 import shutil
 import threading
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -24,8 +22,9 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from reusebench.report import site
-from test_asv_flow import MACHINE, REASK, REPO, VARIANT, asv_env, fake_llama_cpp, nightly_config, run_asv
+from reusebench import nightly
+from reusebench.report import site, site_server
+from test_asv_flow import MACHINE, REASK, REPO, VARIANT, asv_env, disable_checkpoints, fake_llama_cpp, run_asv
 
 SECOND_MACHINE = "gpu-box-2"
 SCREENSHOTS = REPO / "results" / "site-test"
@@ -49,13 +48,14 @@ def copy_machine_results(results_dir: Path, source: str, target: str) -> None:
 def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The two-commit flow's results of two machines, published and made self-contained: the site directory."""
     tmp_path = tmp_path_factory.mktemp("site")
-    first, _ = fake_llama_cpp(tmp_path / "llama.cpp")
-    config = str(nightly_config(tmp_path, tmp_path / "llama.cpp"))
+    first = fake_llama_cpp(tmp_path / "llama.cpp")
+    config = str(nightly.derive(REPO / nightly.CONFIG_FILE, tmp_path, tmp_path / "llama.cpp").path)
     env = asv_env(tmp_path, PYTHONPATH=str(REPO), REUSEBENCH_ASV_SCENARIOS="resend reask")
     run_asv(env, "machine", "--yes", "--machine", MACHINE, "--config", config)
-    # The reuse benchmarks only: the option check (verdicts) would add a session per commit.
-    for commits in (f"{first}^!", "NEW"):
-        run_asv(env, "run", "--machine", MACHINE, "--config", config, commits, "--bench", "^reuse", timeout=300)
+    # The reuse benchmarks only (the option check would add a session per commit), so asv itself, not the nightly.
+    run_asv(env, "run", "--machine", MACHINE, "--config", config, f"{first}^!", "--bench", "^reuse", timeout=300)
+    disable_checkpoints(tmp_path / "llama.cpp")
+    run_asv(env, "run", "--machine", MACHINE, "--config", config, "NEW", "--bench", "^reuse", timeout=300)
     copy_machine_results(tmp_path / "asv", MACHINE, SECOND_MACHINE)
     run_asv(env, "publish", "--config", config)
     site.make_self_contained(tmp_path / "html")
@@ -63,25 +63,15 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def serve(directory: Path) -> Iterator[str]:
-    """`directory` over HTTP on 127.0.0.1 (a free port) while the generator is open: its base URL."""
-    handler = partial(QuietHandler, directory=str(directory))
-    with QuietServer(("127.0.0.1", 0), handler) as server:
+    """`directory` through `reusebench site --serve`'s server on 127.0.0.1 (a free port) while the generator is
+    open: its base URL."""
+    with site_server.SiteServer(directory, ("127.0.0.1", 0)) as server:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
-            yield f"http://127.0.0.1:{server.server_address[1]}/"
+            yield server.url
         finally:
             server.shutdown()
-
-
-class QuietServer(http.server.ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # a page that leaves (asv's error page) breaks the pipes of the loads it started
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
-        pass
 
 
 @pytest.fixture(scope="module")

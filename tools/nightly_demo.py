@@ -8,20 +8,18 @@ build number and commit in `LLAMA_BUILD_NUMBER:` / `LLAMA_BUILD_COMMIT:` trailer
 and author are fixed, so the commit hashes, and with them the build cache, are the same
 on every machine.
 
-Then it runs the nightly configuration unchanged except for `repo` and where results
-and the site go (results/llama-demo/), at one small size, with report A's launch line
+Then it runs `reusebench nightly` over it, every tree a commit not measured yet, with
+results and the site in results/llama-demo/, at one small size, with report A's launch line
 without the mmproj and the reuse steps that matter most (each can be changed with its
 REUSEBENCH_ASV_* variable), and the service workloads (report-b-service's counts on the
 serial schedule, the interference workload's timings three times; n/a on a tree that does
-not know their model's architecture), publishes the site, makes it self-contained, and prints the
-re-processed tokens and the service figures per version and `asv compare` between the
-last two trees.
+not know their model's architecture), and prints the re-processed tokens and the service figures per
+version and `reusebench compare` between the last two trees and between the fix and its base.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -32,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asv import util as asv_util
-
+from reusebench import nightly
 from reusebench.config import scenarios
 from reusebench.llama import build
-from reusebench.report import site
+from reusebench.report import asv_results
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / "results" / "llama-demo"
@@ -169,44 +166,6 @@ def assemble(repo: Path, trees: tuple[DemoTree, ...] = TREES,
     return commits, heads
 
 
-def demo_config(repo: Path, out: Path, branches: tuple[DemoBranch, ...] = BRANCHES) -> Path:
-    """asv.llama.conf.json with `repo` pointed at the demo repository, its branches beside master, and everything
-    it writes under `out`."""
-    conf = asv_util.load_json(str(REPO / "asv.llama.conf.json"), js_comments=True)
-    # asv runs from the config's directory; this copy lives in `out`, so paths relative to the repository
-    # root become absolute. The environment holds asv's checkout of `repo`, so it is the demo's own too.
-    conf.update(repo=str(repo), branches=["master", *(b.name for b in branches)], benchmark_dir=str(REPO / conf["benchmark_dir"]), env_dir=str(out / "env"),
-                results_dir=str(out / "asv"), html_dir=str(out / "html"))
-    path = out / "asv.llama.conf.json"
-    path.write_text(json.dumps(conf, indent=2) + "\n")
-    return path
-
-
-def asv(config: Path, env: dict[str, str], *args: str) -> str:
-    say(f"$ asv {' '.join(args)}")
-    done = subprocess.run([sys.executable, "-m", "asv", *args, "--config", str(config)], cwd=REPO, env=env,
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"asv {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
-                           f"{done.stderr[-3000:]}")
-    return done.stdout + done.stderr
-
-
-def stored(results_dir: Path, commit: str) -> dict[tuple[str, tuple[str, ...]], float | None]:
-    """What asv stored for `commit` on any machine: {(benchmark, parameter values): figure}."""
-    figures: dict[tuple[str, tuple[str, ...]], float | None] = {}
-    for path in results_dir.glob(f"*/{commit[:8]}-*.json"):
-        data = json.loads(path.read_text())
-        for name, row in data["results"].items():
-            entry = dict(zip(data["result_columns"], row))
-            combos: list[tuple[str, ...]] = [()]
-            for values in entry["params"]:
-                combos = [(*combo, value) for combo in combos for value in values]
-            results = entry["result"] or [None] * len(combos)  # a benchmark that failed as a whole
-            figures.update({(name, combo): value for combo, value in zip(combos, results)})
-    return figures
-
-
 def columns(commits: list[str], heads: dict[str, str], trees: tuple[DemoTree, ...] = TREES,
             branches: tuple[DemoBranch, ...] = BRANCHES) -> list[tuple[str, str]]:
     """(label, commit) per table column: the trees in order, then the branches."""
@@ -222,7 +181,7 @@ def _version(tree: DemoTree) -> str:
 def reprocessed_table(results_dir: Path, cols: list[tuple[str, str]]) -> str:
     """A markdown table: each reuse step's re-processed tokens (prompt_n) per llama.cpp version and variant."""
     benchmark = "reuse.ReprocessedTokens.track_reprocessed_tokens"
-    per_commit = [{combo: value for (name, combo), value in stored(results_dir, c).items() if name == benchmark}
+    per_commit = [{combo: value for (name, combo), value in asv_results.stored(results_dir, c).items() if name == benchmark}
                   for _, c in cols]
     order = {f"'{step}'": i for i, step in enumerate(scenarios.MEASURED_STEPS)}  # the catalogue's, as asv stores it
     combos = sorted({combo for figures in per_commit for combo in figures},
@@ -242,7 +201,7 @@ def service_table(results_dir: Path, cols: list[tuple[str, str]]) -> str:
     """A markdown table: the service workload's missed turns and the interference workload's decode, per llama.cpp
     version."""
     rows = [([name], (benchmark, (repr(name),))) for benchmark, name in SERVICE_FIGURES]
-    return _per_version(["figure"], rows, [stored(results_dir, c) for _, c in cols], [label for label, _ in cols])
+    return _per_version(["figure"], rows, [asv_results.stored(results_dir, c) for _, c in cols], [label for label, _ in cols])
 
 
 def _per_version(labels: list[str], rows: list[tuple[list[str], Any]], per_commit: list[dict[Any, float | None]],
@@ -275,52 +234,45 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     commits, heads = assemble(out / "llama.cpp")
-    config = demo_config(out / "llama.cpp", out)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # asv imports the environment plugin from the repository
-    env.setdefault("REUSEBENCH_ASV_SIZES", SIZE)
-    env.setdefault("REUSEBENCH_ASV_SCENARIOS", SCENARIOS)
-    env.setdefault("REUSEBENCH_ASV_VARIANTS", VARIANT)
-    env.setdefault("REUSEBENCH_ASV_FULL_PREFILLS", "1")  # cheap tiny trees: every step timed, as in its history
-    env.setdefault("REUSEBENCH_RESULTS", str(out / "records"))
-    env.setdefault(build.JOBS_ENV, "2")
-    machine = platform.node()
-    asv(config, env, "machine", "--yes", "--machine", machine)
-    # Commits with results are skipped: a second run only publishes (delete results/llama-demo/asv to measure again).
-    # Builds and sessions take minutes per commit: asv's progress shows as it goes, and stays in the log.
-    # A failed benchmark (asv exits 2) still publishes, as the nightly does.
-    with open(out / "asv-run.log", "w") as log:
-        run = subprocess.Popen([sys.executable, "-m", "asv", "run", "--machine", machine, "--skip-existing-commits",
-                                "--show-stderr", "ALL", "--config", str(config)],
-                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert run.stdout is not None
-        for line in run.stdout:
-            log.write(line)
-            sys.stderr.write(line)
-        run.wait()
-    asv(config, env, "publish")
-    site.make_self_contained(out / "html")
-    compared = asv(config, env, "compare", "--machine", machine, "--split", commits[-2], commits[-1])
-    fixes = {b.name: asv(config, env, "compare", "--machine", machine, "--split", commits[b.base], heads[b.name])
-             for b in BRANCHES}
+    defaults = {"REUSEBENCH_ASV_SIZES": SIZE, "REUSEBENCH_ASV_SCENARIOS": SCENARIOS, "REUSEBENCH_ASV_VARIANTS": VARIANT,
+                "REUSEBENCH_ASV_FULL_PREFILLS": "1",  # cheap tiny trees: every step timed, as in its history
+                "REUSEBENCH_RESULTS": str(out / "records"), build.JOBS_ENV: "2"}
+    env = {name: value for name, value in defaults.items() if name not in os.environ}
+    # The nightly itself, every tree a commit it has not measured yet; a second run measures nothing new and only
+    # publishes (delete results/llama-demo/asv to measure again). A failed benchmark still publishes.
+    nightly.run_night(nightly.NightOptions(
+        config=REPO / nightly.CONFIG_FILE, results=out, machine=platform.node(), repo=out / "llama.cpp",
+        branches=("master", *(b.name for b in BRANCHES)), max_commits=len(TREES), pull=False, env=env))
+    results = out / "asv"
     cols = columns(commits, heads)
-    table = reprocessed_table(out / "asv", cols)
-    service = service_table(out / "asv", cols)
-    (out / "compare.txt").write_text(compared)
+    table = reprocessed_table(results, cols)
+    service = service_table(results, cols)
+    compared = _compared(results, commits[-2], commits[-1])
+    fixes = {b.name: _compared(results, commits[b.base], heads[b.name]) for b in BRANCHES}
+    (out / "compare.txt").write_text(compared + "\n")
     for name, text in fixes.items():
-        (out / f"compare-{name}.txt").write_text(text)
+        (out / f"compare-{name}.txt").write_text(text + "\n")
     (out / "reprocessed-tokens.md").write_text(table + "\n")
     (out / "service.md").write_text(service + "\n")
-    print(f"re-processed tokens per llama.cpp version ({env['REUSEBENCH_ASV_SIZES']}):\n{table}\n")
-    print(f"the service workloads ({env.get('REUSEBENCH_ASV_WORKLOAD', 'report-b-service')}, "
-          f"{env.get('REUSEBENCH_ASV_INTERFERENCE', 'interference')}) per llama.cpp version:\n"
+    sizes = {**os.environ, **env}["REUSEBENCH_ASV_SIZES"]
+    print(f"re-processed tokens per llama.cpp version ({sizes}):\n{table}\n")
+    print(f"the service workloads ({os.environ.get('REUSEBENCH_ASV_WORKLOAD', 'report-b-service')}, "
+          f"{os.environ.get('REUSEBENCH_ASV_INTERFERENCE', 'interference')}) per llama.cpp version:\n"
           f"{service}\n")
-    print(f"asv compare {TREES[-2].commit} {TREES[-1].commit}:\n{compared}")
+    print(f"reusebench compare {TREES[-2].commit} {TREES[-1].commit}:\n{compared}\n")
     for branch in BRANCHES:
-        print(f"asv compare {TREES[branch.base].commit} {branch.name} (base against fix):\n{fixes[branch.name]}")
-    print(f"site: {out / 'html' / 'index.html'} (serve on loopback: {sys.executable} -m http.server --bind 127.0.0.1 "
-          f"8080 --directory {out / 'html'}); asv's log: {out / 'asv-run.log'}")
+        print(f"reusebench compare {TREES[branch.base].commit} {branch.name} (base against fix):\n"
+              f"{fixes[branch.name]}\n")
+    print(f"site: {out / 'html' / 'index.html'} (serve on loopback: reusebench site --results {out} --serve); "
+          f"asv's log: {out / 'logs'}")
     print(f"nightly demo: {time.monotonic() - started:.0f} s")
     return 0
+
+
+def _compared(results: Path, before: str, after: str) -> str:
+    """`reusebench compare` of two of the demo's commits: the changes under the suite's noise rule."""
+    changes = asv_results.compare(asv_results.stored(results, before), asv_results.stored(results, after))
+    return asv_results.render(changes, before, after)
 
 
 if __name__ == "__main__":

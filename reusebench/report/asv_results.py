@@ -1,0 +1,109 @@
+"""What asv stored per commit, and the suite's noise rule for comparing two commits (`reusebench compare`).
+
+The rule, in one place: a count is exact (re-processed tokens, mismatches, missed turns,
+verdict codes: the same build and inputs give the same count on every run), so any change
+of one is real; a time moves with the machine, and the harness's own budget with where a
+stopped step's last batch lands (2,048 or 4,096 tokens from run to run), so those count
+as changed only beyond asv's own default factor, 10%; the GPU and page-cache state
+figures explain the others and are never a regression themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from tabulate import tabulate
+
+Key = tuple[str, tuple[str, ...]]  # (benchmark, parameter values as asv stores them)
+NOISE_FACTOR = 1.10  # asv compare's default --factor
+STATE = "gpu_state.FirstLoadGpuState."  # context for the timings, not a result
+VERDICTS = "verdicts."
+ACTIVE = 1.0  # verdict codes: 0 UNVERIFIED, 1 ACTIVE, 2 DISABLED, 3 INEFFECTIVE, 4 UNSAFE, 5 UNSUPPORTED
+
+
+def stored(results_dir: Path, commit: str, machine: str | None = None) -> dict[Key, float | None]:
+    """What asv stored for `commit` (a hash or its first 8 characters or more) on `machine` (default: any):
+    {(benchmark, parameter values): figure}; None where a benchmark failed, NaN where it did not apply."""
+    figures: dict[Key, float | None] = {}
+    for path in results_dir.glob(f"{machine or '*'}/{commit[:8]}-*.json"):
+        data = json.loads(path.read_text())
+        if not data.get("commit_hash", "").startswith(commit):
+            continue
+        for name, row in data["results"].items():
+            entry = dict(zip(data["result_columns"], row))
+            combos: list[tuple[str, ...]] = [()]
+            for values in entry["params"]:
+                combos = [(*combo, value) for combo in combos for value in values]
+            results = entry["result"] or [None] * len(combos)  # a benchmark that failed as a whole
+            figures.update({(name, combo): value for combo, value in zip(combos, results)})
+    return figures
+
+
+def is_noisy(benchmark: str) -> bool:
+    """A time, or the harness's own cost: compared with the factor, not exactly."""
+    return benchmark.startswith("harness.") or benchmark.endswith(("_seconds", "_ms"))
+
+
+@dataclass(frozen=True)
+class Change:
+    key: Key
+    before: float | None
+    after: float | None
+    kind: str  # "regression", "improvement" or "changed"
+
+    def row(self) -> list[str]:
+        name, params = self.key
+        ratio = (f"{self.after / self.before:.2f}" if self.before and self.after is not None and
+                 not math.isnan(self.before) and not math.isnan(self.after) else "")
+        return [self.kind, name, ", ".join(p.strip("'") for p in params), _cell(self.before), _cell(self.after), ratio]
+
+
+def compare(before: dict[Key, float | None], after: dict[Key, float | None]) -> list[Change]:
+    """Every figure the rule counts as changed, regressions first (asv's convention: lower is better)."""
+    changes = [change for key in sorted(set(before) | set(after))
+               if (change := _judge(key, before.get(key, math.nan), after.get(key, math.nan))) is not None]
+    order = {"regression": 0, "improvement": 1, "changed": 2}
+    return sorted(changes, key=lambda c: order[c.kind])
+
+
+def _judge(key: Key, old: float | None, new: float | None) -> Change | None:
+    name = key[0]
+    if name.startswith(STATE):
+        return None
+    if old is None or new is None:  # a benchmark that failed on one side only
+        return None if old is new else Change(key, old, new, "regression" if new is None else "improvement")
+    if math.isnan(old) or math.isnan(new):  # n/a on one side: a step or variant that applies to one build only
+        return None if math.isnan(old) and math.isnan(new) else Change(key, old, new, "changed")
+    if name.startswith(VERDICTS):
+        if new == old:
+            return None
+        return Change(key, old, new, "improvement" if new == ACTIVE else "regression" if new > ACTIVE else "changed")
+    if is_noisy(name):
+        if old > 0 and new > old * NOISE_FACTOR:
+            return Change(key, old, new, "regression")
+        if new > 0 and old > new * NOISE_FACTOR:
+            return Change(key, old, new, "improvement")
+        return None
+    if new == old:
+        return None
+    return Change(key, old, new, "regression" if new > old else "improvement")
+
+
+def render(changes: list[Change], before: str, after: str) -> str:
+    if not changes:
+        return f"{before[:12]} -> {after[:12]}: no figure changed beyond the noise rule"
+    regressions = sum(c.kind == "regression" for c in changes)
+    table = tabulate([c.row() for c in changes], headers=["", "benchmark", "parameters", before[:12], after[:12],
+                                                          "ratio"], tablefmt="github")
+    return f"{table}\n\n{before[:12]} -> {after[:12]}: {regressions} regression(s), {len(changes)} change(s)"
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "failed"
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:,.0f}" if value == round(value) or abs(value) >= 100 else f"{value:.3g}"

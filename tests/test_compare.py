@@ -1,0 +1,58 @@
+"""`reusebench compare`'s noise rule: counts exact, times and the harness's budget beyond 10%, the GPU state never.
+
+(Two real nights and a compare that flags a real regression: tests/test_asv_flow.py.)
+"""
+
+from __future__ import annotations
+
+import math
+
+from reusebench.report import asv_results
+
+TOKENS = ("reuse.ReprocessedTokens.track_reprocessed_tokens", ("'32K'", "'v'", "'reask/new question'"))
+SECONDS = ("reuse.FirstLoad.track_prefill_seconds", ("'32K'", "'v'"))
+BUDGET = ("harness.PrefillBudget.track_extra_prefill_tokens", ("'128K'", "'v'"))
+VERDICT = ("verdicts.OptionVerdict.track_verdict_code", ("'v'", "'cache-reuse'"))
+TEMPERATURE = ("gpu_state.FirstLoadGpuState.track_start_temperature_c", ("'32K'", "'v'"))
+
+
+def judged(before: dict, after: dict) -> dict:
+    return {c.key: c.kind for c in asv_results.compare(before, after)}
+
+
+def test_a_count_changes_exactly_and_one_token_more_is_a_regression() -> None:
+    assert judged({TOKENS: 515.0}, {TOKENS: 516.0}) == {TOKENS: "regression"}
+    assert judged({TOKENS: 32768.0}, {TOKENS: 515.0}) == {TOKENS: "improvement"}
+    assert judged({TOKENS: 515.0}, {TOKENS: 515.0}) == {}
+
+
+def test_a_time_and_the_harness_budget_count_only_beyond_ten_percent() -> None:
+    # 100 s -> 109 s is within asv's factor 1.1; 111 s is beyond it, and 90 s back (100/90 = 1.11) too
+    assert judged({SECONDS: 100.0}, {SECONDS: 109.0}) == {}
+    assert judged({SECONDS: 100.0}, {SECONDS: 111.0}) == {SECONDS: "regression"}
+    assert judged({SECONDS: 100.0}, {SECONDS: 90.0}) == {SECONDS: "improvement"}
+    # a stopped step's last batch lands or not: 531,083 -> 533,131 extra tokens at 128K is one 2,048-token batch
+    assert judged({BUDGET: 531083.0}, {BUDGET: 533131.0}) == {}
+
+
+def test_verdict_codes_worse_than_active_regress_and_active_improves() -> None:
+    assert judged({VERDICT: 1.0}, {VERDICT: 2.0}) == {VERDICT: "regression"}  # ACTIVE -> DISABLED
+    assert judged({VERDICT: 2.0}, {VERDICT: 1.0}) == {VERDICT: "improvement"}
+    assert judged({VERDICT: 1.0}, {VERDICT: 0.0}) == {VERDICT: "changed"}  # ACTIVE -> UNVERIFIED: not decided
+
+
+def test_the_gpu_state_explains_and_never_counts_and_failures_and_n_a_are_named() -> None:
+    assert judged({TEMPERATURE: 40.0}, {TEMPERATURE: 80.0}) == {}
+    assert judged({TOKENS: 515.0}, {TOKENS: None}) == {TOKENS: "regression"}  # failed on the new commit
+    assert judged({TOKENS: math.nan}, {TOKENS: 515.0}) == {TOKENS: "changed"}  # applies to one build only
+    assert judged({}, {TOKENS: math.nan}) == {}
+
+
+def test_the_table_puts_regressions_first_and_counts_them() -> None:
+    changes = asv_results.compare({TOKENS: 515.0, SECONDS: 100.0}, {TOKENS: 2066.0, SECONDS: 80.0})
+    assert [c.kind for c in changes] == ["regression", "improvement"]
+    text = asv_results.render(changes, "a" * 40, "b" * 40)
+    assert [cell.strip() for cell in text.splitlines()[2].split("|")[1:7]] == [
+        "regression", "reuse.ReprocessedTokens.track_reprocessed_tokens", "32K, v, reask/new question", "515", "2,066",
+        "4.01"]
+    assert text.splitlines()[-1] == f"{'a' * 12} -> {'b' * 12}: 1 regression(s), 2 change(s)"
