@@ -30,7 +30,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from reusebench import records, tiny
 from reusebench.config import profiles
 from reusebench.llama import binaries
-from reusebench.report import asv_results
+from reusebench.report import asv_results, site
 from reusebench.run import provenance
 
 from conftest import default_llama_server
@@ -47,6 +47,7 @@ def asv_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
     env.update(
         HOME=str(tmp_path / "home"),  # asv keeps its machine file in ~/.asv-machine.json
         REUSEBENCH_MODEL_CACHE=str(tiny.default_cache_dir()),  # resolved with the real HOME: no regeneration
+        REUSEBENCH_SITE_ASSETS=str(site.cache_dir()),  # the site's libraries `make site-assets` fetched
         REUSEBENCH_RESULTS=str(tmp_path / "records"),
         REUSEBENCH_LLAMA_BUILD_CACHE=str(tmp_path / "builds"),
         REUSEBENCH_LLAMA_SERVER=str(default_llama_server()),  # the default build lives in the real cache
@@ -317,10 +318,10 @@ def test_two_nightlies_measure_one_new_commit_each_and_compare_flags_the_regress
     env = asv_env(tmp_path, REUSEBENCH_ASV_SCENARIOS="reask after_sleep")
     night = ("nightly", "--repo", str(repo), "--results", str(nights), "--machine", MACHINE)
     planned = reusebench(env, *night).splitlines()  # the plan comes first, on stdout
-    assert planned[0].startswith("nightly plan: 1 commit(s)") and planned[1].startswith(first[:12])
+    assert planned[0].startswith("nightly plan: 1 commit(s)") and planned[1].split()[0] == first[:12]
     second = disable_checkpoints(repo)
     planned = reusebench(env, *night).splitlines()  # the night after: only the commit it has not measured
-    assert planned[0].startswith("nightly plan: 1 commit(s)") and planned[1].startswith(second[:12])
+    assert planned[0].startswith("nightly plan: 1 commit(s)") and planned[1].split()[0] == second[:12]
     assert planned[-1].startswith("time: about ")  # timed by the first night
 
     before, after = stored(nights / "asv", first), stored(nights / "asv", second)

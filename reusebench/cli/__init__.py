@@ -13,12 +13,13 @@ from reusebench.cli.parser import build_parser
 from reusebench.config import asv_selection, corpus, profiles, workload
 from reusebench.llama import binaries, process
 from reusebench.nightly import NightlyError
+from reusebench.report.site import SiteError
 
 __all__ = ["build_parser", "main"]
 
 # a file the command reads is wrong (it names the file and field): apart from a wrong command line
 CONFIG_ERRORS = (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, binaries.BinaryError,
-                 asv_selection.SelectionError, NightlyError)
+                 asv_selection.SelectionError, NightlyError, SiteError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
