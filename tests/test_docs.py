@@ -1,0 +1,47 @@
+"""The docs' figures have one source: every time a page gives in minutes is a row of docs/measured.md, which is
+rendered from docs/measured.json; what a program printed (code) is quoted, not measured, and is left alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md",
+         REPO / "workloads" / "README.md", REPO / "results" / "README.md", REPO / "Makefile"]
+DURATION = re.compile(r"\b\d+\s+min(?:\s+\d+\s+s)?\b")  # "5 min\n48 s" too: a line break is a space
+
+
+def measured_tool():
+    spec = importlib.util.spec_from_file_location("measured", REPO / "tools" / "measured.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def prose(text: str) -> str:
+    """The text without fenced code blocks and inline code: what the page itself states."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    text = re.sub(r"^    .*$", "", text, flags=re.M)  # indented code blocks
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def test_measured_md_is_rendered_from_its_json() -> None:
+    tool = measured_tool()
+    entries = json.loads((REPO / "docs" / "measured.json").read_text())
+    assert (REPO / "docs" / "measured.md").read_text() == tool.render(entries)
+    assert len({e["id"] for e in entries}) == len(entries)
+    assert tool.duration(384) == "6 min 24 s (384 s)" and tool.duration(14) == "14 s"
+
+
+def test_every_time_in_minutes_on_a_page_is_a_measured_row() -> None:
+    tool = measured_tool()
+    known = {tool.duration(e["seconds"]).split(" (")[0] for e in json.loads((REPO / "docs" / "measured.json").read_text())}
+    stated = {(page.relative_to(REPO).as_posix(), found) for page in PAGES if page.name != "measured.md"
+              for found in (" ".join(d.split()) for d in DURATION.findall(prose(page.read_text())))}
+    assert {(page, found) for page, found in stated if found not in known} == set()
+    assert stated  # the pages do quote it
