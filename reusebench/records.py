@@ -169,8 +169,11 @@ class Extra(TypedDict, total=False):
     users: int
     long_prefill_tokens: int
     system_prompt_tokens: int
-    upstream: str
-    unrecorded: dict[str, int]
+    upstream: str  # its credentials redacted
+    unrecorded: dict[str, int]  # by "METHOD /route", llama-server's route names or "other"
+    refused: dict[str, int]  # what the relay did not forward, by its fixed reason (not origin-form, body too large, ...)
+    not_understood: dict[str, int]  # requests relayed whose reading failed, by the class of the problem
+    dropped: dict[str, int]  # what the tap let go for its memory bounds: conversations, ideal sequences, tasks
     interrupted: int
     without_task: int
     length_mismatches: int
@@ -410,14 +413,22 @@ def prefill_budgets(records: Iterable[Record]) -> list[PrefillBudget]:
     sums: dict[str, dict[str, int]] = {}
     sizes: dict[str, int] = {}
     for r in records:
-        by_role = sums.setdefault(r.session, dict.fromkeys((*PREFILL_ROLES, NEEDED), 0))
         sizes.setdefault(r.session, r.size)
-        prefilled = r.prompt_n if r.prefilled_n is None else r.prefilled_n  # records before prefilled_n
-        if prefilled is not None and r.role in by_role:
-            by_role[Role(r.role)] += prefilled
-        if r.prompt_n is not None and r.role == Role.MEASURE:
-            by_role[NEEDED] += r.prompt_n
+        add_prefilled(sums.setdefault(r.session, new_prefill_sums()), r)
     return [PrefillBudget.of(session, s, sizes[session]) for session, s in sums.items()]
+
+
+def new_prefill_sums() -> dict[str, int]:
+    return dict.fromkeys((*PREFILL_ROLES, NEEDED), 0)
+
+
+def add_prefilled(by_role: dict[str, int], r: Record) -> None:
+    """Add one record's call to a session's prefill sums: what it prefilled by role, what a measured step needed."""
+    prefilled = r.prompt_n if r.prefilled_n is None else r.prefilled_n  # records before prefilled_n
+    if prefilled is not None and r.role in by_role:
+        by_role[Role(r.role)] += prefilled
+    if r.prompt_n is not None and r.role == Role.MEASURE:
+        by_role[NEEDED] += r.prompt_n
 
 
 def failed_sessions(records: Iterable[Record]) -> dict[tuple[str, str], str]:

@@ -75,7 +75,7 @@ def test_connections_beyond_the_cap_get_503_and_the_next_after_one_ends_is_serve
 def test_only_a_loopback_address_is_served_without_a_warning() -> None:
     assert site_server.exposure_warning("127.0.0.1") is None and site_server.exposure_warning("localhost") is None
     assert site_server.exposure_warning("0.0.0.0") == (
-        "warning: serving on 0.0.0.0: anyone who reaches this address reads the site (the figures, commit hashes, "
+        "warning: listening on 0.0.0.0: anyone who reaches this address reads the site (the figures, commit hashes, "
         "machine names); there is no login")
 
 

@@ -7,20 +7,32 @@ import signal
 import sys
 from pathlib import Path
 
+from reusebench import listening
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.llama import logs
 from reusebench.tap import Tap, TapOptions, conversations
 from reusebench.tap.keys import KeyFileError, default_key_path
+from reusebench.tap.relay import RelayLimits
+
+EXPOSED = "reaches the upstream server through it"
 
 
 def cmd_tap(args: argparse.Namespace) -> int:
+    if not listening.is_loopback(args.listen[0]):
+        if not args.expose:
+            raise ValueError(f"--listen {args.listen[0]} is not loopback: the tap has no login of its own, so say "
+                             "--expose to listen there")
+        print(listening.exposure_warning(args.listen[0], EXPOSED), file=sys.stderr)
     if args.server_log is None:
         print("reusebench tap: no --server-log: records will carry counts and classes but no causes", file=sys.stderr)
     try:
         tap = Tap(TapOptions(upstream=args.upstream, listen=args.listen, results=Path(args.results),
                              key_file=args.key_file, server_log=args.server_log, probe_tokens=args.probe_tokens,
-                             gap_s=args.gap_minutes * 60.0, long_prefill_tokens=args.long_prefill_tokens))
+                             gap_s=args.gap_minutes * 60.0, long_prefill_tokens=args.long_prefill_tokens,
+                             limits=RelayLimits(max_body_bytes=args.max_body_mib * 2**20,
+                                                read_timeout_s=args.read_timeout,
+                                                max_connections=args.max_connections)))
     except KeyFileError as exc:
         print(f"reusebench tap: {exc}", file=sys.stderr)
         return Exit.CONFIG
@@ -55,7 +67,17 @@ def add_tap(sub: common.Subparsers) -> None:
     tap = common.add_command(sub, "tap", shows.split(":")[0], shows)
     tap.add_argument("--upstream", required=True, help="the server, e.g. http://127.0.0.1:8080")
     tap.add_argument("--listen", type=common.address, default=("127.0.0.1", 8081), metavar="HOST:PORT",
-                     help="where clients connect (default 127.0.0.1:8081; loopback unless you say otherwise)")
+                     help="where clients connect (default 127.0.0.1:8081; another address only with --expose)")
+    tap.add_argument("--expose", action="store_true", help="allow a --listen address that is not loopback (the tap "
+                     "has no login: anyone who reaches it reaches the server)")
+    limits = RelayLimits()
+    tap.add_argument("--max-body-mib", type=int, default=limits.max_body_bytes // 2**20, metavar="MIB",
+                     help=f"a request body beyond this is refused with 413 (default {limits.max_body_bytes // 2**20})")
+    tap.add_argument("--read-timeout", type=float, default=limits.read_timeout_s, metavar="SECONDS",
+                     help="a client connection that sends nothing for this long is closed (default "
+                     f"{limits.read_timeout_s:g})")
+    tap.add_argument("--max-connections", type=int, default=limits.max_connections, metavar="N",
+                     help=f"client connections at once; beyond, 503 (default {limits.max_connections})")
     tap.add_argument("--server-log", type=Path, metavar="FILE", help="the server's -lv 4 log, best through "
                      "`reusebench log-filter`: the causes come from it")
     tap.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")

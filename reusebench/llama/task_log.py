@@ -22,6 +22,7 @@ whatever block the old one left unfinished ends there.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,15 +58,32 @@ class Task:
         return causes.explain(self.events)
 
 
-class TaskLog:
-    """Reads a growing server log and hands each finished request the task that served it."""
+MAX_TASKS = 2_000  # tasks held: the oldest go first (a tap runs for months)
+# claimed tasks that keep their events: each claimer reads them (the cause) right after its claim; an older one
+# keeps only its positions (launch, release) for running_at_launch. At -lv 4 a launch logs every RAM-cache entry,
+# so a task's events can weigh tens of KB.
+KEEP_CLAIMED = 256
+# the RAM cache's listing, printed at every launch (one line per entry): it describes the cache, not the task, and
+# no cause reads it
+LISTING_KINDS = frozenset({"ram_cache_state", "ram_cache_entry", "ram_candidate"})
+READ_CHUNK = 1 << 20
 
-    def __init__(self, path: Path) -> None:
+
+class TaskLog:
+    """Reads a growing server log and hands each finished request the task that served it. Holds at most
+    `max_tasks` tasks, dropping the oldest (counted in ``dropped``), and the events of the last ``KEEP_CLAIMED``
+    claimed ones only."""
+
+    def __init__(self, path: Path, max_tasks: int = MAX_TASKS) -> None:
         self.path = Path(path)
+        self.max_tasks = max_tasks
+        self.dropped = 0
         self._offset = 0
         self._lock = threading.Lock()
         self._tasks: dict[tuple[int, int], Task] = {}  # (slot, task id) of the current lifetime
         self._by_slot: dict[int, list[Task]] = {}
+        self._held: collections.deque[Task] = collections.deque()  # every task held, in launch order, any lifetime
+        self._claimed: collections.deque[Task] = collections.deque()  # claimed tasks that still hold their events
         self._launching: Task | None = None  # the block being read, until the next selection starts another
         self._asleep_events: list[Event] = []
         self._events = 0  # events parsed so far: a task's launch and release by position in the log
@@ -90,6 +108,9 @@ class TaskLog:
                     found = next((t for t in candidates if not t.claimed and t.n_tokens == n_tokens), None)
                     if found is not None:
                         found.claimed = True
+                        self._claimed.append(found)
+                        if len(self._claimed) > KEEP_CLAIMED:
+                            self._claimed.popleft().events = []  # its claimer read them long ago
                 if found is not None and (found.released_at is not None or not released):
                     return found
             if time.monotonic() > deadline:
@@ -111,18 +132,35 @@ class TaskLog:
             return self._sleeps
 
     def _read(self) -> None:
+        """Parse what the log gained since the last read, `READ_CHUNK` bytes at a time: at -lv 4 every launch lists
+        the whole RAM cache, so a busy server's log grows fast, and a read must not hold all of it."""
         try:
             with self.path.open("rb") as f:
                 if f.seek(0, 2) < self._offset:
                     self._offset = 0  # started anew by a restarted server
-                f.seek(self._offset)
-                data = f.read()
+                while True:
+                    f.seek(self._offset)
+                    data = f.read(READ_CHUNK)
+                    complete = data[: data.rfind(b"\n") + 1]
+                    if not complete:  # nothing new, or a partial line (or one longer than a chunk: skipped)
+                        self._offset += len(data) if len(data) == READ_CHUNK else 0
+                        if len(data) < READ_CHUNK:
+                            return
+                        continue
+                    self._offset += len(complete)
+                    for event in logs.parse_lines(complete.decode("utf-8", errors="replace").splitlines()):
+                        self._add(event)
         except FileNotFoundError:
             return
-        complete = data[: data.rfind(b"\n") + 1]
-        self._offset += len(complete)
-        for event in logs.parse_lines(complete.decode("utf-8", errors="replace").splitlines()):
-            self._add(event)
+
+    def _drop_oldest(self) -> None:
+        task = self._held.popleft()
+        assert task.slot is not None
+        on_slot = self._by_slot[task.slot]
+        del on_slot[next(i for i, t in enumerate(on_slot) if t is task)]  # by identity: Tasks compare by value
+        if self._tasks.get((task.slot, task.task)) is task:  # type: ignore[arg-type]
+            del self._tasks[(task.slot, task.task)]  # type: ignore[arg-type]
+        self.dropped += 1
 
     def _add(self, e: Event) -> None:
         self._events += 1
@@ -147,6 +185,9 @@ class TaskLog:
             block.events.append(e)
             self._tasks[(e.slot, e.task)] = block
             self._by_slot.setdefault(e.slot, []).append(block)
+            self._held.append(block)
+            if len(self._held) > self.max_tasks:
+                self._drop_oldest()
         elif e.slot is not None and e.task is not None and e.task >= 0:
             task = self._tasks.get((e.slot, e.task))
             if task is not None:
@@ -175,5 +216,5 @@ class TaskLog:
             (block.displaced if block.task is None else block.idle_saved).append(int(e.fields["n_tokens"]))
         elif e.kind in causes.RAM_EVICTION_KINDS:
             block.evicted_mib.append(float(e.fields["size_mib"]))
-        if block.task is None or e.kind not in ("ram_prompt_saved",):
+        if e.kind not in LISTING_KINDS and (block.task is None or e.kind != "ram_prompt_saved"):
             block.events.append(e)

@@ -28,6 +28,7 @@ class PerfectCache:
         self.max_tokens = max_tokens
         self._held: list[np.ndarray] = []  # oldest first
         self._tokens = 0
+        self.dropped = 0  # sequences dropped for the bound
         self._lock = threading.Lock()
 
     def longest_prefix(self, prompt: Tokens) -> int:
@@ -50,7 +51,13 @@ class PerfectCache:
             total = sum(len(seq) for seq in kept)
             while total > self.max_tokens and len(kept) > 1:
                 total -= len(kept.pop(0))
+                self.dropped += 1
             self._held, self._tokens = kept, total
+
+    def clear(self) -> None:
+        """Drop every sequence held."""
+        with self._lock:
+            self._held, self._tokens = [], 0
 
     @property
     def tokens(self) -> int:

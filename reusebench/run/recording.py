@@ -28,8 +28,9 @@ from reusebench.records import (
     Record,
     RecordWriter,
     Role,
+    add_prefilled,
     lora_key,
-    prefill_budgets,
+    new_prefill_sums,
     tokens_hash,
     verdict,
 )
@@ -89,7 +90,8 @@ class Recorder:
         self.hash_tokens = hash_tokens  # prompt and output hashes: the tap keys them (tap.keys)
         self.extra = extra or Extra()  # on every record (a repeated session's number)
         self.build = UNKNOWN_BUILD
-        self.written: list[Record] = []
+        self._prefilled = new_prefill_sums()  # the budget's sums, not the records: a tap runs for months
+        self._written = 0
         self._lock = threading.Lock()
 
     def learn_build(self, label: str, capabilities: Capabilities | None = None) -> str:
@@ -164,12 +166,15 @@ class Recorder:
     def write(self, record: Record) -> None:
         with self._lock:
             self.writer.write(record)
-            self.written.append(record)
+            add_prefilled(self._prefilled, record)
+            self._written += 1
 
     def budget(self) -> PrefillBudget:
-        """Prompt tokens prefilled by role over every record written so far (``records.prefill_budgets``)."""
-        found = prefill_budgets(self.written)
-        return found[0] if found else PrefillBudget(self.session, 0, 0, 0, 0, self.size)
+        """Prompt tokens prefilled by role over every record written so far (``records.add_prefilled``)."""
+        with self._lock:
+            if not self._written:
+                return PrefillBudget(self.session, 0, 0, 0, 0, self.size)
+            return PrefillBudget.of(self.session, dict(self._prefilled), self.size)
 
     def summary(self, scenario: str, started_at: float, wall_s: float, extra: Extra,
                 **fields: Any) -> Record:

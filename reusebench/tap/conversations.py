@@ -1,7 +1,8 @@
 """Which conversation a request continues, and how: its class, turn, ideal and divergence point, from token ids.
 
 The ids stay in memory: each live conversation's last prompt and its answer, dropped once it has been idle for
-``forget_after_s`` (or the tap stops). Against them a request is, in this order:
+``forget_after_s`` (or the tap stops), and the oldest first beyond ``max_tokens`` held (counted in ``dropped``);
+the perfect cache goes too once no conversation is left, and at stop. Against them a request is, in this order:
 
 - ``regenerate``: the conversation's last prompt again (``retry`` when that call failed);
 - ``continues``: it extends the conversation's last prompt (the answer and a new question, as a chat client
@@ -36,6 +37,7 @@ DEFAULT_PROBE_TOKENS = 32
 DEFAULT_GAP_S = 600.0
 DEFAULT_FORGET_AFTER_S = 6 * 3600.0
 MAX_CONVERSATIONS = 10_000
+MAX_HELD_TOKENS = 8_000_000  # 32 MB of int32 ids over the live conversations' last prompts
 
 
 @dataclass
@@ -89,8 +91,11 @@ class Conversations:
     """The live conversations of one tap; thread-safe."""
 
     def __init__(self, *, probe_tokens: int = DEFAULT_PROBE_TOKENS, gap_s: float = DEFAULT_GAP_S,
-                 forget_after_s: float = DEFAULT_FORGET_AFTER_S, seen: PerfectCache | None = None) -> None:
+                 forget_after_s: float = DEFAULT_FORGET_AFTER_S, seen: PerfectCache | None = None,
+                 max_tokens: int = MAX_HELD_TOKENS) -> None:
         self.probe_tokens, self.gap_s, self.forget_after_s = probe_tokens, gap_s, forget_after_s
+        self.max_tokens = max_tokens
+        self.dropped = 0  # conversations dropped for the bounds (not for idling)
         self.seen = seen or PerfectCache()
         self._live: list[Conversation] = []
         self._started = 0  # conversations ever started: names them
@@ -196,7 +201,16 @@ class Conversations:
             c.unseen_answer = answered_n or None
 
     def _forget(self, now: float) -> None:
-        self._live = [c for c in self._live if now - c.last_seen < self.forget_after_s][-MAX_CONVERSATIONS:]
+        had = bool(self._live)
+        live = [c for c in self._live if now - c.last_seen < self.forget_after_s]
+        held = sum(len(c.prompt) for c in live)
+        while live and (len(live) > MAX_CONVERSATIONS or held > self.max_tokens):
+            held -= len(live.pop(0).prompt)  # the oldest started first
+            self.dropped += 1
+        self._live = live
+        if had and not live:  # every conversation idled out: nothing of theirs is kept either
+            self.seen.clear()
+            self._openings = []
 
     @property
     def started(self) -> int:
@@ -206,3 +220,4 @@ class Conversations:
         """Drop every id held (the tap stops)."""
         with self._lock:
             self._live, self._openings = [], []
+            self.seen.clear()

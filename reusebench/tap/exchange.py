@@ -7,6 +7,10 @@ own way: a ``/completion`` prompt of ids is taken as it is; text goes through ``
 added and parsed, as the completion routes tokenize (llama-server ``tokenize_input_prompts(..., true, true)``),
 so a model that adds BOS counts it; chat messages are first rendered by ``/apply-template`` from the same body.
 The count is checked against the server's own ``prompt_n + cache_n``.
+
+Whatever a body or an answer holds, reading it raises nothing: what the tap cannot read is a fixed reason (the
+request is recorded as not classed, with that reason), and a server's error is kept as its fixed ``type``
+(llama-server's error types), never its message, which can quote the input.
 """
 
 from __future__ import annotations
@@ -22,6 +26,13 @@ import httpx
 from reusebench.records import Lora
 
 COMPLETION, OAI_COMPLETION, CHAT = "/completion", "/v1/completions", "/v1/chat/completions"
+# llama-server's error types (tools/server/server-common.cpp, format_error_response): kept as they are; any other
+# error is "error"
+ERROR_TYPES = frozenset({"invalid_request_error", "authentication_error", "not_found_error", "server_error",
+                         "permission_error", "not_supported_error", "unavailable_error", "exceed_context_size_error"})
+MAX_ID = 2**31 - 1  # a token id is an int32 in llama.cpp
+MAX_ANSWER_BYTES = 64 * 2**20  # a whole (not streamed) answer held to be read; beyond it, relayed unread
+TIMING_KEYS = ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms")
 RECORDED = {"/completion": COMPLETION, "/completions": COMPLETION, "/v1/completions": OAI_COMPLETION,
             "/v1/chat/completions": CHAT, "/chat/completions": CHAT}
 
@@ -49,22 +60,48 @@ def read_asked(path: str, body: bytes) -> Asked | str:
     endpoint = RECORDED[path]
     try:
         parsed = json.loads(body or b"{}")
+    except RecursionError:
+        return "the body nests too deep"
     except ValueError:
         return "the body is not JSON"
     if not isinstance(parsed, dict):
         return "the body is not a JSON object"
-    lora = parsed.get("lora")
-    if not (lora is None or isinstance(lora, list) and all(isinstance(a, dict) and "id" in a for a in lora)):
-        lora = None
+    lora = _lora(parsed.get("lora"))
+    if isinstance(lora, str):
+        return lora
+    prompt = parsed.get("prompt")
+    if isinstance(prompt, list) and any(_is_id(p) and not 0 <= p <= MAX_ID for p in prompt):
+        return "a token id out of range"
     asked = Asked(endpoint, parsed, lora)
     if endpoint == CHAT:
         return asked if isinstance(parsed.get("messages"), list) else "no messages"
-    prompt = parsed.get("prompt")
     if isinstance(prompt, str) or asked.ids is not None:
         return asked
     if isinstance(prompt, list) and prompt and all(isinstance(p, (str, int)) for p in prompt):
         return asked  # text and ids mixed: /tokenize takes the same
     return "several prompts, or a prompt the tap does not read (multimodal)"
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _lora(given: object) -> Lora | str:
+    """The adapters a request sets, as llama-server reads them (a missing scale is 0.0, its default), or why not."""
+    if given is None:
+        return None
+    if not isinstance(given, list) or not all(isinstance(a, dict) and _is_id(a.get("id")) for a in given):
+        return "a lora the tap does not read"
+    scales = [a.get("scale", 0.0) for a in given]
+    if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and abs(s) < 1e6 for s in scales):
+        return "a lora the tap does not read"
+    return [{"id": a["id"], "scale": float(s)} for a, s in zip(given, scales)]
+
+
+def error_class(error: object) -> str:
+    """A server's error as the tap keeps it: its type when it is one of llama-server's, else "error"."""
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) and kind in ERROR_TYPES else "error"
 
 
 @dataclass
@@ -105,9 +142,14 @@ class Answer:
     done: bool = False  # the final chunk (timings) came
     _pending: bytes = b""
     _whole: list[bytes] = field(default_factory=list)
+    _held: int = 0
 
     def feed(self, data: bytes) -> None:
         if not self.streamed:
+            if self._held + len(data) > MAX_ANSWER_BYTES:
+                self.error, self._whole = "the answer is too large to read", []
+                return
+            self._held += len(data)
             self._whole.append(data)
             return
         lines = (self._pending + data).split(b"\n")
@@ -121,38 +163,44 @@ class Answer:
                 continue
             try:
                 self._chunk(json.loads(payload))
-            except ValueError:
-                continue
+            except (ValueError, TypeError, AttributeError, KeyError, RecursionError, OverflowError):
+                continue  # a chunk the tap cannot read: the stream goes on
 
     def finish(self) -> None:
         if not self.streamed and self._whole:
             try:
                 self._chunk(json.loads(b"".join(self._whole)))
-            except ValueError:
-                self.error = self.error or "the answer is not JSON"
+            except (ValueError, TypeError, AttributeError, KeyError, RecursionError, OverflowError):
+                self.error = self.error or "the answer is not JSON the tap reads"
             self._whole = []
 
     def _chunk(self, obj: Any) -> None:
         if not isinstance(obj, dict):
             return
         if "error" in obj:
-            err = obj["error"]
-            self.error = str(err.get("message", "error") if isinstance(err, dict) else err)
+            self.error = f"server {error_class(obj['error'])}"  # never the message: it can quote the input
             return
         if "prompt_progress" in obj:
             return  # a progress event carries no output
-        ids = [int(t) for t in obj.get("tokens") or []]
-        for choice in obj.get("choices") or []:
-            if (choice.get("delta") or choice.get("message") or {}).get("content") or choice.get("text"):
+        ids = [int(t) for t in obj.get("tokens") or [] if _is_id(t)]
+        choices = [c for c in obj.get("choices") or [] if isinstance(c, dict)]
+        for choice in choices:
+            said = choice.get("delta") or choice.get("message") or {}
+            if (isinstance(said, dict) and said.get("content")) or choice.get("text"):
                 self.generated = True
-            ids += [int(e["id"]) for e in ((choice.get("logprobs") or {}).get("content") or []) if "id" in e]
+            logprobs = choice.get("logprobs") or {}
+            content = logprobs.get("content") if isinstance(logprobs, dict) else None
+            ids += [e["id"] for e in content or [] if isinstance(e, dict) and _is_id(e.get("id"))]
         self.generated = self.generated or bool(ids or obj.get("content"))
         if self.generated and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.ids += ids
         if isinstance(obj.get("id_slot"), int):
             self.id_slot = obj["id_slot"]
-        if obj.get("timings"):
-            self.timings = obj["timings"]
-        finished = obj.get("stop") is True or any(c.get("finish_reason") for c in obj.get("choices") or [])
+        timings = obj.get("timings")
+        if isinstance(timings, dict) and timings and all(
+                isinstance(timings.get(k, 0), (int, float)) and not isinstance(timings.get(k, 0), bool)
+                and abs(timings.get(k, 0)) < 2**53 for k in TIMING_KEYS):
+            self.timings = timings
+        finished = obj.get("stop") is True or any(c.get("finish_reason") for c in choices)
         self.done = self.done or bool(self.timings and (finished or not self.streamed))

@@ -12,27 +12,57 @@ and cost a dependency and a second concurrency model beside the suite's threads.
   while the server is still prefilling and nothing flows) and shuts the upstream connection, which llama-server
   takes as the client's disconnect.
 - A recorded request (``exchange.RECORDED``) is handed to the ``Observer`` before it goes upstream, and each piece
-  of the answer before it is forwarded; the observer's work never waits on the network.
+  of the answer before it is forwarded; the observer's work never waits on the network, and nothing it raises
+  stops the relaying (the request is recorded as not understood, with the class of the problem).
+- Hostile input: only an origin-form target (``/path?query``) is relayed, always to the upstream, never to a host
+  the client names (400); a body beyond ``max_body_bytes`` gets 413, a chunk-size line beyond ``MAX_LINE`` 400;
+  a connection that sends nothing for ``read_timeout_s`` is closed; beyond ``max_connections`` at once, 503
+  (``listening.BoundedServer``). Request and header lines are the standard library's to bound (65,536 bytes,
+  100 headers). Each refusal is counted by a fixed reason, never with what the client sent.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 import select
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 
+from reusebench.listening import BoundedServer
 from reusebench.tap.exchange import RECORDED
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
 WATCH_S = 0.1  # how often the watcher looks at a client's socket
 UPSTREAM_CONNECT_S = 5.0
+MAX_LINE = 1024  # a chunk-size line: hex digits and extensions
+# why a request was refused or a connection closed: the summary counts these words, never what was sent
+NOT_ORIGIN_FORM, BODY_TOO_LARGE, BAD_FRAMING, READ_TIMEOUT, TOO_MANY = (
+    "not origin-form", "body too large", "bad framing", "read timeout", "too many connections")
+
+
+@dataclass(frozen=True)
+class RelayLimits:
+    """What one client may hold of the tap; every default fits llama-server's own traffic with room."""
+
+    max_body_bytes: int = 32 * 2**20  # a 128K-token prompt is about 1 MB as text or ids; images take more
+    read_timeout_s: float = 60.0  # a client that sends nothing (between requests, too) for this long is closed
+    max_connections: int = 64  # client connections at once, and so upstream connections at once
+
+
+class Refused(Exception):
+    """A request the relay does not forward: its status and the fixed reason the summary counts."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
 
 
 class Observed(Protocol):
@@ -52,32 +82,30 @@ class Observer(Protocol):
 
     def unrecorded(self, method: str, path: str) -> None: ...
 
+    def refused(self, reason: str) -> None: ...
+
+    def failed(self, problem: str) -> None: ...
+
 
 class Relay:
     """Listens on `listen` (host, port) and relays to `upstream`; ``serve_forever`` in a thread, ``stop`` ends it
     (``close`` when it never served)."""
 
     def __init__(self, upstream: str, listen: tuple[str, int], observer: Observer,
-                 timeout_s: float = 3600.0) -> None:
-        self.upstream, self.observer = upstream.rstrip("/"), observer
+                 timeout_s: float = 3600.0, limits: RelayLimits = RelayLimits()) -> None:
+        self.upstream, self.observer, self.limits = upstream.rstrip("/"), observer, limits
         self.client = httpx.Client(base_url=self.upstream, timeout=httpx.Timeout(timeout_s, connect=UPSTREAM_CONNECT_S),
-                                   limits=httpx.Limits(max_keepalive_connections=0))
+                                   limits=httpx.Limits(max_connections=limits.max_connections,
+                                                       max_keepalive_connections=0))
         self.stopping: str | None = None  # why the relay stops, once it does
         self._active: set[_Handler] = set()
         self._lock = threading.Lock()
-        relay = self
-
-        class Handler(_Handler):
-            pass
-
-        Handler.relay = relay
-        self.server = ThreadingHTTPServer(listen, Handler)
-        self.server.daemon_threads = True
+        handler = type("Handler", (_Handler,), {"relay": self, "timeout": limits.read_timeout_s})
+        self.server = BoundedServer(listen, handler, limits.max_connections, lambda: observer.refused(TOO_MANY))
 
     @property
     def address(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self.server.url
 
     def serve_forever(self) -> None:
         self.server.serve_forever(poll_interval=0.2)
@@ -132,6 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         """No access log: a path's query may carry what a client sent."""
 
+    def log_error(self, format: str, *args: Any) -> None:
+        if format.startswith("Request timed out"):  # the standard library's words for a read that timed out
+            self.relay.observer.refused(READ_TIMEOUT)
+
     def do_GET(self) -> None:
         self._relay()
 
@@ -146,18 +178,41 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
 
+    def _target(self) -> str:
+        """The request's path and query: an origin-form target only, so that the upstream is the only host."""
+        if not self.path.startswith("/") or self.path.startswith("//"):
+            raise Refused(400, NOT_ORIGIN_FORM)
+        return self.path
+
     def _body(self) -> bytes:
+        limit = self.relay.limits.max_body_bytes
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             parts: list[bytes] = []
+            held = 0
             while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                line = self.rfile.readline(MAX_LINE + 1)
+                try:
+                    size = int(line.split(b";")[0].strip() or b"0", 16)
+                except ValueError:
+                    raise Refused(400, BAD_FRAMING) from None
+                if len(line) > MAX_LINE or size < 0:
+                    raise Refused(400, BAD_FRAMING)
+                held += size
+                if held > limit:
+                    raise Refused(413, BODY_TOO_LARGE)
                 if size == 0:
-                    while self.rfile.readline().strip():
-                        pass  # trailers
+                    for _ in range(100):  # trailers, bounded as headers are
+                        if not self.rfile.readline(MAX_LINE + 1).strip():
+                            break
                     return b"".join(parts)
                 parts.append(self.rfile.read(size))
-                self.rfile.readline()
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.rfile.readline(MAX_LINE + 1)
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isdigit():
+            raise Refused(400, BAD_FRAMING)
+        if int(length) > limit:
+            raise Refused(413, BODY_TOO_LARGE)
+        return self.rfile.read(int(length))
 
     def _relay(self) -> None:
         relay = self.relay
@@ -174,9 +229,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.done.set()
 
     def _exchange(self, relay: Relay) -> None:
-        body = self._body()
-        path = urlsplit(self.path).path
-        observed = relay.observer.observe(path, body) if self.command == "POST" and path in RECORDED else None
+        try:
+            target, body = self._target(), self._body()
+        except Refused as refused:  # nothing is relayed, and the connection closes: its framing cannot be trusted
+            relay.observer.refused(refused.reason)
+            self.close_connection = True
+            self._fail(refused.status, f"reusebench tap: {refused.reason}")
+            return
+        # the path as the server routes it ("/../completion" is "/completion"), for recording; relayed as sent
+        path = posixpath.normpath(urlsplit(target).path) if urlsplit(target).path else "/"
+        observed = _Guarded.of(relay.observer, path, body) if self.command == "POST" and path in RECORDED else None
         if observed is None:
             relay.observer.unrecorded(self.command, path)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
@@ -184,7 +246,7 @@ class _Handler(BaseHTTPRequestHandler):
             observed.sending(headers)
         error: str | None = None
         try:
-            request = relay.client.build_request(self.command, self.path, headers=headers, content=body)
+            request = relay.client.build_request(self.command, relay.upstream + target, headers=headers, content=body)
             response = relay.client.send(request, stream=True)
             try:
                 stream = response.extensions.get("network_stream")
@@ -202,7 +264,7 @@ class _Handler(BaseHTTPRequestHandler):
             if observed is not None:
                 observed.ended(error)
 
-    def _answer(self, response: httpx.Response, observed: Observed | None) -> str | None:
+    def _answer(self, response: httpx.Response, observed: _Guarded | None) -> str | None:
         """Forward the answer; the error that cut it, or None."""
         self.send_response_only(response.status_code, response.reason_phrase)
         for name, value in response.headers.multi_items():
@@ -279,3 +341,45 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
+
+
+class _Guarded:
+    """An ``Observed`` whose failures cannot reach the relay: the first one is told to the observer by its class
+    (``Observer.failed``), and after it only ``ended`` is called, so the request is still recorded."""
+
+    def __init__(self, observer: Observer, observed: Observed | None, problem: str | None) -> None:
+        self.observer, self.observed, self.problem = observer, observed, problem
+
+    @classmethod
+    def of(cls, observer: Observer, path: str, body: bytes) -> _Guarded:
+        try:
+            return cls(observer, observer.observe(path, body), None)
+        except Exception as exc:
+            observer.failed(type(exc).__name__)
+            return cls(observer, None, type(exc).__name__)
+
+    def _call(self, name: str, *args: Any) -> None:
+        if self.observed is None or self.problem is not None:
+            return
+        try:
+            getattr(self.observed, name)(*args)
+        except Exception as exc:
+            self.problem = type(exc).__name__
+            self.observer.failed(self.problem)
+
+    def sending(self, headers: dict[str, str]) -> None:
+        self._call("sending", headers)
+
+    def answered(self, status: int) -> None:
+        self._call("answered", status)
+
+    def piece(self, data: bytes) -> None:
+        self._call("piece", data)
+
+    def ended(self, error: str | None) -> None:
+        if self.observed is None:
+            return
+        try:
+            self.observed.ended(error if self.problem is None else f"not understood ({self.problem})")
+        except Exception as exc:
+            self.observer.failed(f"{type(exc).__name__} (no record)")

@@ -8,6 +8,10 @@ length, server lifetime) and the record is written. Nothing of the text, the ids
 records hold counts, positions and keyed hashes (``keys``).
 
 ``stop`` (Ctrl-C, SIGTERM) cuts what is in flight, records it as interrupted, and writes the summary record last.
+
+No text reaches a record, the summary or a message: a server's error is its status and a fixed class, the upstream's
+credentials are redacted wherever it is named, unrecorded requests are counted by llama-server's own route names
+(else "other"), and what the relay refuses is counted by a fixed reason.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlsplit
@@ -34,12 +38,38 @@ from reusebench.tap import exchange
 from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, Conversations, Ticket
 from reusebench.tap.exchange import Answer, Asked
 from reusebench.tap.keys import Hasher, load_key
-from reusebench.tap.relay import Relay
+from reusebench.tap.relay import Relay, RelayLimits
 
 SCENARIO = workload.TAPPED  # the records' scenario and the summary's schedule
 DEFAULT_LONG_PREFILL = 4096
 CLAIM_WAIT_S = 5.0  # how long a finished request waits for its task's lines (a log-filter pipe may lag)
 AUTH_HEADERS = ("authorization", "x-api-key")
+METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"})
+# llama-server b11434's routes (tools/server/server.cpp): an unrecorded request is counted by one of these, else
+# "other", so that a client's own strings never reach the summary
+ROUTES = frozenset({
+    "/", "/health", "/v1/health", "/metrics", "/props", "/slots", "/models", "/v1/models", "/models/load",
+    "/models/unload", "/models/sse", "/tokenize", "/detokenize", "/apply-template", "/embedding", "/embeddings",
+    "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank", "/v1/reranking", "/infill", "/lora-adapters",
+    "/responses", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/audio/transcriptions",
+    "/tools", "/cors-proxy", *exchange.RECORDED})
+OTHER = "other"
+
+
+def route_name(method: str, path: str) -> str:
+    """How an unrecorded request is counted: a fixed method and route, never the client's own words."""
+    route = path if path in ROUTES else "/slots/ID" if path.startswith("/slots/") and path[7:].isdigit() else OTHER
+    return f"{method if method in METHODS else OTHER} {route}"
+
+
+def redacted(url: str) -> str:
+    """`url` without its credentials (http://user:pass@host -> http://***@host), wherever the tap names it."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
 
 
 @dataclass(frozen=True)
@@ -53,6 +83,7 @@ class TapOptions:
     gap_s: float = DEFAULT_GAP_S
     long_prefill_tokens: int = DEFAULT_LONG_PREFILL
     claim_wait_s: float = CLAIM_WAIT_S
+    limits: RelayLimits = RelayLimits()
 
 
 @dataclass
@@ -67,6 +98,8 @@ class Tally:
     tokenize_ms: float = 0.0
     tokenize_tokens: int = 0
     unclassed: int = 0
+    refused: Counter[str] = field(default_factory=Counter)  # by the relay's fixed reasons
+    not_understood: Counter[str] = field(default_factory=Counter)  # by the class of the problem
 
 
 class Tap:
@@ -76,15 +109,16 @@ class Tap:
         self.options, self.out = options, out
         self.hasher = Hasher(load_key(options.key_file, options.results))
         self.run = RunDir.create(options.results)
-        upstream = urlsplit(options.upstream)
+        self.upstream_name = redacted(options.upstream)
+        netloc = urlsplit(self.upstream_name).netloc
         self.writer = RecordWriter(self.run.records_path)
-        self.recorder = Recorder(self.writer, Source(SCENARIO, upstream.netloc, "unknown"), run=self.run,
-                                 session=f"{SCENARIO}/{upstream.netloc}", size=0, hash_tokens=self.hasher.tokens)
+        self.recorder = Recorder(self.writer, Source(SCENARIO, netloc, "unknown"), run=self.run,
+                                 session=f"{SCENARIO}/{netloc}", size=0, hash_tokens=self.hasher.tokens)
         self.tasks = TaskLog(options.server_log) if options.server_log else None
         self.conversations = Conversations(probe_tokens=options.probe_tokens, gap_s=options.gap_s)
         self.tally = Tally()
         self.unrecorded_paths: Counter[str] = Counter()
-        self.relay = Relay(options.upstream, options.listen, self)
+        self.relay = Relay(options.upstream, options.listen, self, limits=options.limits)
         self.helper = httpx.Client(base_url=options.upstream.rstrip("/"), timeout=httpx.Timeout(120.0, connect=5.0))
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tap-tokenize")  # in order: see above
         self.started_at = time.time()
@@ -101,7 +135,7 @@ class Tap:
             self.say(f"warning: {line}")
         self._thread = threading.Thread(target=self.relay.serve_forever, name="tap-relay", daemon=True)
         self._thread.start()
-        self.say(f"relaying {self.relay.address} -> {self.options.upstream}; records -> {self.run.records_path}")
+        self.say(f"relaying {self.relay.address} -> {self.upstream_name}; records -> {self.run.records_path}")
         return self.relay.address
 
     def stop(self, why: str = "the tap stopped") -> Record:
@@ -136,7 +170,10 @@ class Tap:
             "sleeps": self.tasks.sleeps() if self.tasks else 0, "stopped_by": self.stopped_by, "gaps": [],
             "long_prefill_tokens": self.options.long_prefill_tokens,
             "system_prompt_tokens": self.conversations.shared_opening(),
-            "upstream": self.options.upstream, "unrecorded": dict(self.unrecorded_paths),
+            "upstream": self.upstream_name, "unrecorded": dict(self.unrecorded_paths),
+            "refused": dict(t.refused), "not_understood": dict(t.not_understood),
+            "dropped": {"conversations": self.conversations.dropped, "ideal_sequences": self.conversations.seen.dropped,
+                        "tasks": self.tasks.dropped if self.tasks else 0},
             "interrupted": t.interrupted, "without_task": t.without_task, "length_mismatches": t.length_mismatches,
             "unclassed": t.unclassed, "tokenize": {"calls": t.tokenize_calls, "ms": round(t.tokenize_ms, 3),
                                                    "tokens": t.tokenize_tokens},
@@ -172,7 +209,15 @@ class Tap:
 
     def unrecorded(self, method: str, path: str) -> None:
         with self._lock:
-            self.unrecorded_paths[f"{method} {path}"] += 1
+            self.unrecorded_paths[route_name(method, path)] += 1
+
+    def refused(self, reason: str) -> None:
+        with self._lock:
+            self.tally.refused[reason] += 1
+
+    def failed(self, problem: str) -> None:
+        with self._lock:
+            self.tally.not_understood[problem] += 1
 
     def learn(self, headers: dict[str, str]) -> None:
         """The build and the model from /props (which wakes no server), with the first request's credentials."""

@@ -1,0 +1,33 @@
+"""The tap under load on loopback: 16 clients and 2,000 requests through `reusebench tap` to a real llama-server,
+every one relayed and recorded. Bounded in count (the requests) and in time (the test's timeout); the figures it
+prints are tools/tap_load.py's, whose latency and memory the README quotes from a run of its own."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("tap_load", REPO / "tools" / "tap_load.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(900)
+def test_16_clients_and_2000_requests_lose_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    load = load_tool().run(clients=16, requests=2000, tmp=tmp_path)
+    with capsys.disabled():
+        print("\n" + "\n".join(load.lines()))
+    # every request answered through the tap, one record each, and the summary counted them all
+    assert load.relayed == load.recorded == load.summary_requests == 2000 and load.lost == 0
+    assert load.peak_rss_mib > 0
