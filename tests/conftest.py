@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 import pytest
@@ -71,6 +74,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             except ProcessLookupError:
                 pass
         session.exitstatus = 1
+
+
+def load_tool(name: str) -> ModuleType:
+    """tools/NAME.py as a module (the tools are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def default_llama_server() -> Path:

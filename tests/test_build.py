@@ -8,10 +8,8 @@ llama.cpp build is what `make setup` runs, and the other tests use its binary.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -19,6 +17,8 @@ import pytest
 
 from reusebench import cli
 from reusebench.llama import build
+
+from conftest import load_tool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -183,17 +183,9 @@ def test_a_release_tree_below_the_sdist_top(tmp_path: Path, cache: Path, monkeyp
     assert build.fetch_release(release, lambda _: None) == tree
 
 
-def load_nightly_demo():
-    spec = importlib.util.spec_from_file_location("nightly_demo", REPO / "tools" / "nightly_demo.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_demo_repository_states_each_release_s_version(tmp_path: Path, cache: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    demo = load_nightly_demo()
+    demo = load_tool("nightly_demo")
     trees = {}
     for number in (7621, 11434):
         tree = tmp_path / f"b{number}"

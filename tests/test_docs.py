@@ -3,11 +3,11 @@ rendered from docs/measured.json; what a program printed (code) is quoted, not m
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
+
+from conftest import load_tool
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md",
@@ -16,11 +16,7 @@ DURATION = re.compile(r"\b\d+\s+min(?:\s+\d+\s+s)?\b")  # "5 min\n48 s" too: a l
 
 
 def measured_tool():
-    spec = importlib.util.spec_from_file_location("measured", REPO / "tools" / "measured.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("measured")
 
 
 def prose(text: str) -> str:

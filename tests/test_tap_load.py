@@ -4,28 +4,18 @@ prints are tools/tap_load.py's, whose latency and memory the README quotes from 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import load_tool
+
 pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("tap_load", REPO / "tools" / "tap_load.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.timeout(900)
 def test_16_clients_and_2000_requests_lose_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    load = load_tool().run(clients=16, requests=2000, tmp=tmp_path)
+    load = load_tool("tap_load").run(clients=16, requests=2000, tmp=tmp_path)
     with capsys.disabled():
         print("\n" + "\n".join(load.lines()))
     # every request answered through the tap, one record each, and the summary counted them all
