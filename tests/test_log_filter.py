@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +41,35 @@ def test_the_filter_keeps_every_parsed_line_and_no_prompt_text() -> None:
     parsed = events(raw.splitlines())
     assert len(parsed) > 10 and events(kept) == parsed  # the numbers the causes need, in order
     assert done.stderr.strip() == f"log-filter: kept {len(kept)} lines, dropped {len(raw.splitlines()) - len(kept)}"
+
+
+HOSTILE = "zqxjv"  # one planted word, put where a field is in every kind of line the filter keeps
+
+
+def kept_lines() -> list[str]:
+    """Every distinct kind of line the filter keeps from the recorded b11434 logs (tests/data/logs), one of each."""
+    one_each: dict[str, str] = {}
+    for path in sorted((Path(__file__).parent / "data" / "logs").glob("*.log")):
+        for line in path.read_text().splitlines():
+            if logs.scrub_line(line) is not None:
+                parsed = logs.parse_lines([line])
+                one_each.setdefault(parsed[0].kind if parsed else line.split("=")[0], line)
+    return list(one_each.values())
+
+
+def test_a_hostile_word_in_any_field_of_any_kept_line_kind_is_dropped() -> None:
+    """The word replaces each field of each kept line in turn, or stands beside it: no such line is kept. (A prompt
+    at -lv 9 can put any line into the log, so this is what a hostile prompt can do.)"""
+    lines = kept_lines()
+    assert len(lines) >= 40  # the events and the startup lines the recorded logs hold
+    tried = 0
+    for line in lines:
+        head, sep, message = line.partition(": ")
+        words = message.split(" ")
+        for i in range(len(words)):
+            for planted in (HOSTILE, words[i] + HOSTILE, HOSTILE + words[i], f"{words[i]} {HOSTILE}"):
+                hostile = head + sep + " ".join([*words[:i], planted, *words[i + 1:]])
+                tried += 1
+                assert logs.scrub_line(hostile) is None, hostile
+    assert tried > 1000
+    assert logs.scrub_line("0.00.050.000 I srv  load_model: loaded multimodal model, '/models/mmproj.gguf'") is None

@@ -65,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     timing = sub.add_parser("time", help="run a command, record how long it took, render")
     timing.add_argument("id", help="the row's id: a new one adds a row, an existing one replaces it")
     timing.add_argument("--what", required=True, help="the conditions, as the table says them")
-    timing.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)  # what follows "--" is the command, untouched
+    args, command = parser.parse_args(argv[:split]), argv[split + 1:]
     entries = json.loads(DATA.read_text())
     if args.action == "time":
-        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not command:
+            parser.error("time: no command after --")
         started = time.monotonic()
         status = subprocess.run(command).returncode
         if status != 0:

@@ -138,7 +138,7 @@ EVENT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("cache_idle_slots_need_cache_ram", r"--cache-idle-slots requires --cache-ram, disabling"),
     ("idle_slots_policy", r"idle slots will be saved to prompt cache(?P<and_cleared> and cleared)? upon starting a new task"),
     ("model_loaded", r"model loaded"),
-    ("server_listening", r"listening on http://[\w.:\[\]-]+:{port}"),
+    ("server_listening", r"listening on http://(?:\d+\.\d+\.\d+\.\d+|\[[0-9a-f:]+\]|localhost):{port}"),
 )
 
 _PLACEHOLDER = re.compile(r"\{(\w+)(:f)?\}")
@@ -332,17 +332,38 @@ def startup_facts(events: Iterable[Event]) -> dict[str, Any]:
 # Privacy: the kept log
 # ---------------------------------------------------------------------------------------------------------------
 
-# Startup/system lines that are safe besides the events: fixed words and numbers only, no quotes, no free text.
+# Startup/system lines that are safe besides the events: every field a number or a fixed word. A prompt can put any
+# line into the log at -lv 9 (its continuation lines carry no prefix), so a pattern that let a word through would
+# let the prompt through.
+_CONTEXT_KEYS = ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "causal_attn", "flash_attn", "freq_base", "freq_scale",
+                 "kv_unified", "n_outputs_max", "n_outputs_max_per_seq", "n_rs_seq", "n_seq_max")
+_INFO_KEYS = (
+    "n_ctx_train", "n_embd", "n_embd_inp", "n_embd_out", "n_embd_head_k", "n_embd_head_v", "n_embd_k_gqa",
+    "n_embd_v_gqa", "n_layer", "n_layer_all", "n_head", "n_head_kv", "n_rot", "n_swa", "is_swa_any", "n_gqa", "n_ff",
+    "n_ff_shexp", "n_expert", "n_expert_used", "n_expert_groups", "n_group_used", "causal attn", "f_norm_eps",
+    "f_norm_rms_eps", "f_clamp_kqv", "f_max_alibi_bias", "f_logit_scale", "f_attn_scale", "f_attention_scale",
+    "f_attn_value_scale", "f_embedding_scale", "f_residual_scale", "freq_base_train", "freq_scale_train",
+    "n_ctx_orig_yarn", "rope_yarn_log_mul", "rope_finetuned", "ssm_d_conv", "ssm_d_inner", "ssm_d_state",
+    "ssm_dt_rank", "ssm_n_group", "ssm_dt_b_c_rms", "n_vocab", "n_merges", "max token length", "vocab_only",
+    "no_alloc", "verbosity")
+_NUMBER = r"(?:-?\d+(?:\.\d+)?(?:e[-+]\d+)?|\[[-\d, ]+\]|true|false|auto)"
 _SAFE_LINE_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p) for p in (
     # "llama_context: n_ctx = 8192", "print_info: n_head_kv = [0, 0, 2, 0]": the applied model/context numbers
-    r"(?:llama_context|print_info): [a-z_ ]+? += +(?:-?\d+(?:\.\d+)?(?:e[-+]\d+)?|\[[-\d, ]+\]|true|false|auto)",
+    rf"llama_context: (?:{'|'.join(_CONTEXT_KEYS)}) += +{_NUMBER}",
+    rf"print_info: (?:{'|'.join(_INFO_KEYS)}) += +{_NUMBER}",
     # the build id, for the record
-    r"common_params_print_info: build \d+ \([0-9a-f]+\) with [\w .+-]+ for [\w -]+",
+    r"common_params_print_info: build \d+ \([0-9a-f]+\) with (?:GNU|Clang|AppleClang|MSVC) \d+(?:\.\d+)* for "
+    r"(?:Linux|Darwin|Windows) (?:x86_64|aarch64|arm64|AMD64|ARM64)",
 ))
+# events whose fields hold free text (a path): parsed from the raw log, never kept
+_UNKEPT_KINDS = frozenset({"multimodal_loaded"})
 
 
 def _is_safe_message(message: str) -> bool:
-    return _match_message(message) is not None or any(p.fullmatch(message) for p in _SAFE_LINE_PATTERNS)
+    event = _match_message(message)
+    if event is not None:
+        return event[0] not in _UNKEPT_KINDS
+    return any(p.fullmatch(message) for p in _SAFE_LINE_PATTERNS)
 
 
 def scrub_line(line: str) -> str | None:
