@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reusebench.llama.task_log import TaskLog
 from reusebench.reuse.perfect_cache import PerfectCache
-from reusebench.tap import exchange
+from reusebench.tap import exchange, keys
 from reusebench.tap.conversations import Conversations
 from reusebench.tap.tap import redacted, route_name
 
@@ -113,3 +114,16 @@ def test_the_perfect_cache_and_the_task_log_are_bounded(tmp_path: Path) -> None:
     tasks = TaskLog(log, max_tasks=20)
     assert tasks.claim(0, 59, wait_s=0) is not None  # the newest is held
     assert tasks.claim(0, 10, wait_s=0) is None and tasks.dropped == 30  # the oldest 30 were let go
+
+
+def test_a_key_file_others_may_read_or_in_an_unwritable_place_is_refused_naming_it(tmp_path: Path) -> None:
+    open_key = tmp_path / "open.key"
+    open_key.write_bytes(b"k" * 32)
+    open_key.chmod(0o644)
+    with pytest.raises(keys.KeyFileError) as refused:
+        keys.load_key(open_key, tmp_path / "results")
+    assert str(refused.value) == f"--key-file {open_key}: mode 644: others may read it; chmod 600 it"
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")  # HOME's .config is a file: the key's directory cannot be made
+    with pytest.raises(keys.KeyFileError, match=rf"^--key-file {blocked}/tap.key: cannot make or read it "):
+        keys.load_key(blocked / "tap.key", tmp_path / "results")

@@ -31,16 +31,25 @@ class KeyFileError(ValueError):
 
 def load_key(path: Path, results_dir: Path) -> bytes:
     """The key in `path`, made there (0600) when missing. A key inside `results_dir` is refused: it would travel
-    with the hashes it protects."""
+    with the hashes it protects; so is one that others may read or that another user owns."""
     path, results = Path(path).expanduser().resolve(), Path(results_dir).resolve()
     if path == results or results in path.parents:
         raise KeyFileError(f"--key-file {path}: inside the results directory {results}; keep the key outside it")
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(KEY_BYTES))
-    key = path.read_bytes()
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(KEY_BYTES))
+        found = path.stat()
+        key = path.read_bytes()
+    except OSError as exc:  # an unwritable HOME, a directory where the file should be
+        raise KeyFileError(f"--key-file {path}: cannot make or read it ({exc.strerror or type(exc).__name__}); "
+                           f"pass --key-file or set ${KEY_ENV} to a writable place") from None
+    if found.st_mode & 0o077:
+        raise KeyFileError(f"--key-file {path}: mode {found.st_mode & 0o777:o}: others may read it; chmod 600 it")
+    if found.st_uid != os.getuid():
+        raise KeyFileError(f"--key-file {path}: owned by uid {found.st_uid}, not this user ({os.getuid()})")
     if len(key) < 16:
         raise KeyFileError(f"--key-file {path}: {len(key)} bytes; a key needs at least 16")
     return key

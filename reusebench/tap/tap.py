@@ -44,6 +44,7 @@ SCENARIO = workload.TAPPED  # the records' scenario and the summary's schedule
 DEFAULT_LONG_PREFILL = 4096
 CLAIM_WAIT_S = 5.0  # how long a finished request waits for its task's lines (a log-filter pipe may lag)
 AUTH_HEADERS = ("authorization", "x-api-key")
+LEARN_RETRY_S = 60.0
 METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"})
 # llama-server b11434's routes (tools/server/server.cpp): an unrecorded request is counted by one of these, else
 # "other", so that a client's own strings never reach the summary
@@ -124,6 +125,7 @@ class Tap:
         self.started_at = time.time()
         self.stopped_by = ""
         self._learned = False
+        self._learn_after = 0.0  # monotonic seconds: when a failed learn may be tried again
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._summary: Record | None = None
@@ -227,7 +229,11 @@ class Tap:
             self._learned = True
         try:
             props = self.helper.get("/props", headers=headers).json()
+            if not isinstance(props, dict):
+                raise ValueError("not an object")
         except (httpx.HTTPError, ValueError):
+            with self._lock:  # the upstream was down or odd: a request a minute from now tries again
+                self._learned, self._learn_after = False, time.monotonic() + LEARN_RETRY_S
             return
         model = Path(str(props.get("model_path") or "unknown")).name
         self.recorder.source = Source(self.recorder.source.profile, self.recorder.source.variant, model)
@@ -255,7 +261,7 @@ class _Request:
     def sending(self, headers: dict[str, str]) -> None:
         self.headers = {k: v for k, v in headers.items() if k.lower() in AUTH_HEADERS}
         tap = self.tap
-        if not tap._learned:
+        if not tap._learned and time.monotonic() >= tap._learn_after:
             tap.worker.submit(tap.learn, self.headers)
         if self.asked is None:
             return
