@@ -174,6 +174,7 @@ class Extra(TypedDict, total=False):
     refused: dict[str, int]  # what the relay did not forward, by its fixed reason (not origin-form, body too large, ...)
     not_understood: dict[str, int]  # requests relayed whose reading failed, by the class of the problem
     dropped: dict[str, int]  # what the tap let go for its memory bounds: conversations, ideal sequences, tasks
+    unfinished_at_stop: int  # requests the tap cut at stop whose records came after its summary: not written
     interrupted: int
     without_task: int
     length_mismatches: int

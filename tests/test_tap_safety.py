@@ -228,3 +228,88 @@ def test_the_bytes_relayed_are_the_bytes_sent_and_each_completion_request_is_rec
     while echo_tap.tally.requests == before and recorded and time.monotonic() < deadline:
         time.sleep(0.01)
     assert echo_tap.tally.requests == before + recorded
+
+
+@contextmanager
+def flaky_upstream(hang_s: float = 0.0) -> Iterator[str]:
+    """A server whose /props fails once and then answers, and whose /completion answers with timings after
+    `hang_s`: the faults a real llama-server does not have on demand."""
+    props_calls = []
+
+    class Flaky(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def reply(self, status: int, data: dict) -> None:
+            body = json.dumps(data).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            props_calls.append(1)
+            if len(props_calls) == 1:
+                self.reply(503, {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
+            else:
+                self.reply(200, {"model_path": "/models/served.gguf", "build_info": "b1-flaky"})
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            time.sleep(hang_s)
+            self.reply(200, {"content": "x", "tokens": [5], "stop": True, "timings": {
+                "prompt_n": 3, "cache_n": 0, "prompt_ms": 1.0, "predicted_n": 1, "predicted_ms": 1.0}})
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky) as web:
+        web.daemon_threads = True
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{web.server_address[1]}"
+        finally:
+            web.shutdown()
+
+
+def test_a_failed_first_look_at_the_server_is_tried_again(tmp_path, monkeypatch) -> None:
+    from reusebench.tap import tap as tap_module
+
+    monkeypatch.setattr(tap_module, "LEARN_RETRY_S", 0.0)  # at once, not a minute later
+    body = {"prompt": [1, 2, 3], "n_predict": 1}
+    with flaky_upstream() as upstream, tapped(upstream, tmp_path) as tap:
+        assert httpx.post(tap.relay.address + "/completion", json=body, timeout=30).status_code == 200
+        deadline = time.monotonic() + 20
+        while not tap._learned and time.monotonic() < deadline:  # each request tries until /props answers
+            httpx.post(tap.relay.address + "/completion", json=body, timeout=30)
+            time.sleep(0.05)
+        httpx.post(tap.relay.address + "/completion", json=body, timeout=30)
+        tap.stop("the test ended")
+    last = [r for r in kept(tap) if r.role in (Role.MEASURE, Role.PROBE)][-1]
+    assert (last.model, last.build) == ("served.gguf", "b1-flaky")
+
+
+def test_a_request_still_being_read_at_stop_is_counted_not_lost(tmp_path, monkeypatch) -> None:
+    from reusebench.tap import tap as tap_module
+
+    monkeypatch.setattr(tap_module, "STOP_WAIT_S", 0.2)
+    slow_end = tap_module._Request.ended
+
+    def ended_late(self, error):  # its prompt's ids still on their way when the stop comes
+        time.sleep(2.0)
+        slow_end(self, error)
+
+    monkeypatch.setattr(tap_module._Request, "ended", ended_late)
+    def send(url: str) -> None:
+        with pytest.raises(httpx.HTTPError):  # the stop cuts it
+            httpx.post(url + "/completion", json={"prompt": [1]}, timeout=60)
+
+    with flaky_upstream(hang_s=30.0) as upstream, tapped(upstream, tmp_path) as tap:
+        sent = threading.Thread(target=send, args=(tap.relay.address,), daemon=True)
+        sent.start()
+        deadline = time.monotonic() + 20
+        while not tap.relay._active and time.monotonic() < deadline:
+            time.sleep(0.01)
+        summary = tap.stop("the test ended")
+    assert summary.extra["unfinished_at_stop"] == 1 and summary.extra["requests"] == 0
+    time.sleep(2.5)  # the late end comes and writes nothing after the summary
+    assert [r.role for r in kept(tap)] == [Role.SESSION]

@@ -28,6 +28,7 @@ import posixpath
 import select
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
@@ -110,17 +111,19 @@ class Relay:
     def serve_forever(self) -> None:
         self.server.serve_forever(poll_interval=0.2)
 
-    def stop(self, why: str, wait_s: float = 10.0) -> None:
-        """Stop accepting; cut every request in flight (its observer hears `why`); wait for them to end."""
+    def stop(self, why: str, wait_s: float = 60.0) -> int:
+        """Stop accepting; cut every request in flight (its observer hears `why`); wait up to `wait_s` in all for
+        them to end. Returns how many had not ended by then (their records come too late to be written)."""
         self.stopping = why
         self.server.shutdown()
         with self._lock:
             active = list(self._active)
         for handler in active:
             handler.cut()
-        for handler in active:
-            handler.done.wait(wait_s)
+        deadline = time.monotonic() + wait_s
+        unfinished = sum(not handler.done.wait(max(0.0, deadline - time.monotonic())) for handler in active)
         self.close()
+        return unfinished
 
     def close(self) -> None:
         """Release the listening socket and the upstream connections."""
@@ -292,12 +295,14 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         except OSError:  # writing to the client failed: it went away
             self.close_connection = True
-            return self.relay.stopping or "client disconnected"
+            return "client disconnected" if self._client_left.is_set() else self.relay.stopping or "client disconnected"
         except httpx.HTTPError as exc:  # the upstream stream broke: cut by the watcher, the stop, or the server
             self.close_connection = True  # the client sees its answer end early
-            if self.relay.stopping:
-                return self.relay.stopping
-            return "client disconnected" if self._client_left.is_set() else f"upstream: {type(exc).__name__}"
+            # what happened first decides, however late this thread gets here: the watcher marks the client's
+            # leaving before it cuts the upstream, and a stop that comes after that does not rename it
+            if self._client_left.is_set():
+                return "client disconnected"
+            return self.relay.stopping or f"upstream: {type(exc).__name__}"
         finally:
             self._answered.set()
             if watcher.is_alive():

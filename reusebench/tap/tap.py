@@ -43,6 +43,9 @@ from reusebench.tap.relay import Relay, RelayLimits
 SCENARIO = workload.TAPPED  # the records' scenario and the summary's schedule
 DEFAULT_LONG_PREFILL = 4096
 CLAIM_WAIT_S = 5.0  # how long a finished request waits for its task's lines (a log-filter pipe may lag)
+# how long a stop waits for the requests it cut to be recorded: the task's lines (CLAIM_WAIT_S) and the prompt's
+# ids (at most 30 s) with room
+STOP_WAIT_S = 60.0
 AUTH_HEADERS = ("authorization", "x-api-key")
 LEARN_RETRY_S = 60.0
 METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"})
@@ -99,6 +102,7 @@ class Tally:
     tokenize_ms: float = 0.0
     tokenize_tokens: int = 0
     unclassed: int = 0
+    unfinished_at_stop: int = 0  # cut at stop and still being read when the summary was written: not recorded
     refused: Counter[str] = field(default_factory=Counter)  # by the relay's fixed reasons
     not_understood: Counter[str] = field(default_factory=Counter)  # by the class of the problem
 
@@ -146,7 +150,7 @@ class Tap:
             return self._summary
         self.stopped_by = why
         if self._thread is not None:
-            self.relay.stop(interrupted(why))
+            self.tally.unfinished_at_stop = self.relay.stop(interrupted(why), wait_s=STOP_WAIT_S)
             self._thread.join()
         else:  # stopped before it served
             self.relay.close()
@@ -177,7 +181,7 @@ class Tap:
             "dropped": {"conversations": self.conversations.dropped, "ideal_sequences": self.conversations.seen.dropped,
                         "tasks": self.tasks.dropped if self.tasks else 0},
             "interrupted": t.interrupted, "without_task": t.without_task, "length_mismatches": t.length_mismatches,
-            "unclassed": t.unclassed, "tokenize": {"calls": t.tokenize_calls, "ms": round(t.tokenize_ms, 3),
+            "unclassed": t.unclassed, "unfinished_at_stop": t.unfinished_at_stop, "tokenize": {"calls": t.tokenize_calls, "ms": round(t.tokenize_ms, 3),
                                                    "tokens": t.tokenize_tokens},
             "server_lifetimes": self.tasks.lifetimes if self.tasks else 0,
             "log_warnings": self.log_warnings(),
@@ -228,7 +232,9 @@ class Tap:
                 return
             self._learned = True
         try:
-            props = self.helper.get("/props", headers=headers).json()
+            answer = self.helper.get("/props", headers=headers)
+            answer.raise_for_status()  # a server still loading answers 503 with an error object
+            props = answer.json()
             if not isinstance(props, dict):
                 raise ValueError("not an object")
         except (httpx.HTTPError, ValueError):
@@ -319,6 +325,8 @@ class _Request:
 
     def ended(self, error: str | None) -> None:
         tap = self.tap
+        if tap._summary is not None:
+            return  # after the stop's wait: counted in the summary's unfinished_at_stop, the writer is closed
         if self.answer is not None:
             self.answer.finish()
         if not self._ended_conversation:
