@@ -313,3 +313,11 @@ def test_a_request_still_being_read_at_stop_is_counted_not_lost(tmp_path, monkey
     assert summary.extra["unfinished_at_stop"] == 1 and summary.extra["requests"] == 0
     time.sleep(2.5)  # the late end comes and writes nothing after the summary
     assert [r.role for r in kept(tap)] == [Role.SESSION]
+
+
+def test_listening_beyond_loopback_takes_expose_and_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    from reusebench import cli
+
+    assert cli.main(["tap", "--upstream", "http://127.0.0.1:9", "--listen", "0.0.0.0:8081"]) == 2
+    assert capsys.readouterr().err.strip() == ("reusebench tap: --listen 0.0.0.0 is not loopback: the tap has no login "
+                                               "of its own, so say --expose to listen there")
