@@ -11,8 +11,11 @@ import http.server
 import ipaddress
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
+
+import httpx
 
 BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
@@ -71,3 +74,16 @@ def exposure_warning(host: str, exposed: str) -> str | None:
     if is_loopback(host):
         return None
     return f"warning: listening on {host}: anyone who reaches this address {exposed}; there is no login"
+
+
+def wait_listening(url: str, alive: Callable[[], bool], timeout_s: float = 60.0) -> bool:
+    """Whether `url` answers HTTP within `timeout_s`, while `alive()` says its process still runs (a server started
+    as a process of its own, such as `reusebench tap`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        try:
+            httpx.get(url, timeout=2)
+            return True
+        except httpx.TransportError:
+            time.sleep(0.1)
+    return False

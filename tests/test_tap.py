@@ -12,14 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
 import httpx
 import pytest
 
-from reusebench import records, tiny
+from reusebench import listening, records, tiny
 from reusebench.config import profiles, users, workload
 from reusebench.llama.process import ServerProcess
 from reusebench.llama.task_log import TaskLog
@@ -274,14 +273,7 @@ def test_a_tap_stopped_mid_stream_loses_no_record(server_and_log, tmp_path: Path
         preexec_fn=heed_ctrl_c)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(url + "/health", timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and tap.poll() is None, "the tap did not start"
-                time.sleep(0.1)
+        assert listening.wait_listening(url + "/health", lambda: tap.poll() is None), "the tap did not start"
         auth = {"Authorization": f"Bearer {server.api_key}"}
         done = httpx.post(url + "/completion", json={"prompt": words(4, 60), "n_predict": 4}, headers=auth, timeout=60)
         assert done.status_code == 200

@@ -52,10 +52,10 @@ def render(entries: list[dict[str, object]]) -> str:
 
 
 def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor() or platform.machine())
-    flags = Path("/proc/cpuinfo").read_text()
-    return f"{len(os.sched_getaffinity(0))}-core {cpu}, {'AVX-512' if 'avx512f' in flags else 'AVX2'}"
+    info = Path("/proc/cpuinfo").read_text()
+    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+               platform.processor() or platform.machine())
+    return f"{len(os.sched_getaffinity(0))}-core {cpu}, {'AVX-512' if 'avx512f' in info else 'AVX2'}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from reusebench import records, tiny
+from reusebench import listening, records, tiny
 from reusebench.llama import binaries
 from reusebench.llama.process import ServerProcess, free_port
 from reusebench.records import Role
@@ -107,15 +107,8 @@ def run(clients: int = 16, requests: int = 2000, tmp: Path | None = None) -> Loa
                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             try:
                 url = f"http://127.0.0.1:{port}"
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        httpx.get(url + "/health", timeout=2)
-                        break
-                    except httpx.TransportError:
-                        if time.monotonic() > deadline or tap.poll() is not None:
-                            raise RuntimeError("the tap did not start") from None
-                        time.sleep(0.1)
+                if not listening.wait_listening(url + "/health", lambda: tap.poll() is None):
+                    raise RuntimeError("the tap did not start")
                 direct = send_all(server.base_url, server.api_key, clients, requests)
                 through = send_all(url, server.api_key, clients, requests)
                 rss = peak_rss_mib(tap.pid)

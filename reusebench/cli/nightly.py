@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 
@@ -72,7 +71,7 @@ def _positive(text: str) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     results = args.results / "asv"
-    before, after = (_resolve(commit, args.results) for commit in (args.before, args.after))
+    before, after = (nightly.commit_of(commit, args.results) for commit in (args.before, args.after))
     figures = [asv_results.stored(results, commit, args.machine) for commit in (before, after)]
     for commit, found in zip((args.before, args.after), figures):
         if not found:
@@ -85,18 +84,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(asv_results.render(changes, before, after))
     return Exit.FINDING if any(c.kind == "regression" for c in changes) else Exit.OK
-
-
-def _resolve(commit: str, results: Path) -> str:
-    """A hash (8 characters or more) as given; another name (a branch, a tag) through the nightly's clone."""
-    if re.fullmatch(r"[0-9a-f]{8,40}", commit):
-        return commit
-    derived = results / nightly.CONFIG_FILE
-    if not derived.is_file():
-        raise ValueError(f"{commit!r} is not a commit hash, and {derived} (written by `reusebench nightly`) is not "
-                         "there to find its clone")
-    repo = Path(json.loads(derived.read_text())["repo"])
-    return nightly.commits.git(repo, "rev-parse", "--verify", f"{commit}^{{commit}}")
 
 
 def add_compare(sub: common.Subparsers) -> None:

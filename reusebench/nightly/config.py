@@ -4,6 +4,7 @@ it writes under one results directory."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,3 +72,16 @@ def derive(config: Path, results: Path, repo: Path | None = None, branches: Sequ
     path = results / CONFIG_FILE
     path.write_text(json.dumps(conf, indent=2) + "\n")
     return NightlyConfig(path, repo, branches, results)
+
+
+def commit_of(name: str, results: Path) -> str:
+    """A hash (8 characters or more) as given; another name (a branch, a tag) through the clone of the nightly
+    whose results are in `results`."""
+    if re.fullmatch(r"[0-9a-f]{8,40}", name):
+        return name
+    derived = results / CONFIG_FILE
+    if not derived.is_file():
+        raise ValueError(f"{name!r} is not a commit hash, and {derived} (written by `reusebench nightly`) is not "
+                         "there to find its clone")
+    repo = Path(json.loads(derived.read_text())["repo"])
+    return git(repo, "rev-parse", "--verify", f"{name}^{{commit}}")

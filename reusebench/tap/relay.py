@@ -240,7 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._fail(refused.status, f"reusebench tap: {refused.reason}")
             return
         # the path as the server routes it ("/../completion" is "/completion"), for recording; relayed as sent
-        path = posixpath.normpath(urlsplit(target).path) if urlsplit(target).path else "/"
+        path = posixpath.normpath(urlsplit(target).path or "/")
         observed = _Guarded.of(relay.observer, path, body) if self.command == "POST" and path in RECORDED else None
         if observed is None:
             relay.observer.unrecorded(self.command, path)
