@@ -19,7 +19,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -40,6 +41,9 @@ class Load:
     added_ms: list[float]  # per request, through the tap minus straight to the server
     peak_rss_mib: float
     seconds: float
+    # what was not a plain 200: the client's statuses or error classes, and the tap's records' errors (fixed words)
+    not_ok: Counter[str] = field(default_factory=Counter)
+    record_errors: Counter[str] = field(default_factory=Counter)
 
     @property
     def lost(self) -> int:
@@ -49,7 +53,9 @@ class Load:
         q = statistics.quantiles(self.added_ms, n=10, method="inclusive")
         return [f"requests relayed: {self.relayed:,}; records written: {self.recorded:,}; lost: {self.lost}",
                 f"latency added by the tap: p50 {statistics.median(self.added_ms):.1f} ms, p90 {q[8]:.1f} ms",
-                f"tap peak RSS: {self.peak_rss_mib:.0f} MiB; {self.seconds:.0f} s in all"]
+                f"tap peak RSS: {self.peak_rss_mib:.0f} MiB; {self.seconds:.0f} s in all",
+                *([f"not answered 200: {dict(self.not_ok)}"] if self.not_ok else []),
+                *([f"records with an error: {dict(self.record_errors)}"] if self.record_errors else [])]
 
 
 def body(n: int) -> dict[str, object]:
@@ -60,9 +66,10 @@ def body(n: int) -> dict[str, object]:
             "temperature": 0}
 
 
-def send_all(url: str, key: str, clients: int, requests: int) -> list[tuple[int, float]]:
-    """Every request's (status, milliseconds), by request number; `clients` threads share the numbers."""
-    results: list[tuple[int, float]] = [(0, 0.0)] * requests
+def send_all(url: str, key: str, clients: int, requests: int) -> list[tuple[int | str, float]]:
+    """Every request's (status, milliseconds), by request number; `clients` threads share the numbers. A request
+    that got no answer has its error's class for a status, and its client goes on with the next number."""
+    results: list[tuple[int | str, float]] = [("not sent", 0.0)] * requests
     numbers = iter(range(requests))
     lock = threading.Lock()
 
@@ -74,7 +81,11 @@ def send_all(url: str, key: str, clients: int, requests: int) -> list[tuple[int,
                 if n is None:
                     return
                 started = time.perf_counter()
-                status = http.post("/completion", json=body(n)).status_code
+                status: int | str
+                try:
+                    status = http.post("/completion", json=body(n)).status_code
+                except httpx.HTTPError as exc:
+                    status = type(exc).__name__
                 results[n] = (status, (time.perf_counter() - started) * 1000.0)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -117,12 +128,16 @@ def run(clients: int = 16, requests: int = 2000, tmp: Path | None = None) -> Loa
                 tap.wait(timeout=60)
         (run_dir,) = (work / "results" / "runs").iterdir()
         kept = records.read_records(run_dir / "records.jsonl")
-    calls = [r for r in kept if r.role in (Role.MEASURE, Role.PROBE) and r.status == 200 and not r.error]
+    answered = [r for r in kept if r.role in (Role.MEASURE, Role.PROBE)]
+    calls = [r for r in answered if r.status == 200 and not r.error]
     (summary,) = [r for r in kept if r.role == Role.SESSION]
     return Load(relayed=sum(status == 200 for status, _ in through), recorded=len(calls),
                 summary_requests=summary.extra["requests"],
                 added_ms=[t - d for (_, t), (_, d) in zip(through, direct)], peak_rss_mib=rss,
-                seconds=time.monotonic() - started)
+                seconds=time.monotonic() - started,
+                not_ok=Counter(f"{phase}: {status}" for phase, sent in (("direct", direct), ("through the tap", through))
+                               for status, _ in sent if status != 200),
+                record_errors=Counter(f"{r.status}: {r.error}" for r in answered if r.error or r.status != 200))
 
 
 def main() -> None:
