@@ -11,9 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reusebench import cli
+from reusebench.cli import parser
+from reusebench.cli import tap as tap_cli
 from reusebench.llama.task_log import TaskLog
 from reusebench.reuse.perfect_cache import PerfectCache
-from reusebench.tap import exchange, keys
+from reusebench.tap import Tap, exchange, keys
 from reusebench.tap.conversations import Conversations
 from reusebench.tap.tap import redacted, route_name
 
@@ -127,3 +130,26 @@ def test_a_key_file_others_may_read_or_in_an_unwritable_place_is_refused_naming_
     blocked.write_text("")  # HOME's .config is a file: the key's directory cannot be made
     with pytest.raises(keys.KeyFileError, match=rf"^--key-file {blocked}/tap.key: cannot make or read it "):
         keys.load_key(blocked / "tap.key", tmp_path / "results")
+
+
+def test_each_memory_cap_is_a_flag_that_reaches_what_it_bounds(tmp_path: Path) -> None:
+    (tmp_path / "server.log").touch()
+    args = parser.build_parser().parse_args([
+        "tap", "--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--server-log", str(tmp_path / "server.log"),
+        "--results", str(tmp_path / "results"), "--key-file", str(tmp_path / "tap.key"),
+        "--max-held-tokens", "64K", "--max-ideal-tokens", "1000", "--max-tasks", "7"])
+    tap = Tap(tap_cli.tap_options(args))
+    try:
+        assert tap.conversations.max_tokens == 65_536 and tap.conversations.seen.max_tokens == 1_000
+        assert tap.tasks is not None and tap.tasks.max_tasks == 7
+    finally:
+        tap.stop("the test ended")
+
+
+@pytest.mark.parametrize("flag, value", [("--max-tasks", "0"), ("--max-connections", "-1"), ("--max-body-mib", "x"),
+                                         ("--read-timeout", "0"), ("--max-held-tokens", "0")])
+def test_a_limit_that_would_refuse_everything_is_a_usage_error_naming_its_flag(
+        flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["tap", "--upstream", "http://127.0.0.1:9", flag, value])
+    assert exit_.value.code == 2 and f"argument {flag}: " in capsys.readouterr().err

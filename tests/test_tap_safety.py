@@ -321,3 +321,21 @@ def test_listening_beyond_loopback_takes_expose_and_warns(capsys: pytest.Capture
     assert cli.main(["tap", "--upstream", "http://127.0.0.1:9", "--listen", "0.0.0.0:8081"]) == 2
     assert capsys.readouterr().err.strip() == ("reusebench tap: --listen 0.0.0.0 is not loopback: the tap has no login "
                                                "of its own, so say --expose to listen there")
+
+
+def test_with_expose_it_warns_what_is_exposed_before_it_binds(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from reusebench import cli
+
+    # the port is held on loopback, so the tap's bind on 0.0.0.0 fails right after the warning: nothing listens
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        code = cli.main(["tap", "--upstream", "http://127.0.0.1:9", "--listen", f"0.0.0.0:{port}", "--expose",
+                         "--key-file", str(tmp_path / "tap.key"), "--results", str(tmp_path / "results")])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert err[0] == ("warning: listening on 0.0.0.0: anyone who reaches this address reaches the upstream server "
+                      "through it; there is no login")
+    assert err[-1].startswith(f"reusebench tap: cannot start on 0.0.0.0:{port}: ")

@@ -76,6 +76,24 @@ def token_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a count of at least 1 (a limit of 0 would refuse everything)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a duration or amount above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
 def address(text: str) -> tuple[str, int]:
     """An argparse type: HOST:PORT, where a command listens."""
     host, _, port = text.rpartition(":")

@@ -14,6 +14,7 @@ from reusebench.llama import logs
 from reusebench.tap import Tap, TapOptions, conversations
 from reusebench.tap.keys import KeyFileError, default_key_path
 from reusebench.tap.relay import RelayLimits
+from reusebench.tap.tap import HeldLimits
 
 EXPOSED = "reaches the upstream server through it"
 
@@ -27,12 +28,7 @@ def cmd_tap(args: argparse.Namespace) -> int:
     if args.server_log is None:
         print("reusebench tap: no --server-log: records will carry counts and classes but no causes", file=sys.stderr)
     try:
-        tap = Tap(TapOptions(upstream=args.upstream, listen=args.listen, results=Path(args.results),
-                             key_file=args.key_file, server_log=args.server_log, probe_tokens=args.probe_tokens,
-                             gap_s=args.gap_minutes * 60.0, long_prefill_tokens=args.long_prefill_tokens,
-                             limits=RelayLimits(max_body_bytes=args.max_body_mib * 2**20,
-                                                read_timeout_s=args.read_timeout,
-                                                max_connections=args.max_connections)))
+        tap = Tap(tap_options(args))
     except KeyFileError as exc:
         print(f"reusebench tap: {exc}", file=sys.stderr)
         return Exit.CONFIG
@@ -60,6 +56,16 @@ def cmd_tap(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+def tap_options(args: argparse.Namespace) -> TapOptions:
+    return TapOptions(upstream=args.upstream, listen=args.listen, results=Path(args.results), key_file=args.key_file,
+                      server_log=args.server_log, probe_tokens=args.probe_tokens, gap_s=args.gap_minutes * 60.0,
+                      long_prefill_tokens=args.long_prefill_tokens,
+                      limits=RelayLimits(max_body_bytes=args.max_body_mib * 2**20, read_timeout_s=args.read_timeout,
+                                         max_connections=args.max_connections),
+                      held=HeldLimits(conversation_tokens=args.max_held_tokens, ideal_tokens=args.max_ideal_tokens,
+                                      tasks=args.max_tasks))
+
+
 def add_tap(sub: common.Subparsers) -> None:
     shows = ("relay a running llama-server and record every completion request without its text: counts, class "
              "(first, continues, regenerate, head insert, ...), ideal and cause from the server's log, for the "
@@ -71,13 +77,22 @@ def add_tap(sub: common.Subparsers) -> None:
     tap.add_argument("--expose", action="store_true", help="allow a --listen address that is not loopback (the tap "
                      "has no login: anyone who reaches it reaches the server)")
     limits = RelayLimits()
-    tap.add_argument("--max-body-mib", type=int, default=limits.max_body_bytes // 2**20, metavar="MIB",
+    tap.add_argument("--max-body-mib", type=common.positive_int, default=limits.max_body_bytes // 2**20, metavar="MIB",
                      help=f"a request body beyond this is refused with 413 (default {limits.max_body_bytes // 2**20})")
-    tap.add_argument("--read-timeout", type=float, default=limits.read_timeout_s, metavar="SECONDS",
+    tap.add_argument("--read-timeout", type=common.positive_float, default=limits.read_timeout_s, metavar="SECONDS",
                      help="a client connection that sends nothing for this long is closed (default "
                      f"{limits.read_timeout_s:g})")
-    tap.add_argument("--max-connections", type=int, default=limits.max_connections, metavar="N",
+    tap.add_argument("--max-connections", type=common.positive_int, default=limits.max_connections, metavar="N",
                      help=f"client connections at once; beyond, 503 (default {limits.max_connections})")
+    held = HeldLimits()
+    tap.add_argument("--max-held-tokens", type=common.token_size, default=held.conversation_tokens, metavar="N",
+                     help="ids of the live conversations' last prompts held at most, oldest conversation dropped "
+                     f"first (default {held.conversation_tokens:,}: 4 bytes each)")
+    tap.add_argument("--max-ideal-tokens", type=common.token_size, default=held.ideal_tokens, metavar="N",
+                     help="ids of the sequences the perfect cache has seen, held at most, oldest dropped first "
+                     f"(default {held.ideal_tokens:,})")
+    tap.add_argument("--max-tasks", type=common.positive_int, default=held.tasks, metavar="N",
+                     help=f"the server log's tasks held at most, oldest dropped first (default {held.tasks:,})")
     tap.add_argument("--server-log", type=Path, metavar="FILE", help="the server's -lv 4 log, best through "
                      "`reusebench log-filter`: the causes come from it")
     tap.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")

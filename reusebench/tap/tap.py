@@ -31,11 +31,12 @@ import httpx
 from reusebench.config import workload
 from reusebench.llama import logs
 from reusebench.llama.client import Completion
-from reusebench.llama.task_log import Task, TaskLog
+from reusebench.llama.task_log import MAX_TASKS, Task, TaskLog
 from reusebench.records import Extra, Record, RecordWriter, Role, interrupted, was_interrupted
+from reusebench.reuse.perfect_cache import DEFAULT_MAX_TOKENS, PerfectCache
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.tap import exchange
-from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, Conversations, Ticket
+from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, MAX_HELD_TOKENS, Conversations, Ticket
 from reusebench.tap.exchange import Answer, Asked
 from reusebench.tap.keys import Hasher, load_key
 from reusebench.tap.relay import Relay, RelayLimits
@@ -77,6 +78,17 @@ def redacted(url: str) -> str:
 
 
 @dataclass(frozen=True)
+class HeldLimits:
+    """What the tap holds in memory at most, beyond which the oldest goes first (counted in the summary's
+    ``dropped``): ids of the live conversations' last prompts, ids of the sequences the perfect cache has seen, and
+    the server log's tasks."""
+
+    conversation_tokens: int = MAX_HELD_TOKENS
+    ideal_tokens: int = DEFAULT_MAX_TOKENS
+    tasks: int = MAX_TASKS
+
+
+@dataclass(frozen=True)
 class TapOptions:
     upstream: str
     listen: tuple[str, int]
@@ -88,6 +100,7 @@ class TapOptions:
     long_prefill_tokens: int = DEFAULT_LONG_PREFILL
     claim_wait_s: float = CLAIM_WAIT_S
     limits: RelayLimits = RelayLimits()
+    held: HeldLimits = HeldLimits()
 
 
 @dataclass
@@ -119,8 +132,10 @@ class Tap:
         self.writer = RecordWriter(self.run.records_path)
         self.recorder = Recorder(self.writer, Source(SCENARIO, netloc, "unknown"), run=self.run,
                                  session=f"{SCENARIO}/{netloc}", size=0, hash_tokens=self.hasher.tokens)
-        self.tasks = TaskLog(options.server_log) if options.server_log else None
-        self.conversations = Conversations(probe_tokens=options.probe_tokens, gap_s=options.gap_s)
+        held = options.held
+        self.tasks = TaskLog(options.server_log, max_tasks=held.tasks) if options.server_log else None
+        self.conversations = Conversations(probe_tokens=options.probe_tokens, gap_s=options.gap_s,
+                                           seen=PerfectCache(held.ideal_tokens), max_tokens=held.conversation_tokens)
         self.tally = Tally()
         self.unrecorded_paths: Counter[str] = Counter()
         self.relay = Relay(options.upstream, options.listen, self, limits=options.limits)
