@@ -25,6 +25,9 @@ class BoundedServer(http.server.ThreadingHTTPServer):
     `on_busy` hears of it."""
 
     daemon_threads = True
+    # the listen backlog: the standard library's 5 overflows when a few clients connect at once on a loaded machine,
+    # and the kernel then drops their SYNs, each retried a second or more later (llama-server's cpp-httplib uses 128)
+    request_queue_size = 128
 
     def __init__(self, listen: tuple[str, int], handler: Callable[..., Any], max_connections: int,
                  on_busy: Callable[[], None] = lambda: None) -> None:

@@ -72,6 +72,23 @@ def test_connections_beyond_the_cap_get_503_and_the_next_after_one_ends_is_serve
         assert status == 200
 
 
+def test_forty_clients_connecting_at_once_all_get_through_the_backlog_before_any_is_accepted(site: Path) -> None:
+    # nothing accepts (the server is not serving): every connection waits in the listen backlog, 128 deep; with the
+    # standard library's 5, the kernel would drop the 7th client's SYN and its connect would wait for a retry
+    with site_server.SiteServer(site, ("127.0.0.1", 0)) as server:
+        host, port = server.server_address[:2]
+        clients: list[socket.socket] = []
+        try:
+            while len(clients) < 40:
+                clients.append(socket.create_connection((host, port), timeout=5))
+        except TimeoutError:
+            pass
+        finally:
+            for raw in clients:
+                raw.close()
+    assert len(clients) == 40
+
+
 def test_only_a_loopback_address_is_served_without_a_warning() -> None:
     assert site_server.exposure_warning("127.0.0.1") is None and site_server.exposure_warning("localhost") is None
     assert site_server.exposure_warning("0.0.0.0") == (
