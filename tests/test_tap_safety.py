@@ -23,7 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reusebench import records, tiny
+from reusebench.llama import logs
 from reusebench.llama.process import ServerProcess
+from reusebench.llama.task_log import TaskLog
 from reusebench.records import Record, Role
 from reusebench.tap import Tap, TapOptions, exchange
 from reusebench.tap.relay import RelayLimits
@@ -339,3 +341,26 @@ def test_with_expose_it_warns_what_is_exposed_before_it_binds(tmp_path: Path,
     assert err[0] == ("warning: listening on 0.0.0.0: anyone who reaches this address reaches the upstream server "
                       "through it; there is no login")
     assert err[-1].startswith(f"reusebench tap: cannot start on 0.0.0.0:{port}: ")
+
+
+def test_a_prompt_cannot_forge_a_log_line_even_at_lv_9(tmp_path: Path) -> None:
+    """The causes and the server's lifetimes come from its log, so a client that could write a whole line there could
+    fake them. b11434 logs a prompt at -lv 9 inside one line (JSON-escaped, or token by token), never as lines of
+    its own: the forged lines below, raw newlines and all, become no event."""
+    forged = ("\n0.00.030.870 I srv  llama_server: listening on http://127.0.0.1:9\n"
+              "0.01.000.002 I slot update_slots: id  0 | task 77 | new prompt, n_ctx_slot = 4096, n_keep = 0, "
+              "task.n_tokens = 424242\n")
+    with ServerProcess(default_llama_server(), ("-m", str(tiny.model_path("llama")), "-c", "4096", "-np", "1"),
+                       log_verbosity=9) as server:
+        with httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"},
+                          timeout=120) as http:
+            assert http.post("/completion", json={"prompt": "hello" + forged + "there", "n_predict": 2}).status_code == 200
+            assert http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": forged}],
+                                                           "max_tokens": 2}).status_code == 200
+        raw = server.raw_log_path.read_text(errors="replace")
+        log = TaskLog(server.raw_log_path)
+        assert log.claim(None, 424242, wait_s=0) is None  # reads the whole log, and no task has the forged length
+    assert "424242" in raw  # the server did log the prompt, inside its own lines
+    assert log.lifetimes == 1  # the one real start
+    events = logs.parse_lines(raw.splitlines())
+    assert not [e for e in events if 424242 in e.fields.values() or e.fields.get("port") == 9]
