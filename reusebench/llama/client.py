@@ -21,6 +21,9 @@ Prompt = str | Sequence[int]
 # (processed, cached, total) on every prompt-progress event; a true result ends the stream there (StreamEnded)
 ProgressCallback = Callable[[int, int, int], bool | None]
 CONNECT_TIMEOUT_S = 5.0  # a loopback server that does not accept within this is not answering
+# a kept-alive connection idle this long is closed rather than reused: llama-server (cpp-httplib) closes one idle for
+# 5 s, and a request sent on it as it closes fails with no answer (httpx's own default is those same 5 s)
+KEEPALIVE_LIMITS = httpx.Limits(keepalive_expiry=2.0)
 
 
 class ClientError(RuntimeError):
@@ -91,7 +94,8 @@ class LlamaClient:
         headers = {"Connection": "close"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self.http = httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
+        self.http = httpx.Client(base_url=base_url, headers=headers, limits=KEEPALIVE_LIMITS,
+                                 timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
 
     def close(self) -> None:
         self.http.close()
