@@ -4,6 +4,7 @@ clean stop, and a finished run's report."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -88,8 +89,8 @@ def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
     return value
 

@@ -21,9 +21,10 @@ Prompt = str | Sequence[int]
 # (processed, cached, total) on every prompt-progress event; a true result ends the stream there (StreamEnded)
 ProgressCallback = Callable[[int, int, int], bool | None]
 CONNECT_TIMEOUT_S = 5.0  # a loopback server that does not accept within this is not answering
-# a kept-alive connection idle this long is closed rather than reused: llama-server (cpp-httplib) closes one idle for
-# 5 s, and a request sent on it as it closes fails with no answer (httpx's own default is those same 5 s)
-KEEPALIVE_LIMITS = httpx.Limits(keepalive_expiry=2.0)
+# every client of llama-server asks for a connection per request: the server closes one after a streamed response
+# and one idle for 5 s (cpp-httplib's keep-alive timeout, also httpx's expiry), and a pooled connection reused as it
+# closes fails the next request with no answer
+ONE_REQUEST_PER_CONNECTION = {"Connection": "close"}
 
 
 class ClientError(RuntimeError):
@@ -89,13 +90,10 @@ class LlamaClient:
     """Endpoints of one running llama-server (``base_url``), authenticated with ``api_key``."""
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 3600.0) -> None:
-        # llama-server closes a connection after a streamed response; a pooled
-        # keep-alive connection would then fail the next request.
-        headers = {"Connection": "close"}
+        headers = dict(ONE_REQUEST_PER_CONNECTION)
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self.http = httpx.Client(base_url=base_url, headers=headers, limits=KEEPALIVE_LIMITS,
-                                 timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
+        self.http = httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S))
 
     def close(self) -> None:
         self.http.close()

@@ -30,7 +30,7 @@ import httpx
 
 from reusebench.config import workload
 from reusebench.llama import logs
-from reusebench.llama.client import CONNECT_TIMEOUT_S, KEEPALIVE_LIMITS, Completion
+from reusebench.llama.client import CONNECT_TIMEOUT_S, ONE_REQUEST_PER_CONNECTION, Completion
 from reusebench.llama.task_log import MAX_TASKS, Task, TaskLog
 from reusebench.records import Extra, Record, RecordWriter, Role, interrupted, was_interrupted
 from reusebench.reuse.perfect_cache import DEFAULT_MAX_TOKENS, PerfectCache
@@ -139,7 +139,7 @@ class Tap:
         self.tally = Tally()
         self.unrecorded_paths: Counter[str] = Counter()
         self.relay = Relay(options.upstream, options.listen, self, limits=options.limits)
-        self.helper = httpx.Client(base_url=options.upstream.rstrip("/"), limits=KEEPALIVE_LIMITS,
+        self.helper = httpx.Client(base_url=options.upstream.rstrip("/"), headers=ONE_REQUEST_PER_CONNECTION,
                                    timeout=httpx.Timeout(120.0, connect=CONNECT_TIMEOUT_S))
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tap-tokenize")  # in order: see above
         self.started_at = time.time()
