@@ -14,7 +14,7 @@ import pytest
 from reusebench import tiny
 from reusebench.llama import causes, logs
 
-from conftest import raw_server
+from conftest import SLOW_MACHINE_S, raw_server
 
 DATA = Path(__file__).parent / "data" / "logs"
 FIXTURES = sorted(p.stem for p in DATA.glob("*.log"))
@@ -321,7 +321,7 @@ def test_log_tail_offset_scans_back_across_blocks(tmp_path: Path) -> None:
 def released(tail: logs.LogTail, start: int) -> list[str]:
     """The log since `start` once it has the request's "stop processing" line: the server writes its log from a
     thread of its own, so that line can land after the response has arrived."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + SLOW_MACHINE_S
     while True:
         window = tail.read_since(start)
         if any(event.kind == "stop_processing" for event in logs.parse_lines(window)):
