@@ -4,9 +4,6 @@ real server checks them in tests/test_scenarios.py and tools/agreement.py."""
 
 from __future__ import annotations
 
-import pytest
-
-from reusebench import tiny
 from reusebench.capability import Capabilities
 from reusebench.reuse.expectation import (
     Held,
@@ -15,7 +12,6 @@ from reusebench.reuse.expectation import (
     ServerModel,
     active_cache_reuse,
     launch_of_options,
-    memory_of_gguf,
     user_starts,
 )
 
@@ -235,9 +231,3 @@ def test_launch_options_read_as_the_server_reads_them() -> None:
     assert (one.n_slots, one.kv_unified, one.cache_idle_slots, one.n_ubatch) == (1, False, False, 2048)
 
 
-@pytest.mark.parametrize(("name", "kind", "can_shift"), [
-    ("qwen35", "hybrid", False), ("granitehybrid", "hybrid", True), ("nemotron_h", "hybrid", True),
-    ("glm5-next", "hybrid", True), ("llama", "attention", True),
-])
-def test_memory_kind_comes_from_the_gguf(name: str, kind: str, can_shift: bool) -> None:
-    assert memory_of_gguf(tiny.model_path(name)) == Memory(kind, can_shift)

@@ -4,10 +4,9 @@ model's own; tests/test_scenarios.py and `reusebench agreement` hold them agains
 
 from __future__ import annotations
 
-from reusebench import tiny
 from reusebench.capability import Capabilities
 from reusebench.reuse import swa
-from reusebench.reuse.expectation import Memory, ServerModel, can_shift, launch_of_options, memory_of_gguf
+from reusebench.reuse.expectation import Memory, ServerModel, can_shift, launch_of_options
 
 WINDOWED = Memory("swa", can_shift=True, window=128, window_layers=5)  # tiny:gemma3
 TINY_BASE = {"parallel": 1, "ubatch-size": 512, "batch-size": 2048, "ctx-checkpoints": 32, "cache-ram": 8192}
@@ -36,9 +35,6 @@ def send(m: ServerModel, tokens: list[int]) -> tuple[int, str]:
     return expected.prompt_n, expected.cause
 
 
-def test_the_gguf_says_the_window_and_which_layers_keep_only_it() -> None:
-    # tiny:gemma3 is WWWWWA: five windowed layers of six, a 128-token window
-    assert memory_of_gguf(tiny.model_path("gemma3")) == WINDOWED
 
 
 def test_the_window_cache_holds_the_window_of_each_sequence_plus_a_ubatch_padded_to_256() -> None:

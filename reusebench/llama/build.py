@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reusebench.llama import arch_source
+
 TARGET = "llama-server"
 BUILD_INFO = "build.json"
 CACHE_ENV = "REUSEBENCH_LLAMA_BUILD_CACHE"
@@ -317,21 +319,10 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
         return binary
     if not (source.tree / "CMakeLists.txt").is_file():
         raise BuildError(f"{source.tree}: no CMakeLists.txt; is it a llama.cpp tree?")
-    env = _tool_environment()
-    for tool in ("cmake", "ninja"):
-        if shutil.which(tool, path=env["PATH"]) is None:
-            raise BuildError(f"{tool} not found (pip install cmake ninja; `make setup` does)")
-    # Not keyed by the version arguments, which change with every commit: the next commit of the same
-    # checkout then reconfigures and rebuilds only what changed.
-    tree = cache_root() / "trees" / _digest(str(source.tree.resolve()), *_without_version(args))
-    log_path = tree / "build.log"
-    tree.mkdir(parents=True, exist_ok=True)
     jobs = jobs or int(os.environ.get(JOBS_ENV) or os.cpu_count() or 1)
     started = time.monotonic()
-    with open(log_path, "w") as log:
-        _run(["cmake", "-S", str(source.tree), "-B", str(tree), *args], env, log, log_path)
-        _run(["cmake", "--build", str(tree), "--target", TARGET, "--parallel", str(jobs)], env, log, log_path,
-             progress=_StepProgress(f"building {TARGET} {source.label} ({flavor}, {jobs} jobs)", progress))
+    tree = build_target(source, args, TARGET, jobs=jobs, progress=progress, what=f"{source.label} ({flavor}, {jobs} jobs)")
+    log_path = tree / "build.log"
     built = tree / "bin" / TARGET
     if not built.is_file():
         raise BuildError(f"the build finished but {built} does not exist (log: {log_path})")
@@ -349,11 +340,45 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
         "identity": source.identity, "patches": list(source.patches), "flavor": flavor, "cmake_args": list(args),
         "build_seconds": round(seconds, 1),
         "jobs": jobs, "machine": platform.machine(), "version": (version.stdout + version.stderr).strip(),
+        **_window_types(source.tree),
         **({flavor: dict(details)} if details else {}),
     }, indent=2) + "\n")
     partial.replace(binary)
     progress(f"{TARGET} {source.label} ({flavor}): built in {seconds:.0f} s -> {binary}")
     return binary
+
+
+def build_tree(source: Source, args: Sequence[str]) -> Path:
+    """Where `source` is built with `args`. Not keyed by the version arguments, which change with every commit:
+    the next commit of the same checkout then reconfigures and rebuilds only what changed."""
+    return cache_root() / "trees" / _digest(str(source.tree.resolve()), *_without_version(args))
+
+
+def build_target(source: Source, args: Sequence[str], target: str, *, jobs: int, what: str,
+                 progress: Callable[[str], None] = print) -> Path:
+    """Configure `source`'s build tree with `args` and build `target` in it (its log: build.log there)."""
+    env = _tool_environment()
+    for tool in ("cmake", "ninja"):
+        if shutil.which(tool, path=env["PATH"]) is None:
+            raise BuildError(f"{tool} not found (pip install cmake ninja; `make setup` does)")
+    tree = build_tree(source, args)
+    log_path = tree / "build.log"
+    tree.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        _run(["cmake", "-S", str(source.tree), "-B", str(tree), *args], env, log, log_path)
+        _run(["cmake", "--build", str(tree), "--target", target, "--parallel", str(jobs)], env, log, log_path,
+             progress=_StepProgress(f"building {target} {what}", progress))
+    return tree
+
+
+def _window_types(tree: Path) -> dict[str, object]:
+    """The tree's window type per architecture (``arch_source``), for build.json; none from a tree that does not
+    keep each architecture in src/models/ (the pinned release's table applies then)."""
+    try:
+        table = arch_source.window_types(tree)
+    except OSError:
+        return {}
+    return {"window_types": table} if table else {}
 
 
 def _without_version(args: Sequence[str]) -> list[str]:

@@ -20,11 +20,6 @@ END_OFFSETS = 4  # checkpoints 4 and 4 + n_ubatch tokens before the end of a pro
 F_KEEP_SAVE = 0.5  # a slot picked by similarity is saved to RAM when less than this share of it is kept
 F_KEEP_LOAD = 0.25  # a RAM entry is never loaded when less than this share of it is kept
 
-# Architectures whose `{arch}.attention.sliding_window` gives some layers a sliding window (LLAMA_SWA_TYPE_STANDARD),
-# with the layer pattern llama.cpp applies when the GGUF names none: every Nth layer global (src/models/*.cpp,
-# `load_swa_pattern`). Others that read the key do something else with it (phi3 turns it off, llama4 chunks).
-SWA_PATTERNS: dict[str, int] = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "olmo2": 4, "exaone4": 4}
-
 # A request's `lora` that turns every adapter off. Explicit: a request without `lora` runs the server's global
 # adapters, which --lora applies at scale 1 (this build ignores --lora-init-without-apply: /lora-adapters still
 # reports 1.0).

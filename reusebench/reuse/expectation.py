@@ -7,17 +7,19 @@ server's answer is looked at. The server's answer contributes only the tokens it
 keeps (``answered``). Every rule is written down in docs/llama-server-reuse.md with its source line;
 the comments below name the section.
 
-What the model is told about the world: the model's memory (``memory_of_gguf``, from the GGUF: attention,
-recurrent, hybrid or sliding-window, and whether its attention cache can shift), the launch options that decide reuse
-(``launch_of_options``), and the build's capabilities where llama.cpp builds differ, as its probes showed them
-(``reusebench.capability``; b11434's rules where nothing was probed). It is deliberately not told what the
-server logged at start-up: a build that quietly changes a rule no probe covers (say, turns checkpoints off)
-must show up as a step the model did not expect.
+What the model is told about the world: the model's memory as the server that loads it built it (``memory_of``
+over ``llama.model_memory.ModelMemory``, from one start's log: attention, recurrent, hybrid or sliding-window, the
+window, and whether its attention cache can shift), the launch options that decide reuse (``launch_of_options``),
+and the build's capabilities where llama.cpp builds differ, as its probes showed them (``reusebench.capability``;
+b11434's rules where nothing was probed). It is deliberately not told what the measured server logged about its
+reuse options: a build that quietly changes a rule no probe covers (say, turns checkpoints off) must show up as a
+step the model did not expect.
 
 A sliding-window model's window cache is replayed cell by cell (``reuse.swa``): which positions it still holds
 decides whether a prompt can keep its state without a checkpoint.
 
-Not modelled: multimodal chunks in a prompt, aLoRA, speculative decoding, sliding windows in a hybrid, and the
+Not modelled: multimodal chunks in a prompt, aLoRA, speculative decoding, the memories ``ModelMemory.not_modelled``
+names (a window in a hybrid, a chunked or symmetric window, caches other than attention, window and recurrent), and the
 RAM cache's size and token limits (the tiny models' states are far below them; an eviction the model did not
 predict shows as UNEXPECTED).
 """
@@ -26,10 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import NamedTuple
-
-import gguf
 
 from reusebench.capability import PINNED, Capabilities
 from reusebench.config import options as options_mod
@@ -43,9 +42,9 @@ from reusebench.llama.facts import (
     DEFAULT_UBATCH,
     F_KEEP_LOAD,
     F_KEEP_SAVE,
-    SWA_PATTERNS,
     end_checkpoint_offsets,
 )
+from reusebench.llama.model_memory import ModelMemory
 from reusebench.llama.outputs import common_prefix
 from reusebench.reuse import swa
 
@@ -61,6 +60,7 @@ class Memory:
     can_shift: bool  # its attention cache can shift positions (what --cache-reuse needs)
     window: int = 0  # the sliding window of its SWA layers (n_swa), 0 without
     window_layers: int = 0  # how many of its layers keep only the window
+    not_modelled: str = ""  # why the rules below do not predict this memory's counts ("" when they do)
 
     @property
     def needs_checkpoints(self) -> bool:
@@ -69,31 +69,17 @@ class Memory:
         return self.kind != "attention"
 
 
-def memory_of_gguf(path: Path) -> Memory:
-    """The memory kind from a GGUF's metadata: recurrent layers carry ``{arch}.ssm.*`` keys, attention layers
-    a non-zero kv-head count, sliding-window layers ``{arch}.attention.sliding_window`` on an architecture that
-    applies it (``facts.SWA_PATTERNS``, or the GGUF's own ``sliding_window_pattern``); multi-position RoPE
-    (``rope.dimension_sections``) cannot shift."""
-    fields = gguf.GGUFReader(path).fields
-    arch = str(fields["general.architecture"].contents())
-    recurrent = any(name.startswith(f"{arch}.ssm.") for name in fields)
-    kv_heads = fields.get(f"{arch}.attention.head_count_kv")
-    kv_values = kv_heads.contents() if kv_heads is not None else [1]
-    attention = any(int(v) > 0 for v in (kv_values if isinstance(kv_values, list) else [kv_values]))
-    kind = "hybrid" if recurrent and attention else "recurrent" if recurrent else "attention"
-    can_shift = f"{arch}.rope.dimension_sections" not in fields
-    window_field = fields.get(f"{arch}.attention.sliding_window")
-    window = int(window_field.contents()) if window_field is not None and arch in SWA_PATTERNS else 0
-    if kind != "attention" or window <= 0:
-        return Memory(kind, can_shift)
-    layers = int(fields[f"{arch}.block_count"].contents())
-    pattern = fields.get(f"{arch}.attention.sliding_window_pattern")
-    if pattern is not None and isinstance(pattern.contents(), list):
-        windowed = sum(bool(v) for v in pattern.contents())
+def memory_of(built: ModelMemory) -> Memory:
+    """The memory the server built (``llama.model_memory``), as the model's rules see it. A layout the rules do not
+    cover keeps its nearest kind, for the plan's estimates, and says why it is not modelled."""
+    if built.recurrent and built.attention_layers:
+        kind = "hybrid"
+    elif built.recurrent:
+        kind = "recurrent"
     else:
-        every = int(pattern.contents()) if pattern is not None else SWA_PATTERNS[arch]
-        windowed = sum(il % every < every - 1 for il in range(layers))
-    return Memory("swa", can_shift, window, windowed)
+        kind = "swa" if built.window_layers else "attention"
+    window = built.window if kind == "swa" else 0
+    return Memory(kind, built.can_shift, window, built.window_layers if window else 0, built.not_modelled)
 
 
 @dataclass(frozen=True)

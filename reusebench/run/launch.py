@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reusebench.capability import PINNED, Capabilities
+from reusebench.capability import PINNED, Capabilities, model_memory
 from reusebench.config.profiles import Variant
+from reusebench.llama.model_memory import ModelMemory
 from reusebench.llama.server import Server
 from reusebench.reuse import expectation
 
@@ -37,7 +38,7 @@ class LaunchSpec:
 
     variant: Variant  # its binary, model, adapters and n_predict; its options are read only by ``resolve``
     capabilities: Capabilities  # its build's rules where builds differ (``capability``)
-    memory: expectation.Memory  # from its GGUF, read once
+    memory: expectation.Memory  # as its binary built it for its model (``capability.model_memory``), read once
     launch: expectation.Launch  # the options that decide reuse, as the server reads them, with the context
     added: tuple[str, ...]  # the llama-server arguments the harness adds to the variant's (--ctx-size, --metrics)
     slot_save_path: Path | None  # the variant's --slot-save-path; None: the session gives a private directory
@@ -77,10 +78,12 @@ class LaunchSpec:
 
 
 def resolve(variant: Variant, capabilities: Capabilities = PINNED, *, context: Context, metrics: bool = False,
-            verify: bool = True, early_stop: bool = True) -> LaunchSpec:
+            verify: bool = True, early_stop: bool = True, memory: ModelMemory | None = None) -> LaunchSpec:
     """The launch of `variant` by the rules of its build's `capabilities`. `context(n_slots)` is the context the
     harness gives when the variant sets none; `metrics` adds ``--metrics`` unless the variant sets it; `verify` and
-    `early_stop` are the command line's, which the variant and the build may still turn off."""
+    `early_stop` are the command line's, which the variant and the build may still turn off. `memory` is the
+    model's as its binary builds it; None: learned now from one start of that binary (kept, so once per binary and
+    model file)."""
     def launch_with(n_ctx: int) -> expectation.Launch:
         return expectation.launch_of_options(variant.options, multimodal=variant.mmproj is not None,
                                              lora_adapters=len(variant.lora), n_ctx=n_ctx)
@@ -93,7 +96,8 @@ def resolve(variant: Variant, capabilities: Capabilities = PINNED, *, context: C
     if metrics and variant.option("metrics") is None:
         added.append("--metrics")
     save_path = variant.option("slot-save-path")
-    spec = LaunchSpec(variant, capabilities, expectation.memory_of_gguf(variant.model), launch, tuple(added),
+    built = memory or model_memory.of_model(variant.binary, variant.model)
+    spec = LaunchSpec(variant, capabilities, expectation.memory_of(built), launch, tuple(added),
                       slot_save_path=None if save_path is None else Path(str(save_path)),
                       sleep_idle_s=variant.number("sleep-idle-seconds"), verify=variant.verify and verify,
                       early_stop=early_stop)
