@@ -117,6 +117,7 @@ class Extra(TypedDict, total=False):
     # the session
     slot_from: str  # "disk": the slot was restored from a file just before
     expected_wrong_output: bool  # the reuse model knows the reused state to be foreign
+    not_modelled: str  # why the reuse model predicts nothing for this model's memory (its architecture, what lacks)
     foreign_reused: int  # tokens reused beyond the longest prefix ever computed under this LoRA
     prefill_seconds: str  # why a step stopped at its count has no prefill seconds
     timeout_s: float  # a failed completion's deadline
@@ -309,13 +310,16 @@ def was_interrupted(error: str | None) -> bool:
 
 
 def verdict(r: Record) -> str:
-    """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse, or
+    """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse,
     UNEXPECTED when prompt_n is not what the reuse model predicts (a wrong output outranks it: the
-    report's output column and cause columns still show both)."""
+    report's output column and cause columns still show both), or NOT MODELLED where the model predicts nothing
+    for this memory (``extra["not_modelled"]`` says why)."""
     if r.matches_reference is False:
         return "WRONG OUTPUT"
     if abs(deviation(r) or 0) > EXPECTED_TOLERANCE:
         return "UNEXPECTED"
+    if r.extra.get("not_modelled"):
+        return "NOT MODELLED"
     if r.extra.get("foreign_reused"):
         return "FOREIGN REUSE"
     if not r.expected_hit and (r.cache_n or 0) <= HIT_TOLERANCE:

@@ -61,7 +61,7 @@ def cause_words(r: Record) -> str:
 def _expected(r: Record) -> str:
     """The reuse model's prompt_n, with the deviation when the server did otherwise."""
     if r.expected is None:
-        return "-"
+        return "not modelled" if r.extra.get("not_modelled") else "-"
     off = deviation(r)
     wrong = ", wrong output" if r.extra.get("expected_wrong_output") else ""
     return f"{r.expected:,}" + (f" ({off:+,}{wrong})" if off else f" ({wrong[2:]})" if wrong else "")
@@ -150,6 +150,7 @@ def miss_rates(records: Iterable[Record]) -> str:
     wrong = sum(r.matches_reference is False for r in measured)
     unexpected = [r for r in measured if r.verdict == "UNEXPECTED"]
     foreign = sum(bool(r.extra.get("foreign_reused")) for r in measured)
+    not_modelled = dict.fromkeys(str(r.extra["not_modelled"]) for r in measured if r.extra.get("not_modelled"))
     return "\n".join((
         f"miss rate of turns that should hit: {missed} of {len(should)} re-processed everything "
         f"({_percent(missed, len(should))}), {sum(r.verdict == 'partial' for r in should)} partial",
@@ -159,6 +160,7 @@ def miss_rates(records: Iterable[Record]) -> str:
         f"wrong output: {wrong}; reused state computed for another prefix or LoRA: {foreign}",
         f"steps the reuse model did not expect: {len(unexpected)}"
         + (f" ({', '.join(f'{r.scenario}/{r.step}' for r in unexpected)})" if unexpected else ""),
+        *(f"not modelled, no expected counts: {why}" for why in not_modelled),
     ))
 
 

@@ -50,7 +50,7 @@ class Progress:
         seconds = "stopped at its count" if r.prompt_ms is None else f"in {r.prompt_ms / 1000:.2f} s"
         self.say(
             f"  {r.scenario}/{r.step}: re-processed {r.prompt_n:,} of {r.prompt_tokens:,} "
-            f"(ideal {r.ideal:,}, expected {r.expected:,}) {seconds}  [{label}]  "
+            f"(ideal {r.ideal:,}, expected {_count(r.expected)}) {seconds}  [{label}]  "
             f"{r.cause['summary'] if r.cause else ''}"
         )
         self.done(r)
@@ -59,3 +59,7 @@ class Progress:
         """A call of the session ended: the run's estimate of time left moves on."""
         if self.estimate is not None:
             self.estimate.done(self.name, r)
+
+
+def _count(n: int | None) -> str:
+    return "not modelled" if n is None else f"{n:,}"

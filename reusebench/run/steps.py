@@ -237,9 +237,12 @@ class SessionSteps(VariantSteps):
             record.extra["slot_from"], self._restored = "disk", False
         record.expected_hit = expect_hit
         expected = self.expectation.complete(request.tokens, lora=request.lora, user_starts=request.user_starts)
-        record.expected, record.cause_expected = expected.prompt_n, expected.cause
-        if expected.wrong_output:
-            record.extra["expected_wrong_output"] = True
+        if self.spec.memory.not_modelled:  # no prediction rather than a wrong one: the counts are still measured
+            record.extra["not_modelled"] = self.spec.memory.not_modelled
+        else:
+            record.expected, record.cause_expected = expected.prompt_n, expected.cause
+            if expected.wrong_output:
+                record.extra["expected_wrong_output"] = True
         record.host = self.server.host_state()
         sampler = self.server.sampler
         gpu_mark = sampler.mark()
