@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gguf import GGUFWriter
 
+from reusebench.tiny import archs
 from reusebench.tiny.adapters import build_lora, build_mmproj
 from reusebench.tiny.gemma3 import build_gemma3
 from reusebench.tiny.glm5_next import build_glm5_next
@@ -92,7 +93,11 @@ def default_cache_dir() -> Path:
 
 
 def model_path(name: str, cache_dir: Path | None = None) -> Path:
-    """Path of the tiny model `name`, generated into the cache first if missing."""
+    """Path of the tiny model `name`, generated into the cache first if missing; `arch-ARCH` is any architecture
+    of the pinned build, written by its test-llama-archs (``tiny.archs``)."""
+    if name.startswith(archs.PREFIX):
+        arch = name.removeprefix(archs.PREFIX)
+        return _cached(f"{name}-{_digest('arch', arch, archs.SEED)}.gguf", lambda: archs.retokenized(arch), cache_dir)
     recipe = _recipe(name)
     build = _MODEL_BUILDERS[recipe.arch]
     return _cached(f"{name}-{_digest('model', recipe)}.gguf", lambda: build(name, recipe), cache_dir)
