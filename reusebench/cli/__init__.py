@@ -7,6 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from reusebench.capability import model_memory
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.cli.parser import build_parser
@@ -19,7 +20,7 @@ __all__ = ["build_parser", "main"]
 
 # a file the command reads is wrong (it names the file and field): apart from a wrong command line
 CONFIG_ERRORS = (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, binaries.BinaryError,
-                 asv_selection.SelectionError, NightlyError, SiteError)
+                 asv_selection.SelectionError, NightlyError, SiteError, model_memory.ModelLoadError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

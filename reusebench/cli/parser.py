@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from importlib import metadata
 
-from reusebench.cli import advise, build, check, common, nightly, report, run, shipped, tap
+from reusebench.cli import advise, build, check, common, inspect_model, nightly, report, run, shipped, tap
 from reusebench.llama import build as llama_build
 
 DESCRIPTION = """Does llama-server really reuse the prompts it has already read? reusebench sends realistic sequences of long
@@ -19,7 +19,7 @@ COMMANDS: tuple[Callable[[common.Subparsers], None], ...] = (
     run.add_run, run.add_workload, tap.add_tap, report.add_report, check.add_check, report.add_view,
     nightly.add_nightly, nightly.add_compare, nightly.add_site,
     advise.add_agreement, advise.add_advise, shipped.add_profiles, tap.add_log_filter, check.add_probe,
-    build.add_build, shipped.add_models,
+    build.add_build, shipped.add_models, inspect_model.add_inspect,
 )
 
 

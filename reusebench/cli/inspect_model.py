@@ -1,0 +1,51 @@
+"""`reusebench inspect MODEL.gguf`: what the suite believes about a model, without a run."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from reusebench.cli import common
+from reusebench.cli.exits import Exit
+from reusebench.config import profiles, sizes
+from reusebench.llama import binaries
+from reusebench.run import inspection
+
+BASE_PROFILE = "tiny-base"  # report A's launch options: one slot, ubatch 512, 32 checkpoints, an 8 GiB RAM cache
+DEFAULT_SIZE = "32K"
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    model: Path = args.model
+    if not model.is_file():
+        raise ValueError(f"{model} does not exist")
+    profile = profiles.load_profile(args.profile or BASE_PROFILE)
+    variant = profile.variant(args.variant) if args.variant else profile.variants[0]
+    binary = binaries.resolve_binary(args.binary, source="--binary") if args.binary else variant.binary
+    variant = dataclasses.replace(variant, model=model.resolve(), model_spec=str(model), binary=binary, mmproj=None,
+                                  lora=())
+    found = inspection.inspect(variant, args.size or [sizes.parse_size(DEFAULT_SIZE)], profile.corpus)
+    print(json.dumps(found.to_dict(), indent=2) if args.json else inspection.render(found))
+    return Exit.OK
+
+
+def add_inspect(sub: common.Subparsers) -> None:
+    shows = "what the suite believes about a model: its memory as llama-server builds it, and report A's costs"
+    parser = common.add_command(sub, "inspect", shows, (
+        "What the suite believes about MODEL, without a run: the architecture, its memory as the llama-server that "
+        "loads it reports at startup (attention, recurrent, hybrid, a window and its type), whether --cache-reuse "
+        "can work, what --swa-full changes, whether the reuse model follows this memory, and report A's "
+        "re-processed tokens predicted at each --size under the profile's launch options (report A's own, "
+        f"{BASE_PROFILE}, unless --profile names yours). The memory is read from one short start of the server, "
+        "kept per binary and model file."))
+    parser.add_argument("model", type=Path, metavar="MODEL.gguf", help="the model file")
+    parser.add_argument("--binary", metavar="PATH", help="the llama-server that loads it (default: the profile's, "
+                        "`default`: the pinned build)")
+    common.add_profile(parser, required=False, what=f"launch options from this profile (default: {BASE_PROFILE})")
+    parser.add_argument("--variant", metavar="NAME", help="the profile's variant (default: its first)")
+    parser.add_argument("--size", action="append", type=common.token_size, metavar="SIZE", help="prompt size to predict, e.g. 32K "
+                        "(repeatable; default: 32K)")
+    common.add_json(parser, "the memory, the verdicts and the predicted costs as JSON")
+    parser.set_defaults(func=cmd_inspect)
