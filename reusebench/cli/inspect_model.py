@@ -32,12 +32,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def add_inspect(sub: common.Subparsers) -> None:
-    shows = "what the suite believes about a model: its memory as llama-server builds it, and report A's costs"
+    shows = "what the suite believes about a model: its memory as llama-server builds it, and what six steps cost"
     parser = common.add_command(sub, "inspect", shows, (
         "What the suite believes about MODEL, without a run: the architecture, its memory as the llama-server that "
         "loads it reports at startup (attention, recurrent, hybrid, a window and its type), whether --cache-reuse "
-        "can work, what --swa-full changes, whether the reuse model follows this memory, and report A's "
-        "re-processed tokens predicted at each --size under the profile's launch options (report A's own, "
+        "can work, what --swa-full changes, whether the reuse model follows this memory, and the tokens six "
+        "steps would re-process (first load, resend, interleave, re-ask, an edit at the middle, a restore from "
+        "disk), predicted at each --size under the profile's launch options (the embedded default's, "
         f"{BASE_PROFILE}, unless --profile names yours). The memory is read from one short start of the server, "
         "kept per binary and model file."))
     parser.add_argument("model", type=Path, metavar="MODEL.gguf", help="the model file")

@@ -76,10 +76,8 @@ class ModelMemory:
         unknown = sorted({c.split(":")[0] for c in self.caches if c not in MODELLED_CACHES})
         if unknown:
             return f"{self.arch}: its {', '.join(unknown)} caches are not modelled"
-        if self.window_layers and self.window_type != arch_source.STANDARD:
+        if self.window_layers and self.window_type not in (arch_source.STANDARD, arch_source.CHUNKED):
             return f"{self.arch}: a {self.window_type} window is not modelled"
-        if self.window_layers and self.recurrent:
-            return f"{self.arch}: a window beside recurrent layers is not modelled"
         if not self.attention_layers and not self.recurrent:
             return f"{self.arch}: no attention or recurrent cache"
         return ""

@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from reusebench.capability import PINNED, Capabilities
 from reusebench.config import options as options_mod
+from reusebench.llama import arch_source
 from reusebench.llama.facts import (
     AUTO_SLOTS,
     DEFAULT_BATCH,
@@ -61,6 +62,7 @@ class Memory:
     window: int = 0  # the sliding window of its SWA layers (n_swa), 0 without
     window_layers: int = 0  # how many of its layers keep only the window
     not_modelled: str = ""  # why the rules below do not predict this memory's counts ("" when they do)
+    chunked: bool = False  # its window is the current chunk of `window` tokens (llama4), not the last `window`
 
     @property
     def needs_checkpoints(self) -> bool:
@@ -73,13 +75,13 @@ def memory_of(built: ModelMemory) -> Memory:
     """The memory the server built (``llama.model_memory``), as the model's rules see it. A layout the rules do not
     cover keeps its nearest kind, for the plan's estimates, and says why it is not modelled."""
     if built.recurrent and built.attention_layers:
-        kind = "hybrid"
+        kind = "hybrid"  # with a window too (lfm2): the recurrent state's position is the memory's lowest
     elif built.recurrent:
         kind = "recurrent"
     else:
         kind = "swa" if built.window_layers else "attention"
-    window = built.window if kind == "swa" else 0
-    return Memory(kind, built.can_shift, window, built.window_layers if window else 0, built.not_modelled)
+    return Memory(kind, built.can_shift, built.window, built.window_layers, built.not_modelled,
+                  chunked=built.window_type == arch_source.CHUNKED)
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,9 @@ def window_cells(memory: Memory, launch: Launch) -> int:
 
 
 def can_shift(memory: Memory, launch: Launch) -> bool:
-    """Whether the memory can shift positions: a window's cache only when it is as large as the full one."""
-    if memory.kind != "swa":
+    """Whether the memory can shift positions: a window's cache (also a hybrid's) only when it is as large as the
+    full one."""
+    if not memory.window:
         return memory.can_shift
     return memory.can_shift and launch.n_ctx > 0 and window_cells(memory, launch) == launch.slot_ctx
 
@@ -263,7 +266,7 @@ class ServerModel:
         if self.memory.kind == "swa":  # one stream for all slots with unified KV, else one each
             cells = window_cells(self.memory, self.launch)
             count = 1 if self.launch.kv_unified else self.launch.n_slots
-            self.streams = [swa.Cells(cells, self.memory.window) for _ in range(count)]
+            self.streams = [swa.Cells(cells, self.memory.window, self.memory.chunked) for _ in range(count)]
 
     def sleep(self) -> None:
         """Sleeping frees the model; waking reloads it with empty slots and RAM cache."""
@@ -305,7 +308,9 @@ class ServerModel:
         if cells is None or n_past == 0:
             return False
         held_from = cells.pos_min(slot.index)
-        return held_from < 0 or held_from > max(0, n_past - self.memory.window + 1)
+        window = self.memory.window
+        needed_from = n_past // window * window if self.memory.chunked else max(0, n_past - window + 1)
+        return held_from < 0 or held_from > needed_from
 
     # -- slot files ----------------------------------------------------------------------------------
 

@@ -37,8 +37,8 @@ def window_cells(n_ctx: int, window: int, n_ubatch: int, n_slots: int, unified: 
 class Cells:
     """One stream of the window's cache: each cell holds one (position, sequence) or nothing."""
 
-    def __init__(self, size: int, window: int) -> None:
-        self.size, self.window = size, window
+    def __init__(self, size: int, window: int, chunked: bool = False) -> None:
+        self.size, self.window, self.chunked = size, window, chunked
         self.pos = [-1] * size  # -1: empty
         self.seq = [-1] * size
         self.head = 0
@@ -53,7 +53,10 @@ class Cells:
         return max(held) if held else -1
 
     def masked(self, pos: int, pos_next: int) -> bool:
-        """Whether a cell at `pos` is outside the window of a token at `pos_next` (``is_masked_swa``, standard)."""
+        """Whether a cell at `pos` is outside the window of a token at `pos_next` (``is_masked_swa``): the last
+        `window` positions (standard), or the `window`-token chunk `pos_next` lies in (chunked, llama4)."""
+        if self.chunked:
+            return pos < pos_next // self.window * self.window
         return pos_next - pos >= self.window
 
     def seq_rm(self, seq: int, p0: int = 0, p1: int | None = None) -> None:

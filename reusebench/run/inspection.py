@@ -59,7 +59,7 @@ def _cache_reuse(memory: expectation.Memory, spec: launch.LaunchSpec) -> str:
 
 
 def _swa_full(memory: expectation.Memory, spec: launch.LaunchSpec) -> str:
-    if memory.kind != "swa" or not memory.window:
+    if not memory.window:
         return "nothing: the model has no window the reuse model follows"
     without = expectation.window_cells(memory, spec.launch)
     with_full = expectation.window_cells(memory, replace(spec.launch, swa_full=True))

@@ -234,8 +234,11 @@ def probe_swa_full(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
     warning = ctx.disabled_warning("swa_full_unsupported")
     if warning is not None:
         return [setting.verdict(Verdict.DISABLED, quote(warning))]
-    if ctx.memory.kind != "swa":
+    if not ctx.memory.window:
         return [setting.verdict(Verdict.INEFFECTIVE, f"the model's memory is {ctx.memory.kind}, without a window")]
+    if ctx.memory.kind != "swa":  # the recurrent state decides what is kept; the window only moves the threshold
+        return [setting.verdict(Verdict.UNVERIFIED, "no probe yet for a window beside recurrent layers; "
+                                "`reusebench inspect` predicts what --swa-full changes on this model")]
     launch = dataclasses.replace(ctx.spec.launch, swa_full=False, n_ctx=ctx.applied("n_ctx") or 0)
     without = expectation.window_cells(ctx.memory, launch)
     length = 2 * without
