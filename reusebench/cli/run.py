@@ -19,7 +19,7 @@ from reusebench.tap import InFront
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    profile = profiles.load_profile(args.profile, check_binary=not args.dry_run)  # a plan needs no binary
+    profile = profiles.load_profile(args.profile)  # every option checked against the binary's --help, also for a plan
     repeats = None if args.repeat_first_load is None else runner.Repeats(
         args.repeat_first_load, idle_gap_s=args.idle_gap or 0.0, warm_up=args.warm_up)
     if repeats is None and (args.idle_gap is not None or args.warm_up):

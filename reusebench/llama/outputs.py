@@ -1,4 +1,4 @@
-"""How two outputs of llama-server compare: where two runs of token ids part (``common_prefix``), and how far one
+"""How two outputs of llama-server compare: where two runs of token ids part (``common_prefix``, ``shared_run``), and how far one
 completion's output is from another's, teacher-forced (``difference``). What counts as "the same output" given
 the noise of a batch shape is ``reuse.verification``'s rule; the capability probes and the session share these two.
 """
@@ -18,11 +18,31 @@ Tokens = Sequence[int] | np.ndarray  # ids as a list, or as the perfect cache an
 
 def common_prefix(a: Tokens, b: Tokens) -> int:
     """How many leading token ids `a` and `b` share."""
-    n = min(len(a), len(b))
-    if n == 0:
+    return shared_run(a, 0, b, 0)
+
+
+def shared_run(a: Tokens, i: int, b: Tokens, j: int) -> int:
+    """How many token ids `a` from `i` and `b` from `j` share, in time that grows with that count, not with the
+    lengths: a first mismatch ends it at once, a run is compared in chunks that double. (``--cache-reuse``
+    looks for a chunk at every cached position, so its model calls this once per position of a long prompt.)"""
+    limit = min(len(a) - i, len(b) - j)
+    if limit <= 0 or a[i] != b[j]:
         return 0
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if diff.size else n
+    n, step = 0, 64
+    while n < limit:
+        k = min(step, limit - n)
+        x, y = a[i + n:i + n + k], b[j + n:j + n + k]
+        if not _same(x, y):
+            return n + int(np.flatnonzero(np.asarray(x) != np.asarray(y))[0])
+        n, step = n + k, step * 2
+    return n
+
+
+def _same(x: Tokens, y: Tokens) -> bool:
+    """Equal ids, compared in C: as tuples (a list and a tuple of the same ids are not ==), or as arrays."""
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return bool(np.array_equal(x, y))
+    return (x if type(x) is tuple else tuple(x)) == (y if type(y) is tuple else tuple(y))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ predict shows as UNEXPECTED).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -46,7 +47,7 @@ from reusebench.llama.facts import (
     end_checkpoint_offsets,
 )
 from reusebench.llama.model_memory import ModelMemory
-from reusebench.llama.outputs import common_prefix
+from reusebench.llama.outputs import common_prefix, shared_run
 from reusebench.reuse import swa
 
 MEMORY_KINDS = ("attention", "recurrent", "hybrid", "swa")
@@ -519,7 +520,7 @@ class ServerModel:
         head_c = head_p = n_past
         gained = 0
         while head_c < len(cached) and head_p < len(tokens):
-            match = common_prefix(cached[head_c:], tokens[head_p:])
+            match = shared_run(cached, head_c, tokens, head_p)
             if match >= self.cache_reuse:
                 if head_c <= last_pos < head_c + match:
                     last_pos += head_p - head_c
@@ -546,16 +547,18 @@ class ServerModel:
         n_batch, n_ubatch, min_step = self.launch.n_batch, self.launch.n_ubatch, self.launch.checkpoint_min_step
         end = len(tokens)
         last_user = max(user_starts, default=-1)
+        ends = [end - offset for offset in end_checkpoint_offsets(n_batch, n_ubatch)]  # a batch stops before these
+        users = sorted(user_starts)
         n = start
         while n < end:
             batch_start = n
-            while n < end and n - batch_start < n_batch:
-                n += 1
-                checkpoints = slot.held.checkpoints
-                if n in user_starts and (n == last_user or not checkpoints or n > checkpoints[-1].n_tokens + min_step):
-                    break
-                if any(end == n + offset for offset in end_checkpoint_offsets(n_batch, n_ubatch)):
-                    break
+            checkpoints = slot.held.checkpoints
+            # the batch runs to its size or the prompt's end, and stops early at a user message that gets a
+            # checkpoint, or where a checkpoint before the end goes: the first of these after its start
+            stops = [min(end, batch_start + n_batch), *(e for e in ends if e > batch_start)]
+            stops += [u for u in users[bisect.bisect_right(users, batch_start):]
+                      if u == last_user or not checkpoints or u > checkpoints[-1].n_tokens + min_step][:1]
+            n = min(stops)
             near_end = end < n + n_ubatch
             checkpoints = slot.held.checkpoints
             wanted = (n == end or batch_start in user_starts or near_end) and batch_start > 0 and (

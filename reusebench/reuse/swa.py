@@ -42,6 +42,7 @@ class Cells:
         self.pos = [-1] * size  # -1: empty
         self.seq = [-1] * size
         self.head = 0
+        self.used = 0  # cells that hold a position: counted as they change, a scan per ubatch is quadratic
 
     def pos_min(self, seq: int) -> int:
         """The lowest position `seq` holds, -1 when it holds none."""
@@ -65,6 +66,7 @@ class Cells:
         for i in range(self.size):
             if self.seq[i] == seq and self.pos[i] >= p0 and (p1 is None or self.pos[i] < p1):
                 self.pos[i], self.seq[i] = -1, -1
+                self.used -= 1
                 first = min(first, i)
         if first < self.head:
             self.head = first
@@ -100,8 +102,7 @@ class Cells:
     def _find(self, n_tokens: int) -> list[int]:
         """``find_slot`` for a ubatch, not contiguous: from the head, wrapping, every empty cell or one whose
         position has left its own sequence's window."""
-        used = sum(p >= 0 for p in self.pos)
-        head = 0 if self.head > used + 2 * n_tokens else self.head
+        head = 0 if self.head > self.used + 2 * n_tokens else self.head
         pos_max: dict[int, int] = {}
         found: list[int] = []
         tested = 0
@@ -133,6 +134,8 @@ class Cells:
             if self.pos[i] >= 0:
                 owner = self.seq[i]
                 overwritten[owner] = max(overwritten.get(owner, -1), self.pos[i])
+            else:
+                self.used += 1
             self.pos[i], self.seq[i] = pos, seq
         for owner, highest in overwritten.items():
             lowest = self.pos_min(owner)

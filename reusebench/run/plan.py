@@ -10,6 +10,7 @@ plans into time left, from the prefill rate the latest first load measured.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class PlanSteps(VariantSteps):
         self.spec, self.plan = spec, plan
         self.model = spec.reuse_model()
         self._ids: dict[str, int] = {}
+        self._tokenized: dict[str, list[int]] = {}
         question = max(len(q.split()) for q in corpus_spec.questions)
         self.document = self._words("d", size - question - 1)
         self.other = self._words("o", size - question - 1)
@@ -79,6 +81,7 @@ class PlanSteps(VariantSteps):
         self._answers = 0
 
     @staticmethod
+    @functools.lru_cache(maxsize=8)
     def _words(prefix: str, n: int) -> str:
         return "\n".join(" ".join(f"{prefix}{i}" for i in range(start, min(n, start + WORDS_PER_LINE)))
                          for start in range(0, n, WORDS_PER_LINE))
@@ -86,7 +89,18 @@ class PlanSteps(VariantSteps):
     # -- what scenarios read --------------------------------------------------------------------
 
     def tokens(self, text: str, *, bos: bool = True) -> list[int]:
-        return [0] * bos + [self._ids.setdefault(word, len(self._ids) + 1) for word in text.split()]
+        if text not in self._tokenized:  # a session sends the same document in many prompts
+            self._tokenized[text] = self._ids_of(text)
+        return [0] * bos + self._tokenized[text]
+
+    def _ids_of(self, text: str) -> list[int]:
+        words = text.split()
+        new = set(words).difference(self._ids)
+        if new:  # new words get the next ids, in the order they first appear
+            for word in dict.fromkeys(words):
+                if word in new:
+                    self._ids[word] = len(self._ids) + 1
+        return list(map(self._ids.__getitem__, words))  # in C: a 128K prompt is 131,072 look-ups
 
     def saved_tokens(self, filename: str) -> list[int]:
         return list(self._saved[filename][1])

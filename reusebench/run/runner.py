@@ -18,8 +18,11 @@ from typing import NamedTuple, TextIO
 from reusebench import records
 from reusebench.capability import PINNED, Capabilities, cache
 from reusebench.config import corpus, profiles, scenarios
+from reusebench.config.sizes import size_label
+from reusebench.llama import gguf_check
 from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler
+from reusebench.reuse import expectation
 from reusebench.run import launch, plan, provenance
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.recording import RunDir
@@ -112,10 +115,12 @@ def run_profile(
     """
     out = out or sys.stderr  # looked up now: a redirected stderr (tests, redirect_stderr) is honoured
     chosen = _sessions(profile, variants, sizes, scenario_ids, repeats)  # refused now, before anything starts
+    refuse_beyond_context([(variant, size, size) for variant, size, _ in chosen])
     corpus_spec = corpus.load_spec(corpus_name or profile.corpus)
     capabilities = probe_binaries([variant for variant, _, _ in chosen], out)
     sessions = resolve_sessions(chosen, capabilities, verify=verify, early_stop=early_stop)
     planned = plan_sessions(sessions, corpus_spec, repeats=repeats)
+    refuse_beyond_context(_longest(sessions, planned))
     run = RunDir.create(results_dir)
     names = list(dict.fromkeys(variant.name for variant, _, _ in chosen))
     provenance.write(run.path, provenance.stamp(profile, names, capabilities))
@@ -205,12 +210,44 @@ def plan_sessions(sessions: Sequence[PlannedSession], corpus_spec: corpus.Corpus
 def plan_profile(profile: profiles.Profile, *, variants: Sequence[str] = (), sizes: Sequence[int] = (),
                  scenario_ids: Sequence[str] = (), corpus_name: str | None = None, verify: bool = True,
                  early_stop: bool = True, repeats: Repeats | None = None) -> list[plan.SessionPlan]:
-    """What `run_profile` with these arguments would send, without starting a server (``--dry-run``): by the rules
-    probed for each binary before, else the pinned build's."""
+    """What `run_profile` with these arguments would send, without sending anything (``--dry-run``): by the rules
+    probed for each binary before, else the pinned build's, on the model's memory as its binary builds it (learned
+    by one short start the first time, then kept)."""
     chosen = _sessions(profile, variants, sizes, scenario_ids, repeats)
+    refuse_beyond_context([(variant, size, size) for variant, size, _ in chosen])
     capabilities = {variant.binary.path: cache.cached(variant.binary) or PINNED for variant, _, _ in chosen}
     sessions = resolve_sessions(chosen, capabilities, verify=verify, early_stop=early_stop)
-    return plan_sessions(sessions, corpus.load_spec(corpus_name or profile.corpus), repeats=repeats)
+    planned = plan_sessions(sessions, corpus.load_spec(corpus_name or profile.corpus), repeats=repeats)
+    refuse_beyond_context(_longest(sessions, planned))
+    return planned
+
+
+def refuse_beyond_context(sessions: Sequence[tuple[profiles.Variant, int, int]]) -> None:
+    """A session whose longest prompt, with the tokens it generates, does not fit a slot is refused before any
+    server starts, with both numbers: llama-server caps a slot at the model's trained context (its GGUF's
+    ``context_length``) and at its share of ``--ctx-size``, and answers a longer prompt with HTTP 400. Each
+    session is (variant, size, its longest prompt): the size itself before the plan, the plan's longest after."""
+    for variant, size, longest in sessions:
+        needed = longest + variant.n_predict
+        where = f"{variant.profile} [{variant.name}] at {size_label(size)}"
+        limit = gguf_check.trained_context(variant.model)
+        if limit and needed > limit:
+            raise profiles.ProfileError(
+                f"{where}: its longest prompt and output take {needed:,} tokens, beyond {variant.model.name}'s "
+                f"trained context of {limit:,} (llama-server caps a slot there): choose a size up to "
+                f"{limit - (needed - size):,} tokens")
+        if variant.option("ctx-size") is not None:
+            slot = expectation.launch_of_options(variant.options).slot_ctx
+            if needed > slot:
+                raise profiles.ProfileError(
+                    f"{where}: its longest prompt and output take {needed:,} tokens, beyond the {slot:,} of a "
+                    f"slot that options.ctx-size {variant.option('ctx-size')} gives")
+
+
+def _longest(sessions: Sequence[PlannedSession], planned: Sequence[plan.SessionPlan]) -> list[tuple[
+        profiles.Variant, int, int]]:
+    return [(session.spec.variant, session.size, max((c.prompt_tokens for c in p.calls), default=0))
+            for session, p in zip(sessions, planned)]
 
 
 def _repeated(repeats: Repeats) -> list[scenarios.Scenario]:
