@@ -11,7 +11,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple, TextIO, TypeAlias
+from typing import Any, NamedTuple, TextIO, TypeAlias
 
 from reusebench import records
 from reusebench.cli import exits
@@ -58,6 +58,21 @@ def add_profile(parser: argparse.ArgumentParser, *, required: bool = True, what:
     """--profile: how every command names a profile."""
     parser.add_argument("--profile", required=required, metavar="NAME",
                         help=what or "profile name in server_profiles/ (`reusebench profiles`) or a path")
+
+
+class RenamedToRepeated(argparse.Action):
+    """An old spelling that took a list (``--scenarios a b``) and still works, with a note naming the new one, a
+    repeated option (``--scenario a --scenario b``); hidden from --help."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="+", help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        spelled = " ".join(f"{self.new} {value}" for value in values)
+        print(f"note: {option_string} is now a repeated {self.new}: {spelled}", file=sys.stderr)
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *values])
 
 
 def add_json(parser: argparse.ArgumentParser, what: str = "JSON on stdout instead of tables") -> None:

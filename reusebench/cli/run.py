@@ -62,6 +62,8 @@ def add_run(sub: common.Subparsers) -> None:
                      help="prompt size in tokens: 2048, 32K or 1M (repeatable; default: the profile's sizes)")
     run.add_argument("--scenario", action="append", choices=scenarios.SCENARIO_IDS, metavar="ID",
                      help=f"only this scenario (repeatable; default: all of {', '.join(scenarios.SCENARIO_IDS)})")
+    run.add_argument("--scenarios", dest="scenario", action=common.RenamedToRepeated, new="--scenario",
+                     choices=scenarios.SCENARIO_IDS)  # the spelling before 2026-12-04
     run.add_argument("--corpus", help="corpus spec name in corpora/ or a path (default: the profile's `corpus:`, "
                      "else tiny-words)")
     run.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
