@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import child_llama_servers
 
 from reusebench.cli import main
 from reusebench.llama.outputs import common_prefix, shared_run
+
+from conftest import child_llama_servers
 
 pytestmark = pytest.mark.e2e
 
