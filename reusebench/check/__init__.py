@@ -19,7 +19,7 @@ server), ``probes`` (one function per option), ``run`` (what to check, the launc
 """
 
 from reusebench.check.render import describe_launch, render_report, render_table
-from reusebench.check.run import check_variant
+from reusebench.check.run import INTERRUPTED, CheckInterrupted, check_variant
 from reusebench.check.verdicts import (
     FAILING_VERDICTS,
     STRICT_FAILING_VERDICTS,
@@ -31,7 +31,9 @@ from reusebench.check.verdicts import (
 )
 
 __all__ = [
+    "CheckInterrupted",
     "FAILING_VERDICTS",
+    "INTERRUPTED",
     "STRICT_FAILING_VERDICTS",
     "VERDICT_CODES",
     "OptionVerdict",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,13 +13,20 @@ from reusebench.check.verdicts import OptionVerdict
 from reusebench.config.profiles import Variant
 from reusebench.llama import binaries
 
-EVIDENCE_WIDTH = 100
+EVIDENCE_WIDTH = 100  # --wide
+OPTION_WIDTH, VALUE_WIDTH, VERDICT_WIDTH = 20, 14, 12  # VERDICT_WIDTH: UNSUPPORTED, the longest verdict
+BORDERS = 13  # simple_grid's "│ " and " │" around four columns
 
 
-def render_table(verdicts: Sequence[OptionVerdict]) -> str:
+def render_table(verdicts: Sequence[OptionVerdict], width: int | None = None) -> str:
+    """One row per verdict with all its evidence, wrapped to fit `width` columns (None: the evidence 100 wide)."""
     rows = [(v.key, v.value, v.verdict.value, "\n".join(v.evidence)) for v in verdicts]
+    if width is None:
+        widths = [None, 24, None, EVIDENCE_WIDTH]
+    else:
+        widths = [OPTION_WIDTH, VALUE_WIDTH, None, width - BORDERS - OPTION_WIDTH - VALUE_WIDTH - VERDICT_WIDTH]
     return tabulate(rows, headers=("option", "value", "verdict", "evidence"), tablefmt="simple_grid",
-                    maxcolwidths=[None, 24, None, EVIDENCE_WIDTH])
+                    maxcolwidths=widths)
 
 
 def describe_launch(variant: Variant) -> dict[str, Any]:
@@ -34,8 +42,10 @@ def describe_launch(variant: Variant) -> dict[str, Any]:
     }
 
 
-def render_report(variant: Variant, verdicts: Sequence[OptionVerdict]) -> str:
+def render_report(variant: Variant, verdicts: Sequence[OptionVerdict], width: int | None = None) -> str:
     launch = describe_launch(variant)
     header = (f"{launch['profile']} / {launch['variant']} ({launch['model']}), llama-server build {launch['build']}; "
               f"the check adds {' '.join(launch['added_args']) or 'nothing'}")
-    return f"{header}\n{render_table(verdicts)}"
+    if width is not None:
+        header = textwrap.fill(header, width)
+    return f"{header}\n{render_table(verdicts, width)}"

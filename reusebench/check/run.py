@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
@@ -107,10 +108,35 @@ def launch_args(variant: Variant) -> tuple[list[str], list[str]]:
     return spec.args, list(spec.added)
 
 
+class CheckInterrupted(Exception):
+    """Ctrl-C or SIGTERM during a check: the verdicts reached, and the settings not probed as UNVERIFIED."""
+
+    def __init__(self, verdicts: list[OptionVerdict]) -> None:
+        super().__init__("interrupted")
+        self.verdicts = verdicts
+
+
+INTERRUPTED = "not probed: the check was interrupted (Ctrl-C or SIGTERM)"
+
+
+def chosen(checked: list[tuple[Setting, Probe | None]], only: Collection[str]) -> list[tuple[Setting, Probe | None]]:
+    """The settings `only` names (as written, or the option an alias sets), all without `only`; a name that is not
+    among them is a usage error that lists them."""
+    if not only:
+        return checked
+    names = {setting.option: ALIASES.get(setting.option, (setting.option, False))[0] for setting, _ in checked}
+    unknown = [name for name in only if name not in names and name not in names.values()]
+    if unknown:
+        raise ValueError(f"--option {', '.join(unknown)}: not among the options this variant checks "
+                         f"({', '.join(names)})")
+    return [(s, p) for s, p in checked if s.option in only or names[s.option] in only]
+
+
 def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = None,
-                  capabilities: Capabilities | None = None) -> list[OptionVerdict]:
-    """Verdicts for every option `variant` sets and every reuse default, by the rules of its build's `capabilities`
-    (looked up when not given: ``capability.cache.of_binary``); stops every server it starts."""
+                  capabilities: Capabilities | None = None, only: Collection[str] = ()) -> list[OptionVerdict]:
+    """Verdicts for every option `variant` sets and every reuse default (or those `only` names), by the rules of
+    its build's `capabilities` (looked up when not given: ``capability.cache.of_binary``); stops every server it
+    starts. Interrupted, it raises ``CheckInterrupted`` with what it reached."""
     say = progress or (lambda _message: None)
     try:
         binaries.help_table(variant.binary)
@@ -118,30 +144,41 @@ def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = 
         # A binary that cannot even print its --help (SIGILL on this CPU, a missing library) is
         # named in one line, the same for every setting.
         return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not run: {error}")
-                for setting, _ in settings_to_check(variant, table={})]
-    checked = settings_to_check(variant)
-    unsupported = unsupported_options(variant)
+                for setting, _ in chosen(settings_to_check(variant, table={}), only)]
+    checked = chosen(settings_to_check(variant), only)
+    unsupported = [v for v in unsupported_options(variant) if any(s.option == v.option for s, _ in checked)]
     if unsupported:
         names = ", ".join(f"--{verdict.option}" for verdict in unsupported)
         rejected = {verdict.option for verdict in unsupported}
         not_run = f"not launched: llama-server refuses to start with {names}"
         return unsupported + [setting.verdict(Verdict.UNVERIFIED, not_run)
                               for setting, _ in checked if setting.option not in rejected]
-    spec = check_launch(variant, capabilities or capability_cache.of_binary(variant.binary, say))
-    handle = spec.server(call_timeout_s=PROBE_TIMEOUT_S)
-    try:  # closed whatever happens: the server stops and its raw log is deleted
-        try:
-            ctx = ProbeContext(spec, handle.start())
-        except (ServerError, ClientError) as error:
-            return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not start: {error}")
-                    for setting, _ in checked]
-        verdicts: list[OptionVerdict] = []
-        for setting, probe in checked:
-            say(f"{setting.option}: {'probing' if probe else 'no probe'}")
-            verdicts += _run_probe(ctx, setting, probe)
-        return verdicts
-    finally:
-        handle.close()
+    verdicts: list[OptionVerdict] = []
+    done = 0
+    try:
+        spec = check_launch(variant, capabilities or capability_cache.of_binary(variant.binary, say))
+        handle = spec.server(call_timeout_s=PROBE_TIMEOUT_S)
+        try:  # closed whatever happens: the server stops and its raw log is deleted
+            try:
+                ctx = ProbeContext(spec, handle.start())
+            except (ServerError, ClientError) as error:
+                return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not start: {error}")
+                        for setting, _ in checked]
+            started = time.monotonic()
+            left = [probe is not None for _, probe in checked]
+            for setting, probe in checked:
+                probed = sum(left[:done])
+                estimate = (time.monotonic() - started) / probed * sum(left[done:]) if probed and probe else None
+                say(f"[{done + 1}/{len(checked)}] {setting.option}: {'probing' if probe else 'no probe'}"
+                    + (f", about {estimate:.0f} s left" if estimate is not None else ""))
+                verdicts += _run_probe(ctx, setting, probe)
+                done += 1
+            return verdicts
+        finally:
+            handle.close()
+    except KeyboardInterrupt:
+        raise CheckInterrupted(verdicts + [setting.verdict(Verdict.UNVERIFIED, INTERRUPTED)
+                                           for setting, _ in checked[done:]]) from None
 
 
 def _run_probe(ctx: ProbeContext, setting: Setting, probe: Probe | None) -> list[OptionVerdict]:

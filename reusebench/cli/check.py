@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 import time
 from pathlib import Path
 
@@ -22,20 +23,38 @@ def cmd_check(args: argparse.Namespace) -> int:
     profile = profiles.load_profile(args.profile, check_binary=False)
     variants = [profile.variant(name) for name in args.variant] if args.variant else list(profile.variants)
     failing_verdicts = check.STRICT_FAILING_VERDICTS if args.strict else check.FAILING_VERDICTS
-    found, texts, failing = [], [], False
+    found: list[dict[str, object]] = []
+    texts, failing = [], False
     out = common.progress(args)
+    width = None if args.wide else common.TERMINAL_COLUMNS
+    interrupted = False
     for variant in variants:
         print(f"checking {variant.profile} / {variant.name} ...", file=out)
-        say = lambda message: print(f"  {message}", file=out)  # noqa: E731
-        rules = capability_cache.of_binary(variant.binary, say)
-        verdicts = check.check_variant(variant, progress=say, capabilities=rules)
+        say = lambda message: print(f"  {message}", file=out, flush=True)  # noqa: E731
+        try:
+            rules = capability_cache.of_binary(variant.binary, say)
+            verdicts = check.check_variant(variant, progress=say, capabilities=rules, only=args.option or ())
+        except (check.CheckInterrupted, KeyboardInterrupt) as stopped:
+            interrupted = True
+            reached = stopped.verdicts if isinstance(stopped, check.CheckInterrupted) else []
+            found.append({**check.describe_launch(variant), "incomplete": check.INTERRUPTED,
+                          "verdicts": [v.to_dict() for v in reached]})
+            texts.append(check.render_report(variant, reached, width=width) + f"\nINCOMPLETE: {check.INTERRUPTED}")
+            break
         failing |= any(v.verdict in failing_verdicts for v in verdicts)
         found.append({**check.describe_launch(variant), "capabilities": rules.to_dict(),
                       "verdicts": [v.to_dict() for v in verdicts]})
-        texts.append(check.render_report(variant, verdicts) + "\n\n" + "\n".join(rules.lines()))
+        rule_lines = rules.lines() if width is None else [
+            textwrap.fill(line, width, subsequent_indent="  ") for line in rules.lines()]
+        texts.append(check.render_report(variant, verdicts, width=width) + "\n\n" + "\n".join(rule_lines))
     print(json.dumps(found, indent=2) if args.json else "\n\n".join(texts))
     page = view.write_check_page(RunDir.create(Path(args.results)).path, found)
     view.write_index(Path(args.results))
+    if interrupted:  # what was reached is kept, and says it is incomplete
+        not_started = [v.name for v in variants[len(found):]]
+        return common.interrupted(lambda: f"interrupted: every server stopped; the verdicts reached are in "
+                                  f"{page.parent / view.CHECK_FILE} and {page}, marked incomplete"
+                                  + (f"; variants not checked: {', '.join(not_started)}" if not_started else ""))
     print(f"page: {page}", file=out)
     return Exit.FINDING if failing else Exit.OK
 
@@ -54,6 +73,9 @@ def add_check(sub: common.Subparsers) -> None:
                            "variant of the profile)")
     check_cmd.add_argument("--strict", action="store_true", help="exit 1 also when an option is DISABLED or "
                            "INEFFECTIVE (an option you set that does nothing)")
+    check_cmd.add_argument("--option", action="append", metavar="NAME", help="check only this option (as the "
+                           "profile writes it, or a reuse default such as cache-ram; repeatable)")
+    common.add_wide(check_cmd)
     common.add_json(check_cmd, "every variant's launch, capabilities and verdicts as JSON on stdout instead of tables")
     check_cmd.add_argument("--results", default=str(common.RESULTS_DIR), help="where its run directory with the "
                            "verdicts (check.json) and their page goes (default: results)")

@@ -75,6 +75,14 @@ class RenamedToRepeated(argparse.Action):
         setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *values])
 
 
+TERMINAL_COLUMNS = 100  # what a table fits by default; --wide shows every column at full width
+
+
+def add_wide(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wide", action="store_true", help=f"tables at full width (default: they fit "
+                        f"{TERMINAL_COLUMNS} columns)")
+
+
 def add_json(parser: argparse.ArgumentParser, what: str = "JSON on stdout instead of tables") -> None:
     parser.add_argument("--json", action="store_true", help=what)
 

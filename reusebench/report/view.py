@@ -82,7 +82,9 @@ def render_check(run_id: str, reports: Sequence[dict[str, Any]]) -> str:
         rows.append(f"<tr class='{'differs' if differs else ''}' data-option='{_e(key)}'><td>{_e(key)}"
                     f"{' (differs)' if differs else ''}</td>{cells}</tr>")
     launches = "".join(f"<li>{_e(r['variant'])}: {_e(r['binary'])}, build {_e(r['build'])}; the check adds "
-                       f"{_e(' '.join(r['added_args']) or 'nothing')}</li>" for r in reports)
+                       f"{_e(' '.join(r['added_args']) or 'nothing')}"
+                       + (f" <b class=verdict-UNEXPECTED>INCOMPLETE: {_e(r['incomplete'])}</b>"
+                          if r.get("incomplete") else "") + "</li>" for r in reports)
     profile = ", ".join(dict.fromkeys(r["profile"] for r in reports))
     body = (f"<h1>reusebench check {_e(run_id)}: {_e(profile)}</h1><ul class=muted>{launches}</ul>"
             "<table class=check><tr><th>option</th>" + "".join(f"<th>{_e(name)}</th>" for name in variants)
