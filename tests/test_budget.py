@@ -2,7 +2,8 @@
 themselves required; deferred and shared references; and the harness's own cost, at 2K on the real server.
 
 Measured here (2-core CPU, 2K tokens, whole catalogue): the hybrid (granitehybrid-longmem, cache-reuse 256)
-2.09 with verification and 1.16 without; the pure-attention control 3.51 and 1.23. Verification costs one
+2.25 with verification (2.09 before the re-ask's reference moved before the restart, which then no longer serves
+as it) and 1.16 without; the pure-attention control 3.51 and 1.23. Verification costs one
 full prefill per distinct reused prompt, while a good cache makes the measured steps cheap: the better the
 cache, the higher the ratio, so the 1.25 target is out of reach without skipping verification (see the
 bounds asserted below). Without verification, the only extra prefill left is the interleave scenario's other
@@ -76,34 +77,38 @@ def test_the_budget_counts_every_prefilled_token_and_is_printed_per_session(hybr
         assert "tokens at ubatch 127, not in the budget)" in output  # 512 odd, near a quarter
     assert f"prefill budget {b.ratio:.2f}" in output
     # One reference per distinct reused prompt, none for prompts some call computed without reuse:
-    # 2.09 measured on this machine; the bound leaves room for a build that reuses differently.
-    assert b.ratio is not None and 1.8 < b.ratio < 2.3
+    # 2.25 measured on this machine; the bound leaves room for a build that reuses differently.
+    assert b.ratio is not None and 1.9 < b.ratio < 2.5
 
 
-def test_a_later_cold_computation_verifies_an_earlier_step_instead_of_a_reference_call(hybrid):
+def test_a_reused_step_is_judged_before_a_restart_forgets_its_state(hybrid):
     result, output = hybrid
     reask = step(result, "reask", "new question")
     assert reask.extra["reference"] == "deferred"  # written before it was verified ...
     assert reask.matches_reference is True and reask.verdict == "partial"  # ... the reader applied the verdict
-    assert reask.extra["verified_by"] == "restore_disk/reask"
-    verifier = step(result, "restore_disk", "reask")
-    assert verifier.cache_n == 0 and verifier.extra["verifies"][0]["step"] == "new question"
-    assert not [r for r in result.records if r.role == Role.REFERENCE and r.prompt_hash == reask.prompt_hash]
+    assert reask.extra["verified_by"] == "reask/new question (reference)"
+    (reference,) = [r for r in result.records if r.role == Role.REFERENCE and r.prompt_hash == reask.prompt_hash]
+    # judged as soon as the state it overwrites is not needed: before restore_disk's restart, not at the end
+    restored = step(result, "restore_disk", "resend")
+    assert reask.ended_at < reference.started_at < restored.started_at
+    # the re-ask after the restore computes the same prompt cold: already judged, no second reference
+    assert step(result, "restore_disk", "reask").cache_n == 0
     # D + Q1 was computed cold by the first load: resend and interleave share it, no reference call
     first = step(result, "first_load", "cold")
     assert not [r for r in result.records if r.role == Role.REFERENCE and r.prompt_hash == first.prompt_hash]
     assert step(result, "resend", "same prompt").matches_reference is True
     assert reask.extra["output_check"] in ("identical", "within noise")
     said = "is identical to" if reask.extra["output_check"] == "identical" else "differs, waiting for the noise band, from"
-    assert (f"reask/new question (partial): its output {said} the no-reuse output of restore_disk/reask, "
+    assert (f"reask/new question (partial): its output {said} the no-reuse output of reask/new question (reference), "
             "computed later") in output
 
 
-def test_deferred_references_run_at_the_end_and_carry_their_verdicts(hybrid):
+def test_deferred_references_run_before_a_restart_or_at_the_end_and_carry_their_verdicts(hybrid):
     result, _ = hybrid
     references = [r for r in result.records if r.role == Role.REFERENCE]
+    restarted = step(result, "restore_disk", "resend").started_at
     last_measured = max(r.ended_at for r in result.records if r.role == Role.MEASURE)
-    assert references and all(r.started_at > last_measured for r in references)
+    assert references and all(r.started_at < restarted or r.started_at > last_measured for r in references)
     assert all(len(r.extra["verifies"]) >= 1 for r in references)
     cut = step(result, "chunk_removed", "10% cut at 10%")
     assert cut.verdict == "WRONG OUTPUT" and cut.mismatch  # a chunk shifted over a hybrid still caught, now from the deferred reference

@@ -216,6 +216,10 @@ def test_ctrl_c_mid_prefill_keeps_the_records_stops_the_server_and_exits_130(tmp
     assert interrupted[0].error == "interrupted (Ctrl-C)" and interrupted[0].prompt_tokens > 4000
     assert kept[-1].role == "session" and kept[-1].extra["timing"]["wall_s"] > 0  # the summary, written on the way out
     assert not process_group_alive(servers[0])  # stopped, not orphaned
+    # the report of the cut run says so plainly, on top of what it kept
+    assert cli.main(["report", str(Path(match.group(2)).parent), "--results", str(tmp_path)]) == 0
+    assert "CUT SHORT: interrupted (Ctrl-C) at edit_middle/line at 50%; what it measured is kept" in (
+        capsys.readouterr().out)
 
 
 # -- slot files -----------------------------------------------------------------------------------------

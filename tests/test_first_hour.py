@@ -13,6 +13,7 @@ import pytest
 from reusebench import check
 from reusebench.check import run as check_run
 from reusebench.cli import main
+from reusebench.config import profiles
 from reusebench.llama.outputs import common_prefix, shared_run
 
 from conftest import child_llama_servers
@@ -120,3 +121,50 @@ def test_a_check_stopped_mid_probe_keeps_its_verdicts_marked_incomplete_and_exit
     assert (second["option"], second["verdict"], second["evidence"]) == ("cache-ram", "UNVERIFIED", [check.INTERRUPTED])
     assert "marked incomplete" in capsys.readouterr().err
     assert "INCOMPLETE" in (kept.parent / "index.html").read_text()
+
+
+# -- what a person reads: tables that fit, what was cut or unjudged said plainly -------------------------------
+
+
+SWA_STEPS = ["--scenario", "interleave", "--scenario", "reask", "--scenario", "restore_disk"]
+
+
+def test_a_run_prints_tables_that_fit_100_columns_and_says_the_wrong_output_it_predicted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # tiny-gemma3 with --swa-full: a window with a hole after a RAM or slot-file round trip, predicted wrong
+    assert main(["run", "--profile", "tiny-gemma3", "--variant", "swa-full=on", "--size", "2K", *SWA_STEPS,
+                 "--results", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert max(len(line) for line in captured.out.splitlines()) <= 100
+    assert "corpus tiny-words" in captured.err  # the run says which corpus its documents come from
+    assert "interleave/back to first: re-processed 1 of 2,069 (ideal 1, expected 1) in " in captured.err
+    assert "[hit; wrong output predicted]" in captured.err  # judged later, from its reference: WRONG
+    said = " ".join(captured.out.split())  # lines wrap at 100 columns
+    assert "wrong output predicted by the reuse model: 5 (interleave/back to first (measured: WRONG)" in said
+    (run_dir,) = tmp_path.glob("runs/*/")
+    page = (run_dir / "index.html").read_text()
+    assert "wrong output predicted by the reuse model: 5" in page
+    # the page lists the launch options as the profile wrote them, the build and the corpus
+    assert "--swa-full" in page and "--ubatch-size 512" in page and "corpus: tiny-words" in page
+    assert "report.md" and "| scenario" in (run_dir / "report.md").read_text()  # the file keeps every column
+    assert main(["report", str(run_dir), "--wide"]) == 0
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) > 100
+
+
+def test_a_run_without_verification_says_which_reused_outputs_it_left_unjudged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--profile", "tiny-llama", "--size", "2K", "--scenario", "resend", "--scenario", "reask",
+                 "--no-verify", "--results", str(tmp_path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["step"], r["unverified"]) for r in rows] == [("cold", False), ("same prompt", True),
+                                                            ("new question", True)]
+    assert main(["report", "--results", str(tmp_path)]) == 0
+    said = " ".join(capsys.readouterr().out.split())  # the line wraps at 100 columns
+    assert ("UNVERIFIED: 2 reused output(s) not judged against a no-reuse reference (resend/same prompt, "
+            "reask/new question)") in said
+
+
+def test_a_real_model_reads_real_prose_unless_its_profile_names_a_corpus(tmp_path: Path) -> None:
+    mine = profile(tmp_path, "description: mine\nmodel: real:gemma3-270m\n")
+    assert profiles.load_profile(mine).corpus == "python-docs"
+    assert profiles.load_profile("tiny-llama").corpus == "tiny-words"

@@ -8,6 +8,7 @@ import io
 import pytest
 
 from reusebench import cli
+from reusebench.capability import model_memory
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama.process import ServerProcess
 from reusebench.records import Record, Role
@@ -31,16 +32,16 @@ def full(session: plan.SessionPlan) -> list[str]:
 def test_report_a_on_the_hybrid_prefills_four_documents_with_early_stop_and_six_without():
     early = report_a("tiny-qwen35", "mmproj=on,cache-reuse=256", early_stop=True)
     timed = report_a("tiny-qwen35", "mmproj=on,cache-reuse=256", early_stop=False)
-    # The first load, the other document, the re-ask after the restore (the reference of the first re-ask),
-    # and the extension's reference at the end ("/reference"): four. The edit and the resend after the
+    # The first load, the other document, the first re-ask's reference (judged before the restart forgets the
+    # slot) and the extension's at the end ("/reference"): four. The edit and the resend and re-ask after the
     # restore re-process everything on a hybrid, and nothing needs their output: they stop at their count.
-    assert full(early) == ["first_load/cold", "interleave/other document", "restore_disk/reask", "/reference"]
+    assert full(early) == ["first_load/cold", "interleave/other document", "/reference", "/reference"]
     assert [f"{c.scenario}/{c.step}" for c in early.calls if c.stops] == ["edit_middle/line at 50%",
-                                                                         "restore_disk/resend"]
-    assert full(timed) == ["first_load/cold", "interleave/other document", "edit_middle/line at 50%",
+                                                                         "restore_disk/resend", "restore_disk/reask"]
+    assert full(timed) == ["first_load/cold", "interleave/other document", "edit_middle/line at 50%", "/reference",
                            "restore_disk/resend", "restore_disk/reask", "/reference"]
-    assert len(early.calls) == len(timed.calls) == 10  # the same requests go out either way
-    assert round(early.prefill / K32) == 4 and round(timed.prefill / K32) == 6
+    assert len(early.calls) == len(timed.calls) == 11  # the same requests go out either way
+    assert round(early.prefill / K32) == 4 and round(timed.prefill / K32) == 7
 
 
 def test_the_control_reuses_half_the_edited_document_so_nothing_stops():
@@ -52,13 +53,16 @@ def test_the_control_reuses_half_the_edited_document_so_nothing_stops():
 
 
 def test_dry_run_prints_the_plan_and_starts_no_server(capsys, tmp_path, monkeypatch):
+    # the model's memory is learned from one start of the binary the first time, then kept: learned here first
+    variant = profiles.load_profile("tiny-qwen35").variant("mmproj=on,cache-reuse=256")
+    model_memory.of_model(variant.binary, variant.model)
     monkeypatch.setattr(ServerProcess, "start", lambda self: pytest.fail("a dry run started a server"))
     assert cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=on,cache-reuse=256", "--size", "32K",
                      *(arg for step in REPORT_A for arg in ("--scenario", step)), "--dry-run", "--results", str(tmp_path)]) == 0
     assert not any(tmp_path.iterdir())  # no run directory either
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("plan: 1 session(s), 10 requests; the reuse model expects ")
-    assert "(4.0 documents of 32K), 2 step(s) stopped at their count, 1 reference(s) at the end" in lines[1]
+    assert lines[0].startswith("plan: 1 session(s), 11 requests; the reuse model expects ")
+    assert "(4.0 documents of 32K), 3 step(s) stopped at their count, 2 no-reuse reference(s)" in lines[1]
 
 
 def record(scenario: str, step: str, role: Role = Role.MEASURE, prompt_n: int = 0, prompt_ms: float | None = None

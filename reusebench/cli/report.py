@@ -21,7 +21,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"reusebench report: no records at {', '.join(map(str, missing)) or args.results}", file=sys.stderr)
         return Exit.USAGE
     measured = records.read_many(paths)
-    print(run_report.summary_json(measured) if args.json else run_report.render_text(measured))
+    width = None if args.wide else common.TERMINAL_COLUMNS
+    print(run_report.summary_json(measured) if args.json else run_report.render_text(measured, width))
     return Exit.OK
 
 
@@ -32,6 +33,7 @@ def add_report(sub: common.Subparsers) -> None:
     rep.add_argument("paths", nargs="*", help="run directories or records.jsonl files")
     rep.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
     rep.add_argument("--last", type=int, default=1, metavar="N", help="without paths: the N newest runs (default 1)")
+    common.add_wide(rep)
     common.add_json(rep)
     rep.set_defaults(func=cmd_report)
 

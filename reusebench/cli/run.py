@@ -42,7 +42,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return common.interrupted(lambda: f"interrupted: every server stopped; records kept under "
                                   f"{Path(args.results) / 'runs'}")
     written = common.write_run_report(result.run_dir, f"run {result.run_id}", scenario_records=result.records)
-    print(run_report.summary_json(result.records) if args.json else written.text)
+    width = None if args.wide else common.TERMINAL_COLUMNS  # report.md keeps every column
+    print(run_report.summary_json(result.records) if args.json else run_report.render_text(result.records, width))
     if args.verbosity >= 0:
         print(f"\n{len(result.records)} records in {time.monotonic() - started:.0f} s; "
               f"report: {result.run_dir / 'report.md'}; page: {written.page}", file=sys.stderr)
@@ -65,8 +66,9 @@ def add_run(sub: common.Subparsers) -> None:
     run.add_argument("--scenarios", dest="scenario", action=common.RenamedToRepeated, new="--scenario",
                      choices=scenarios.SCENARIO_IDS)  # the spelling before 2026-12-04
     run.add_argument("--corpus", help="corpus spec name in corpora/ or a path (default: the profile's `corpus:`, "
-                     "else tiny-words)")
+                     "else tiny-words for a tiny model, python-docs for any other)")
     run.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
+    common.add_wide(run)
     run.add_argument("--no-verify", action="store_true", help="skip the no-reuse reference comparison")
     run.add_argument("--dry-run", action="store_true", help="print the plan (sessions, requests, tokens, the "
                      "prefills the reuse model expects) and exit without starting a server")

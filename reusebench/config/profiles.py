@@ -49,6 +49,7 @@ __all__ = [  # the profile API; reading and checking the files is profile_files'
 
 DEFAULT_N_PREDICT = 8
 DEFAULT_CORPUS = "tiny-words"  # the tiny models' vocabulary: one token per word
+REAL_PROSE_CORPUS = "python-docs"  # a real model's default: English prose shipped with Python (corpora/)
 # options that name a file the profile ships: relative to the file that sets them, and there before any launch
 FILE_OPTIONS = ("chat-template-file",)
 
@@ -237,11 +238,17 @@ def _build(
         )
         for point in _matrix_points(matrix)
     )
-    corpus_name = merged.get("corpus", DEFAULT_CORPUS)
+    corpus_name = merged.get("corpus", DEFAULT_CORPUS if tiny_model(str(merged["model"])) else REAL_PROSE_CORPUS)
     with _reported_at(origins, "corpus"):
         corpus.load_spec(corpus_name)  # a corpus that is not there is the profile's error, before anything runs
     return Profile(name=path.stem, path=path, description=merged.get("description", ""), variants=variants,
                    corpus=corpus_name)
+
+
+def tiny_model(spec: str) -> bool:
+    """A generated tiny model (`tiny:NAME`, ``tiny.SPEC_PREFIX``: not imported here, it pulls in numpy), whose seeded
+    words are one token each; any other model reads real prose."""
+    return spec.startswith("tiny:")
 
 
 def _matrix_points(matrix: dict[str, list[OptionValue]]) -> list[tuple[tuple[str, OptionValue], ...]]:

@@ -255,12 +255,13 @@ def save_first_prompt(s: Steps) -> None:
 
 def restore_disk(s: Steps) -> None:
     """Restart the server, restore the slot saved with D + Q1, then resend, re-ask and strictly extend. Each
-    step restores the file first, so the resend may stop once its count is known."""
+    step restores the file first, so the resend and the re-ask may stop once their counts are known (the re-ask's
+    reference was computed before the restart)."""
     s.restart("restore_disk")
     s.restore_slot("restore_disk", SAVED_SLOT)
     s.measure("restore_disk", "resend", s.prompt(s.document, s.questions[0]), may_stop=True)
     s.restore_slot("restore_disk", SAVED_SLOT)
-    s.measure("restore_disk", "reask", s.prompt(s.document, s.questions[1]))
+    s.measure("restore_disk", "reask", s.prompt(s.document, s.questions[1]), may_stop=True)
     # A restored slot carries no checkpoints, so a hybrid can use it only for a prompt that extends the saved
     # tokens, generated ones included (docs/llama-server-reuse.md).
     s.restore_slot("restore_disk", SAVED_SLOT)

@@ -7,6 +7,7 @@ report can always be rebuilt from ``results/`` alone.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -16,7 +17,7 @@ from tabulate import tabulate
 from reusebench.config import workload
 from reusebench.config.sizes import size_label
 from reusebench.machine import spread
-from reusebench.records import Record, Role, deviation
+from reusebench.records import Record, Role, deviation, was_interrupted
 from reusebench.report import service_runs
 
 
@@ -79,14 +80,53 @@ def _cell(r: Record) -> list[Any]:
     ]
 
 
-def variant_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
-    """[(title, table text)] for each profile variant, in the order first seen."""
+NARROW_WIDTH = 100  # a terminal's: the default of the commands that print a run; report.md is wide
+SHORT_OUTPUT = {"identical": "identical", "within noise": "in noise", "WRONG": "WRONG"}
+STEP_WIDTH = 24  # a longer step name wraps in its cell
+
+
+def _narrow(rs: list[Record], width: int) -> str:
+    """One table per size that fits `width` columns, then why each step re-processed what it did, wrapped."""
+    parts = []
+    for size in sorted({r.size for r in rs}):
+        measured = [r for r in rs if r.role == Role.MEASURE and r.size == size]
+        table = [[f"{r.scenario}/{step_label(r)}", *(["failed", "", "", "", "", ""] if r.error else [
+            f"{r.prompt_n:,}", f"{r.ideal:,}", _short_expected(r),
+            "-" if r.prompt_ms is None else f"{r.prompt_ms / 1000:.2f}", r.verdict or "",
+            SHORT_OUTPUT.get(str(r.extra.get("output_check")), "-")])] for r in measured]
+        parts.append(f"{size_label(size)}\n" + tabulate(
+            table, ["step", "re-processed", "ideal", "expected", "s", "verdict", "output"],
+            tablefmt="simple", disable_numparse=True, maxcolwidths=[STEP_WIDTH, None, None, None, None, None, None]))
+    largest = {(r.scenario, step_label(r)): r for r in sorted(rs, key=lambda r: r.size) if r.role == Role.MEASURE}
+    why = [textwrap.fill(f"{scenario}/{step}: {cause_words(r) or '-'}"
+                         + (f" (model: {r.cause_expected})" if r.cause_expected else ""), width,
+                         subsequent_indent="    ") for (scenario, step), r in largest.items()]
+    legend = textwrap.fill("s: prompt seconds, - for a step stopped at its count; output: against no reuse (in noise: "
+                           "within the noise of batch shapes); expected: the reuse model's, wrong where it knows the "
+                           "reused state to be foreign, n/m where it does not model the memory", width)
+    return ("\n\n".join(parts) + f"\n\n{legend}\n\nwhy (largest size; the reuse model's in brackets):\n"
+            + "\n".join(why))
+
+
+def _short_expected(r: Record) -> str:
+    if r.expected is None:
+        return "n/m" if r.extra.get("not_modelled") else "-"
+    return f"{r.expected:,}" + (" wrong" if r.extra.get("expected_wrong_output") else "")
+
+
+def variant_tables(records: Iterable[Record], width: int | None = None) -> list[tuple[str, str]]:
+    """[(title, table text)] for each profile variant, in the order first seen: one wide table with every column
+    (`width` None: report.md, --wide), else tables that fit `width` columns."""
     records = list(records)
     groups: dict[tuple[str, str], list[Record]] = defaultdict(list)
     for r in records:
         groups[(r.profile, r.variant)].append(r)
     out = []
     for (profile, variant), rs in groups.items():
+        if width is not None:
+            out.append((f"{profile} [{variant}] ({', '.join(r.model for r in rs[:1])})",
+                        _narrow(rs, width) + "\n\n" + _footer(rs, width)))
+            continue
         sizes = sorted({r.size for r in rs})
         rows: dict[tuple[str, str], dict[int, Record]] = {}
         for r in rs:
@@ -122,7 +162,15 @@ def repeat_tables(records: Iterable[Record]) -> list[tuple[str, str]]:
             for (_, profile, variant, size), repeats in spread.first_load_repeats(records).items()]
 
 
-def _footer(rs: list[Record]) -> str:
+def _footer(rs: list[Record], width: int | None = None) -> str:
+    """The run's build, its setup and reference prefills and its miss rates, lines wrapped at `width`."""
+    text = _footer_lines(rs)
+    if width is None:
+        return text
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="    ") for line in text.splitlines())
+
+
+def _footer_lines(rs: list[Record]) -> str:
     setup = [r for r in rs if r.role == Role.SETUP and r.prompt_n is not None]
     refs = [r for r in rs if r.role == Role.REFERENCE]
     builds = sorted({r.build for r in rs})
@@ -151,7 +199,7 @@ def miss_rates(records: Iterable[Record]) -> str:
     unexpected = [r for r in measured if r.verdict == "UNEXPECTED"]
     foreign = sum(bool(r.extra.get("foreign_reused")) for r in measured)
     not_modelled = dict.fromkeys(str(r.extra["not_modelled"]) for r in measured if r.extra.get("not_modelled"))
-    return "\n".join((
+    return "\n".join((*plainly(records),
         f"miss rate of turns that should hit: {missed} of {len(should)} re-processed everything "
         f"({_percent(missed, len(should))}), {sum(r.verdict == 'partial' for r in should)} partial",
         f"turns that cannot hit, counted apart: {len(cannot)}"
@@ -164,16 +212,42 @@ def miss_rates(records: Iterable[Record]) -> str:
     ))
 
 
+def unverified(r: Record) -> bool:
+    """A measured step that reused something and whose output no no-reuse reference judged (yet)."""
+    return r.role == Role.MEASURE and not r.error and bool(r.cache_n) and r.matches_reference is None
+
+
+def plainly(records: Iterable[Record]) -> list[str]:
+    """What a reader must not miss: a run cut short, reused outputs left unjudged, and outputs the reuse model
+    predicts to be wrong (beside what the reference said); nothing when none of these holds."""
+    rs = list(records)
+    cut = [r for r in rs if was_interrupted(r.error)]
+    open_steps = [f"{r.scenario}/{r.step}" for r in rs if unverified(r)]
+    predicted = [r for r in rs if r.role == Role.MEASURE and r.extra.get("expected_wrong_output")]
+    lines = []
+    if cut:
+        lines.append(f"CUT SHORT: {cut[0].error} at {cut[0].scenario}/{cut[0].step}; what it measured is kept")
+    if open_steps:
+        lines.append(f"UNVERIFIED: {len(open_steps)} reused output(s) not judged against a no-reuse reference "
+                     f"({', '.join(open_steps)})")
+    if predicted:
+        said = ", ".join(f"{r.scenario}/{r.step} (measured: {r.extra.get('output_check') or 'not judged'})"
+                         for r in predicted)
+        lines.append(f"wrong output predicted by the reuse model: {len(predicted)} ({said})")
+    return lines
+
+
 def _percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "n/a"
 
 
-def render_text(records: Iterable[Record]) -> str:
-    """Scenario runs as tables; workload runs (records that name a user) as service reports."""
+def render_text(records: Iterable[Record], width: int | None = None) -> str:
+    """Scenario runs as tables (`width`: that fit so many columns; None: every column), workload runs (records
+    that name a user) as service reports."""
     records = list(records)
     workload_runs = {r.run_id for r in records if r.user is not None}
     scenario_records = [r for r in records if r.run_id not in workload_runs]
-    tables = variant_tables(scenario_records) + repeat_tables(scenario_records)
+    tables = variant_tables(scenario_records, width) + repeat_tables(scenario_records)
     tapped = {r.run_id for r in records if r.scenario == workload.TAPPED}
     tables += [(f"{'tap' if run_id in tapped else 'workload'} run {run_id}",
                 service_runs.render_runs([r for r in records if r.run_id == run_id]))
@@ -186,7 +260,8 @@ def summary_json(records: Iterable[Record]) -> str:
     keep = ("session", "profile", "variant", "build", "size", "scenario", "step", "prompt_tokens", "prompt_n",
             "cache_n", "ideal", "excess", "expected", "cause_expected", "prompt_ms", "ttft_ms", "wall_ms", "verdict", "matches_reference",
             "mismatch", "expected_hit", "error")
-    checks = ("output_check", "output_delta", "noise_band", "repeat")
+    checks = ("output_check", "output_delta", "noise_band", "repeat", "expected_wrong_output", "not_modelled")
     rows = [{k: getattr(r, k) for k in keep} | {"cause": cause_words(r) or None} | {k: r.extra.get(k) for k in checks}
+            | {"unverified": unverified(r), "cut_short": was_interrupted(r.error)}
             for r in records if r.role == Role.MEASURE]
     return json.dumps(rows, indent=2)

@@ -29,6 +29,7 @@ from reusebench.machine.host import under_load
 from reusebench.records import Record, Role
 from reusebench.report import run_report, service_report
 from reusebench.reuse import verification
+from reusebench.run import provenance
 
 PAGE = "index.html"
 CHECK_FILE = "check.json"  # a check's run directory: its verdicts, as `check --json` prints them
@@ -45,17 +46,18 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 .loaded { background: #fdebd0; } tr.differs td:first-child { font-weight: 600; color: #b03a2e; }
 .verdict-ACTIVE { color: #1e8449; } .verdict-DISABLED, .verdict-UNSUPPORTED, .verdict-UNSAFE, .verdict-INEFFECTIVE { color: #b03a2e; }
 .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
-.muted { color: #777; }
+.muted { color: #777; } .warning { color: #b03a2e; font-weight: 600; }
 .cards { display: flex; gap: 12px; margin: 0.5em 0; } .card { border: 1px solid #ddd; padding: 8px 14px; }
 .card b { font-size: 20px; } text.lane { font-size: 12px; fill: #555; } pre { background: #f8f8f8; padding: 8px; }
 """
 
 
 def write_run_page(run_dir: Path) -> Path:
-    """The run's page, from its records.jsonl; returns its path."""
+    """The run's page, from its records.jsonl and its stamp (run.json: the launch options, the corpus); returns
+    its path."""
     run_records = records.read_records(run_dir / "records.jsonl")
     page = run_dir / PAGE
-    page.write_text(render_run(run_dir.name, run_records))
+    page.write_text(render_run(run_dir.name, run_records, provenance.read(run_dir)))
     return page
 
 
@@ -124,17 +126,30 @@ def write_index(results_dir: Path) -> Path:
     return index
 
 
-def render_run(run_id: str, run_records: Sequence[Record]) -> str:
-    """A scenario run (per session, its steps as bars) or a workload run (per run of it, the service view)."""
+def render_run(run_id: str, run_records: Sequence[Record], stamp: provenance.Stamp | None = None) -> str:
+    """A scenario run (per session, its steps as bars) or a workload run (per run of it, the service view), with
+    what it launched where its stamp says."""
     sessions: dict[str, list[Record]] = defaultdict(list)
     for r in run_records:
         sessions[r.session].append(r)
     workload = any(r.user is not None for r in run_records)
     parts = [f"<h1>reusebench {'workload ' if workload else ''}run {_e(run_id)}</h1>",
-             _timeline_legend() if workload else _legend()]
+             _launches(stamp), _timeline_legend() if workload else _legend()]
     for name, rs in sessions.items():
         parts.append(_service(name, rs) if workload else _session(name, rs))
     return _page(f"reusebench run {run_id}", "\n".join(parts))
+
+
+def _launches(stamp: provenance.Stamp | None) -> str:
+    """Each variant's launch options as the profile wrote them, its build, and the corpus: what the figures are of."""
+    if stamp is None:
+        return ""
+    items = "".join(
+        f"<li>{_e(name)}: llama-server {_e(build)}; options "
+        f"{_e(' '.join(f'--{k}' if v is True else f'--{k} {v}' for k, v in stamp.options.get(name, {}).items()) or 'none')}"
+        f"</li>" for name, build in stamp.binaries.items())
+    corpus = f"<p class=muted>corpus: {_e(stamp.corpus)}</p>" if stamp.corpus else ""
+    return f"<ul class=launches>{items}</ul>{corpus}"
 
 
 def _session(name: str, rs: list[Record]) -> str:
@@ -143,7 +158,8 @@ def _session(name: str, rs: list[Record]) -> str:
     budget = next(iter(records.prefill_budgets(rs)), None)
     head = (f"<h2>{_e(first.profile)} [{_e(first.variant)}] at {size_label(first.size)}</h2>"
             f"<p class=muted>{_e(name)}; build {_e(first.build)}; model {_e(first.model)}"
-            + (f"; {_e(budget.line().split(': ', 1)[1])}" if budget else "") + _noise_band(rs) + "</p>")
+            + (f"; {_e(budget.line().split(': ', 1)[1])}" if budget else "") + _noise_band(rs) + "</p>"
+            + "".join(f"<p class=warning>{_e(line)}</p>" for line in run_report.plainly(rs)))
     if not measured:
         return head + "<p>no measured step</p>"
     scale = max(r.prompt_tokens or 1 for r in measured)

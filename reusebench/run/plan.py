@@ -56,7 +56,7 @@ class SessionPlan:
         references = sum(c.role == Role.REFERENCE for c in self.calls)
         return (f"{self.name}: {len(self.calls)} requests sending {sent:,} tokens; the reuse model expects "
                 f"{self.prefill:,} prefilled ({self.prefill / self.size:.1f} documents of {size_label(self.size)}), "
-                f"{stops} step(s) stopped at their count, {references} reference(s) at the end")
+                f"{stops} step(s) stopped at their count, {references} no-reuse reference(s)")
 
 
 class PlanSteps(VariantSteps):
@@ -131,15 +131,20 @@ class PlanSteps(VariantSteps):
         self.model.restore(self.model.last_slot, held)
 
     def wait_until_asleep(self, scenario: str) -> None:
+        self.references()
         self.model.sleep()
 
     def restart(self, scenario: str) -> None:
+        self.references()
         self.model.restart()
 
     def references(self) -> None:
-        """The no-reuse references nothing computed along the way: each a full prefill at the end."""
-        for length in self._waiting.values():
+        """The no-reuse references nothing computed along the way: each a full prefill, before a restart or a sleep
+        (which forget what they overwrite), else at the end."""
+        for key, length in self._waiting.items():
             self.plan.calls.append(PlannedCall("", "reference", Role.REFERENCE, length, length))
+            self._known.add(key)
+        self._waiting.clear()
 
     # -- one call ---------------------------------------------------------------------------------
 

@@ -47,6 +47,8 @@ class Progress:
 
     def step(self, r: Record) -> None:
         label = "setup prefill" if r.role == Role.SETUP else (r.verdict or "")
+        if r.extra.get("expected_wrong_output"):  # the reuse model knows the reused state to be foreign
+            label += "; wrong output predicted"
         seconds = "stopped at its count" if r.prompt_ms is None else f"in {r.prompt_ms / 1000:.2f} s"
         self.say(
             f"  {r.scenario}/{r.step}: re-processed {r.prompt_n:,} of {r.prompt_tokens:,} "

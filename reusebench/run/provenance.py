@@ -34,6 +34,8 @@ class Stamp:
     binaries: dict[str, str]  # variant name -> the build of its llama-server (``binary_build``)
     # variant name -> its binary's capabilities where builds differ (``Capabilities.to_dict``); {} before probes
     capabilities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant name -> its launch options as written
+    corpus: str | None = None  # the corpus spec its documents came from; None in a stamp from before it was kept
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,9 +79,9 @@ def binary_build(binary: Path) -> str:
 
 
 def stamp(profile: profiles.Profile, variants: Iterable[str] | None = None,
-          rules: Mapping[Path, Capabilities] | None = None) -> Stamp:
+          rules: Mapping[Path, Capabilities] | None = None, corpus: str | None = None) -> Stamp:
     """The stamp of running `variants` (default: all) of `profile` from this checkout now, with each binary's
-    capabilities where `rules` has them."""
+    capabilities where `rules` has them, and the corpus its documents come from."""
     chosen = [profile.variant(name) for name in variants] if variants is not None else list(profile.variants)
     builds: dict[Path, str] = {}  # one hash per binary, however many variants share it
     for variant in chosen:
@@ -90,7 +92,8 @@ def stamp(profile: profiles.Profile, variants: Iterable[str] | None = None,
     return Stamp(commit, dirty, str(profile.path.resolve()), profile_sha256(profile),
                  {variant.name: builds[variant.binary.path] for variant in chosen},
                  {variant.name: rules[variant.binary.path].to_dict() for variant in chosen
-                  if variant.binary.path in rules})
+                  if variant.binary.path in rules},
+                 {variant.name: dict(variant.options) for variant in chosen}, corpus)
 
 
 def write(run_dir: Path, run_stamp: Stamp) -> None:

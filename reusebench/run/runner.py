@@ -123,8 +123,9 @@ def run_profile(
     refuse_beyond_context(_longest(sessions, planned))
     run = RunDir.create(results_dir)
     names = list(dict.fromkeys(variant.name for variant, _, _ in chosen))
-    provenance.write(run.path, provenance.stamp(profile, names, capabilities))
-    print(f"run {run.run_id}: profile {profile.name}, {len(names)} variant(s), records -> {run.records_path}", file=out)
+    provenance.write(run.path, provenance.stamp(profile, names, capabilities, corpus_spec.name))
+    print(f"run {run.run_id}: profile {profile.name}, {len(names)} variant(s), corpus {corpus_spec.name}, "
+          f"records -> {run.records_path}", file=out)
     print(plan.render_plan(planned), file=out, flush=True)
     estimate = plan.Estimate(planned, out)
     failed = 0

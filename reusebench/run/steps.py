@@ -152,6 +152,7 @@ class SessionSteps(VariantSteps):
 
     def wait_until_asleep(self, scenario: str) -> None:
         """Stay idle until the server sleeps (``Server.wait_until_asleep``); a server that does not fails."""
+        self.deferred_references()  # sleep frees what they would overwrite: judged now, not at the end
         self.progress.say(f"  idling until the server sleeps (sleep-idle-seconds {self.spec.sleep_idle_s or 0.0:g})")
 
         def wait() -> dict[str, Any]:
@@ -165,6 +166,7 @@ class SessionSteps(VariantSteps):
         self._call(scenario, "idle until asleep", "/props", wait)
 
     def restart(self, scenario: str) -> None:
+        self.deferred_references()  # the restart forgets what they would overwrite: judged now, not at the end
         self._restart("restarting the server (same slot-save directory)")
         self.expectation.restart()
 
@@ -360,7 +362,8 @@ class SessionSteps(VariantSteps):
         self.references.judge(record, c, request)
 
     def deferred_references(self) -> None:
-        """The references nothing computed along the way: one ``cache_prompt: false`` call per prompt and LoRA."""
+        """The references nothing computed along the way: one ``cache_prompt: false`` call per prompt and LoRA, as
+        soon as the state they overwrite is no longer needed (before a restart or a sleep), else at the end."""
         waiting = self.references.waiting()
         if waiting and not self.server.process.is_running():
             steps = sum(len(p.steps) for p in waiting)
