@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 from pathlib import Path
 
 import pytest
 
-from reusebench import check
+from reusebench import check, tiny
 from reusebench.check import run as check_run
 from reusebench.cli import main
 from reusebench.config import profiles
@@ -168,3 +170,14 @@ def test_a_real_model_reads_real_prose_unless_its_profile_names_a_corpus(tmp_pat
     mine = profile(tmp_path, "description: mine\nmodel: real:gemma3-270m\n")
     assert profiles.load_profile(mine).corpus == "python-docs"
     assert profiles.load_profile("tiny-llama").corpus == "tiny-words"
+
+
+def test_the_complete_profile_in_the_docs_loads_with_a_model_put_in_its_place(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "profiles.md").read_text()
+    (block,) = re.findall(r"```yaml\n(# my-model.yaml.*?)```", text, flags=re.S)
+    model = tmp_path / "my-model-Q4_K_M.gguf"
+    shutil.copy(tiny.model_path("llama"), model)
+    path = tmp_path / "my-model.yaml"
+    path.write_text(block.replace("~/models/my-model-Q4_K_M.gguf", str(model)))  # every option on its --help
+    loaded = profiles.load_profile(str(path))
+    assert [v.name for v in loaded.variants] == ["cache-ram=0", "cache-ram=8192"] and loaded.corpus == "python-docs"
