@@ -49,6 +49,13 @@ def _construct_unique_mapping(loader: StrictLoader, node: yaml.MappingNode) -> d
 StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
 
+def shown(text: object) -> str:
+    """A name from a file as an error message shows it: as it is, or quoted with escapes where it holds a line
+    break or another control character (an error message stays one line)."""
+    text = str(text)
+    return text if text.isprintable() else repr(text)
+
+
 def display(path: Path) -> str:
     """A path relative to the working directory when it is below it, else absolute."""
     absolute = path.resolve()

@@ -122,9 +122,10 @@ def check_layer(file: Document, scenario_ids: Sequence[str]) -> dict[str, Any]:
         expected = _FIELD_TYPES.get(key) if isinstance(key, str) else None
         if expected is None:
             # a name that is no field's misspelling is most often a llama-server option written at the top level
+            name = reader.shown(key)
             hint = reader.did_you_mean(str(key), _FIELD_TYPES) or (
-                f"; a llama-server option goes under `options:` (options:\n  {key}: {value})")
-            raise ProfileError(f"{file.at(key)}: {key}: unknown field{hint}; valid fields: {', '.join(_FIELD_TYPES)}")
+                f"; a llama-server option goes under `options:` (options: {{{name}: {reader.shown(value)}}})")
+            raise ProfileError(f"{file.at(key)}: {name}: unknown field{hint}; valid fields: {', '.join(_FIELD_TYPES)}")
         if value is not None:  # null unsets an inherited value
             _expect(value, expected, file, key)
         layer[key] = value
