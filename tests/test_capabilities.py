@@ -73,7 +73,7 @@ def test_a_binary_that_cannot_be_probed_gets_the_pinned_rules_and_says_why(capab
     broken.chmod(0o755)
     found = cache.of_binary(Binary(broken))
     assert found.how.startswith("not probed: ") and "exit" in found.how.lower()
-    assert all(found.holds(name) == rule for name, rule in PINNED_RULES.items())
+    assert all(getattr(found.rules, name) == rule for name, rule in PINNED_RULES.items())
     assert not list(capability_cache.glob("*.json"))  # nothing kept for a binary that did not run
 
 

@@ -14,51 +14,57 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 
+def _rule(pinned: bool, words: str) -> Any:
+    """One capability's declaration: not shown until probed (None), the pinned build's value, and its words."""
+    return field(default=None, metadata={"pinned": pinned, "words": words})
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """One build's behaviour where llama.cpp builds differ; None: not shown (the pinned build's rule applies)."""
 
     # Saving a slot writes its context checkpoints into the file, and restoring reads them back (b11549).
-    slot_file_checkpoints: bool | None = None
+    slot_file_checkpoints: bool | None = _rule(False, "slot files carry checkpoints")
     # A restore clears only the slot's tokens and keeps its in-memory checkpoints, whatever they were computed
     # from (2026-03): a re-ask after a restore can return to one, or to another document's.
-    restore_keeps_slot_checkpoints: bool | None = None
+    restore_keeps_slot_checkpoints: bool | None = _rule(False, "a restore keeps the slot's checkpoints")
     # Checkpoints within 64 tokens of the prompt's start or of the previous one are made (not 2026-03, which makes
     # none before 64 tokens and none closer than 64 to the last).
-    close_checkpoints: bool | None = None
+    close_checkpoints: bool | None = _rule(True, "checkpoints within 64 tokens of the start or each other")
     # A chat prompt gets a checkpoint where its last user message starts (from b10355).
-    user_message_checkpoints: bool | None = None
+    user_message_checkpoints: bool | None = _rule(True, "checkpoints at user messages (chat)")
     # /completion reads `message_delimiters`, so a token prompt can mark its user messages (before b11549).
-    completion_message_delimiters: bool | None = None
+    completion_message_delimiters: bool | None = _rule(True, "/completion takes message_delimiters")
     # A slot can be saved, restored and erased while an mmproj is loaded (not 2026-03, which refuses every slot
     # action then, HTTP 501).
-    mmproj_slot_actions: bool | None = None
+    mmproj_slot_actions: bool | None = _rule(True, "slot save, restore and erase with an mmproj loaded")
     # A slot that holds nothing (erased, just started) takes a matching RAM prompt-cache entry (not 2026-03, which
     # updates the cache only for a slot with tokens).
-    empty_slot_loads_from_ram: bool | None = None
+    empty_slot_loads_from_ram: bool | None = _rule(True, "an empty slot loads from the RAM cache")
     # A RAM prompt-cache entry keeps the LoRA it was computed with, and a restore takes only a matching one
     # (report B's fix; none of the releases).
-    ram_cache_keeps_lora: bool | None = None
+    ram_cache_keeps_lora: bool | None = _rule(False, "RAM cache entries keep their LoRA")
     # GET /metrics wakes a sleeping server (none of the releases: /metrics and /props do not, /slots does).
-    metrics_wakes_sleeping: bool | None = None
+    metrics_wakes_sleeping: bool | None = _rule(False, "GET /metrics wakes a sleeping server")
     # The checkpoint search skips checkpoints past the divergence, takes one that starts at position 0, and tests
     # an identical prompt one position stricter (from 2026-10-01; 2026-03 takes any checkpoint that starts below
     # the threshold). It decides sliding-window models: a recurrent checkpoint starts where it ends.
-    checkpoint_search_bounded: bool | None = None
+    checkpoint_search_bounded: bool | None = _rule(True, "checkpoints past the divergence are never restored")
     # A saved sliding-window state (a checkpoint, a RAM cache entry, a slot file) holds only the window, so once
     # loaded it cannot serve a prompt without a checkpoint (from 2026-10-01; 2026-03 keeps every cell).
-    swa_state_window_only: bool | None = None
+    swa_state_window_only: bool | None = _rule(True, "a saved sliding-window state holds only the window")
     # --swa-full makes the server treat the model as one without a window (from 2026-10-01; 2026-03 still tests a
     # shared prefix against the window, so one no longer than the window is re-processed).
-    swa_full_drops_window: bool | None = None
+    swa_full_drops_window: bool | None = _rule(True, "--swa-full drops the window from the reuse test")
     # What each probe saw: counts, and the server's own error where it refused: {capability: evidence}.
     evidence: Mapping[str, str] = field(default_factory=dict, compare=False)
     how: str = "not probed"  # "probed", "probed (cached)", or "not probed: why"
 
-    def holds(self, name: str) -> bool:
-        """The rule the reuse model applies: the probed value, else the pinned build's."""
-        value = getattr(self, name)
-        return PINNED_RULES[name] if value is None else value
+    @property
+    def rules(self) -> Capabilities:
+        """The rules the reuse model applies, as typed attributes: each probed value, else the pinned build's."""
+        pinned: dict[str, Any] = {name: PINNED_RULES[name] for name in NAMES if getattr(self, name) is None}
+        return replace(self, **pinned)
 
     def values(self) -> dict[str, bool | None]:
         return {name: getattr(self, name) for name in NAMES}
@@ -88,7 +94,7 @@ class Capabilities:
         for name, value in self.values().items():
             said = "probed" if value is not None else f"{unshown}: b11434's rule applies"
             evidence = f" ({self.evidence[name]})" if name in self.evidence else ""
-            found.append(f"this build: {WORDS[name]}: {_word(self.holds(name))}, {said}{evidence}")
+            found.append(f"this build: {WORDS[name]}: {_word(getattr(self.rules, name))}, {said}{evidence}")
         return found
 
     def label(self) -> str:
@@ -104,36 +110,11 @@ class Capabilities:
                 if value is not None and value != PINNED_RULES[name]]
 
 
-NAMES: tuple[str, ...] = tuple(f.name for f in fields(Capabilities) if f.name not in ("evidence", "how"))
-# The pinned build's (b11434's) rules, which apply where a probe showed nothing.
-PINNED_RULES: dict[str, bool] = {
-    "slot_file_checkpoints": False,
-    "restore_keeps_slot_checkpoints": False,
-    "close_checkpoints": True,
-    "user_message_checkpoints": True,
-    "completion_message_delimiters": True,
-    "mmproj_slot_actions": True,
-    "empty_slot_loads_from_ram": True,
-    "ram_cache_keeps_lora": False,
-    "metrics_wakes_sleeping": False,
-    "checkpoint_search_bounded": True,
-    "swa_state_window_only": True,
-    "swa_full_drops_window": True,
-}
-WORDS: dict[str, str] = {
-    "slot_file_checkpoints": "slot files carry checkpoints",
-    "restore_keeps_slot_checkpoints": "a restore keeps the slot's checkpoints",
-    "close_checkpoints": "checkpoints within 64 tokens of the start or each other",
-    "user_message_checkpoints": "checkpoints at user messages (chat)",
-    "completion_message_delimiters": "/completion takes message_delimiters",
-    "mmproj_slot_actions": "slot save, restore and erase with an mmproj loaded",
-    "empty_slot_loads_from_ram": "an empty slot loads from the RAM cache",
-    "ram_cache_keeps_lora": "RAM cache entries keep their LoRA",
-    "metrics_wakes_sleeping": "GET /metrics wakes a sleeping server",
-    "checkpoint_search_bounded": "checkpoints past the divergence are never restored",
-    "swa_state_window_only": "a saved sliding-window state holds only the window",
-    "swa_full_drops_window": "--swa-full drops the window from the reuse test",
-}
+# The pinned build's (b11434's) rules, which apply where a probe showed nothing, and each rule in words: from the
+# one declaration of each field.
+PINNED_RULES: dict[str, bool] = {f.name: f.metadata["pinned"] for f in fields(Capabilities) if "pinned" in f.metadata}
+WORDS: dict[str, str] = {f.name: f.metadata["words"] for f in fields(Capabilities) if "words" in f.metadata}
+NAMES: tuple[str, ...] = tuple(PINNED_RULES)
 PINNED = Capabilities(**PINNED_RULES, how="not probed: the pinned build's rules")  # type: ignore[arg-type]  # bool fields
 
 

@@ -242,10 +242,11 @@ class ServerModel:
         self.memory = memory
         self.launch = launch
         self.capabilities = capabilities
+        self.rules = capabilities.rules  # each probed value, else the pinned build's: looked up once
         self.cache_reuse = active_cache_reuse(memory, launch)
         # The window the server's reuse test subtracts: none without SWA, nor with --swa-full on a build that then
         # treats the model as one without.
-        dropped = launch.swa_full and capabilities.holds("swa_full_drops_window")
+        dropped = launch.swa_full and self.rules.swa_full_drops_window
         self.window = 0 if dropped else memory.window
         # Checkpoints for memory that cannot be rolled back: recurrent state, or a window's cache unless it is full.
         self.checkpointing = launch.ctx_checkpoints > 0 and memory.needs_checkpoints and not (
@@ -285,7 +286,7 @@ class ServerModel:
         cells = self._cells(slot)
         if cells is None:
             return slot.held
-        return replace(slot.held, window=cells.state(slot.index, self.capabilities.holds("swa_state_window_only")))
+        return replace(slot.held, window=cells.state(slot.index, bool(self.rules.swa_state_window_only)))
 
     def _hold(self, slot: Slot, held: Held) -> None:
         """The slot takes `held` as its contents: a saved copy is read back, an empty one clears its memory."""
@@ -318,14 +319,14 @@ class ServerModel:
     def saved(self, slot: int) -> Held:
         """What a slot file written now holds: tokens and state; its checkpoints only on a build that writes them."""
         held = self._snapshot(self.slots[slot])
-        return held if self.capabilities.holds("slot_file_checkpoints") else replace(held, checkpoints=())
+        return held if self.rules.slot_file_checkpoints else replace(held, checkpoints=())
 
     def restore(self, slot: int, held: Held) -> None:
         """The file's tokens and state. Its checkpoints where the file carries them; else, on a build whose restore
         keeps the slot's own, those, foreign where they were computed from other tokens; else none."""
-        if self.capabilities.holds("slot_file_checkpoints"):
+        if self.rules.slot_file_checkpoints:
             checkpoints = held.checkpoints
-        elif self.capabilities.holds("restore_keeps_slot_checkpoints"):
+        elif self.rules.restore_keeps_slot_checkpoints:
             before = self.slots[slot].held
             shared = common_prefix(before.tokens, held.tokens)
             checkpoints = tuple(replace(c, foreign=c.foreign or c.n_tokens > shared) for c in before.checkpoints)
@@ -376,7 +377,7 @@ class ServerModel:
         cells = self._cells(slot)
         if cells is not None:
             cells.seq_rm(slot.index, n_past)
-        marked = user_starts if self.capabilities.holds("user_message_checkpoints") else ()
+        marked = user_starts if self.rules.user_message_checkpoints else ()
         self._prefill(slot, tokens, n_past, frozenset(marked))
         slot.t_last = self.task
         return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong)
@@ -425,7 +426,7 @@ class ServerModel:
         """The slot's state into the RAM cache, unless an entry holds it already; entries it extends go. On a build
         whose entries keep their LoRA, only entries of the same LoRA count as the same or extended."""
         held = slot.held
-        lora_aware = self.capabilities.holds("ram_cache_keeps_lora")
+        lora_aware = self.rules.ram_cache_keeps_lora
 
         def same(entry: CacheEntry) -> bool:
             return not lora_aware or entry.lora == slot.lora
@@ -440,8 +441,8 @@ class ServerModel:
     def _ram_load(self, slot: Slot, tokens: tuple[int, ...], scales: tuple[float, ...]) -> bool:
         """Take the entry that beats the slot on both kept share and covered share; it leaves the cache. On a build
         whose entries keep their LoRA, only an entry of the request's LoRA, and the slot takes that LoRA."""
-        lora_aware = self.capabilities.holds("ram_cache_keeps_lora")
-        if not slot.held.tokens and not self.capabilities.holds("empty_slot_loads_from_ram"):
+        lora_aware = self.rules.ram_cache_keeps_lora
+        if not slot.held.tokens and not self.rules.empty_slot_loads_from_ram:
             return False
         lcp = common_prefix(slot.held.tokens, tokens)
         f_keep = lcp / len(slot.held.tokens) if slot.held.tokens else -1.0
@@ -490,7 +491,7 @@ class ServerModel:
             return _Kept(n_past, f"kept {n_past} tokens in slot", stale, True)
         # The state is kept as it is while its lowest position lies below the threshold; b11434's test keeps one
         # position more for an identical prompt and looks at a prompt that extends everything the slot holds too.
-        bounded = self.capabilities.holds("checkpoint_search_bounded")
+        bounded = self.rules.checkpoint_search_bounded
         has_new = n_past < len(tokens)
         threshold = max(0, n_past - self.window - (0 if has_new or not bounded else 1))
         tested = n_past <= len(held.tokens) if bounded else n_past < len(held.tokens)
@@ -564,7 +565,7 @@ class ServerModel:
             wanted = (n == end or batch_start in user_starts or near_end) and batch_start > 0 and (
                 not checkpoints or batch_start == last_user or near_end
                 or batch_start > checkpoints[-1].n_tokens + min_step)
-            if wanted and not self.capabilities.holds("close_checkpoints"):  # 2026-03: 64 tokens in, 64 apart
+            if wanted and not self.rules.close_checkpoints:  # 2026-03: 64 tokens in, 64 apart
                 wanted = n >= MIN_CHECKPOINT_SPACING and (
                     not checkpoints or batch_start > checkpoints[-1].n_tokens + MIN_CHECKPOINT_SPACING)
             if wanted:
@@ -591,5 +592,5 @@ class ServerModel:
             made = Checkpoint.recurrent(n_tokens, self.task)
         else:  # the window's lowest cell as the server records it, and what a partial state write holds
             made = Checkpoint(n_tokens, self.task, pos_min=cells.pos_min(slot.index), pos_max=n_tokens - 1,
-                              window=cells.state(slot.index, self.capabilities.holds("swa_state_window_only")))
+                              window=cells.state(slot.index, bool(self.rules.swa_state_window_only)))
         slot.held = replace(slot.held, checkpoints=(*kept, made))

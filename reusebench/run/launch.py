@@ -66,7 +66,7 @@ class LaunchSpec:
     @property
     def slot_actions(self) -> bool:
         """Whether the server takes slot saves, restores and erases (a build may refuse them with an mmproj)."""
-        return not self.launch.multimodal or self.capabilities.holds("mmproj_slot_actions")
+        return not self.launch.multimodal or bool(self.capabilities.rules.mmproj_slot_actions)
 
     def reuse_model(self) -> expectation.ServerModel:
         """A fresh model of this server's reuse (``reuse.expectation``), before its first request."""

@@ -99,7 +99,7 @@ def probe_checkpoint_min_step(ctx: ProbeContext, setting: Setting) -> list[Optio
     if not ctx.needs_checkpoints or ctx.facts["checkpoints_max"] == 0:
         return [setting.verdict(Verdict.INEFFECTIVE, *configured, "no checkpoints are made on this server "
                                 "(see ctx-checkpoints), so their spacing has no effect")]
-    if not ctx.capabilities.holds("completion_message_delimiters"):
+    if not ctx.capabilities.rules.completion_message_delimiters:
         return [setting.verdict(Verdict.UNVERIFIED, *configured, "the probe marks its user messages with "
                                 "/completion's message_delimiters, which this build ignores (reusebench probe: "
                                 f"{ctx.capabilities.evidence.get('completion_message_delimiters', 'not shown')})")]
