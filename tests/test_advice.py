@@ -8,6 +8,7 @@ import re
 import pytest
 
 from reusebench.advise import advice
+from reusebench.capability import PINNED
 from reusebench.records import Record
 from reusebench.reuse.expectation import Memory, launch_of_options
 
@@ -18,7 +19,7 @@ DELIMITER, QUESTION = [10, 11], [20] * 17
 
 def test_user_messages_bring_a_mid_document_edit_down_to_the_message_before_it() -> None:
     document = list(range(1000, 3048))
-    cost = advice.predicted_edit_cost(HYBRID, LAUNCH, document, DELIMITER, QUESTION, 256)
+    cost = advice.predicted_edit_cost(HYBRID, LAUNCH, PINNED, document, DELIMITER, QUESTION, 256)
     assert cost.plain == 1 + len(document) + advice.EDIT_TOKENS + len(QUESTION)  # everything
     # the edit sits at document token 1024, i.e. inside the 5th message; checkpoints every other message start
     assert cost.messages < cost.plain // 2 + 2 * 258 and cost.messages > cost.plain // 2 - 258
@@ -28,12 +29,12 @@ def test_user_messages_bring_a_mid_document_edit_down_to_the_message_before_it()
 def test_at_128k_messages_of_2048_need_more_than_32_checkpoints_and_4096_fit() -> None:
     document = list(range(1000, 1000 + 131072))
     # 65 message checkpoints: the 32 newest start past the edit at 50%, so it re-processes everything
-    crowded = advice.predicted_edit_cost(HYBRID, LAUNCH, document, DELIMITER, QUESTION, 2048)
+    crowded = advice.predicted_edit_cost(HYBRID, LAUNCH, PINNED, document, DELIMITER, QUESTION, 2048)
     assert crowded.messages > crowded.plain and crowded.checkpoints == 32
-    fits = advice.predicted_edit_cost(HYBRID, LAUNCH, document, DELIMITER, QUESTION, 4096)
+    fits = advice.predicted_edit_cost(HYBRID, LAUNCH, PINNED, document, DELIMITER, QUESTION, 4096)
     assert fits.messages < 65536 + 2 * 4096
-    assert advice.advised_min_step(HYBRID, LAUNCH, 131072) == 4096
-    assert advice.advised_min_step(HYBRID, LAUNCH, 32768) == 2048
+    assert advice.advised_min_step(HYBRID, LAUNCH, PINNED, 131072) == 4096
+    assert advice.advised_min_step(HYBRID, LAUNCH, PINNED, 32768) == 2048
 
 
 def test_the_document_as_user_messages() -> None:

@@ -13,9 +13,12 @@ import pytest
 
 from reusebench.capability import PINNED_RULES, Capabilities, cache
 from reusebench.config import profiles
+from reusebench.config.workload import load_workload
 from reusebench.llama.binaries import Binary
-from reusebench.records import Role
+from reusebench.records import RecordWriter, Role
 from reusebench.run import runner
+from reusebench.run.recording import RunDir
+from reusebench.run.service import service_run
 
 from conftest import default_llama_server
 
@@ -105,3 +108,19 @@ def test_a_wrong_probe_result_makes_the_steps_it_decides_unexpected_and_probing_
     assert {step: got[:3] for step, got in right.items()} == {
         "resend": ("miss", 2069, 2069), "reask": ("miss", 2068, 2068), "extension": ("hit", 19, 19)}
     assert right["resend"][3].endswith("; rules probed: as b11434")
+
+
+@pytest.mark.e2e
+def test_a_workload_predicts_with_its_own_binary_s_rules_not_the_pinned_build_s(capability_cache: Path,
+                                                                                 tmp_path: Path) -> None:
+    # a build that differs (planted as b11549's would read): the workload's launch takes its rules, not b11434's
+    binary = Binary(default_llama_server())
+    cache.store(cache.Executable(binary.path).key(), Capabilities(**{**PINNED_RULES, "slot_file_checkpoints": True}),
+                binary.path)
+    workload = load_workload("report-b-service")
+    variant = profiles.load_profile(workload.profile).variants[0]
+    with RecordWriter(tmp_path / "records.jsonl") as writer:
+        run = service_run(workload, variant, writer, run=RunDir("w", tmp_path))
+        assert run.spec.capabilities.slot_file_checkpoints is True
+        assert run.spec.reuse_model().rules.slot_file_checkpoints is True
+        run.handle.close()

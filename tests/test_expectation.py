@@ -186,7 +186,7 @@ def test_user_message_checkpoints_follow_checkpoint_min_step() -> None:
 
 
 def test_report_b_lora_change_clears_a_state_just_restored_from_ram_and_then_serves_it_wrongly() -> None:
-    m = ServerModel(HYBRID, launch_of_options({**TINY_BASE, "cache-ram": 256}, lora_adapters=1))
+    m = ServerModel(HYBRID, launch_of_options({**TINY_BASE, "cache-ram": 256}, lora_adapters=1), DEFAULT_RULES)
     lora, no_lora = [{"id": 0, "scale": 0.5}], [{"id": 0, "scale": 0.0}]
     send(m, PROMPT)
     assert send(m, PROMPT, lora=lora) == (len(PROMPT), "LoRA-change clear")

@@ -8,7 +8,7 @@ import io
 import pytest
 
 from reusebench import cli
-from reusebench.capability import model_memory
+from reusebench.capability import PINNED, cache, model_memory
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama.process import ServerProcess
 from reusebench.records import Record, Role
@@ -20,7 +20,7 @@ K32 = 32768
 
 def report_a(profile: str, variant: str, *, early_stop: bool) -> plan.SessionPlan:
     loaded = profiles.load_profile(profile)
-    spec = launch.resolve(loaded.variant(variant), context=launch.session_context(K32), early_stop=early_stop)
+    spec = launch.resolve(loaded.variant(variant), PINNED, context=launch.session_context(K32), early_stop=early_stop)
     return plan.plan_session(spec, K32, scenarios.select(REPORT_A), corpus.load_spec("tiny-words"), name="s")
 
 
@@ -53,9 +53,10 @@ def test_the_control_reuses_half_the_edited_document_so_nothing_stops():
 
 
 def test_dry_run_prints_the_plan_and_starts_no_server(capsys, tmp_path, monkeypatch):
-    # the model's memory is learned from one start of the binary the first time, then kept: learned here first
+    # the build's rules and the model's memory are learned from short starts the first time, then kept: here first
     variant = profiles.load_profile("tiny-qwen35").variant("mmproj=on,cache-reuse=256")
     model_memory.of_model(variant.binary, variant.model)
+    cache.of_binary(variant.binary)
     monkeypatch.setattr(ServerProcess, "start", lambda self: pytest.fail("a dry run started a server"))
     assert cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=on,cache-reuse=256", "--size", "32K",
                      *(arg for step in REPORT_A for arg in ("--scenario", step)), "--dry-run", "--results", str(tmp_path)]) == 0

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reusebench import records
+from reusebench.capability import Capabilities
+from reusebench.capability import cache as capability_cache
 from reusebench.config import corpus, profiles
 from reusebench.config.sizes import size_label
 from reusebench.llama import facts
@@ -62,13 +64,13 @@ def advise(profile: profiles.Profile, *, results_dir: Path, say: Say) -> dict[st
     found: dict[str, list[Advice]] = {}
     tried: dict[tuple[Path, int, int, int], Advice] = {}  # variants that differ only in other options share a trial
     for variant in profile.variants:
-        spec = launch_mod.resolve(variant, context=None)
+        spec = launch_mod.resolve(variant, capability_cache.of_binary(variant.binary, say), context=None)
         memory, launch = spec.memory, spec.launch
         advice = cache_reuse_advice(profile, variant, memory, launch, results_dir, say)
         if memory.needs_checkpoints and launch.ctx_checkpoints > 0:
             key = (variant.model, launch.ctx_checkpoints, launch.n_batch, launch.n_ubatch)
             if key not in tried:
-                tried[key] = min_step_advice(variant, memory, launch, say)
+                tried[key] = min_step_advice(variant, memory, launch, spec.capabilities, say)
             advice.append(tried[key])
         if memory.needs_checkpoints and spec.slot_save_path is not None:
             advice.append(Advice("slot-save-path", "a restored slot carries no checkpoints on this hybrid: a resend "
@@ -166,11 +168,12 @@ class EditCost:
     checkpoints: int  # checkpoints the slot holds for the message-split prompt
 
 
-def predicted_edit_cost(memory: expectation.Memory, launch: expectation.Launch, document: Sequence[int],
-                        delimiter: Sequence[int], question: Sequence[int], min_step: int) -> EditCost:
+def predicted_edit_cost(memory: expectation.Memory, launch: expectation.Launch, rules: Capabilities,
+                        document: Sequence[int], delimiter: Sequence[int], question: Sequence[int],
+                        min_step: int) -> EditCost:
     """What the reuse model expects of an edit at EDIT_AT, with and without user messages every `min_step` tokens."""
     def cost(split: bool, step: int) -> tuple[int, int]:
-        model = expectation.ServerModel(memory, dataclasses.replace(launch, checkpoint_min_step=step))
+        model = expectation.ServerModel(memory, dataclasses.replace(launch, checkpoint_min_step=step), rules)
         before, after = ([1, *as_user_messages(d, delimiter, min_step), *delimiter, *question] if split
                          else [1, *d, *question] for d in (document, edited(document)))
         model.complete(before, user_starts=expectation.user_starts(before, delimiter) if split else ())
@@ -182,30 +185,30 @@ def predicted_edit_cost(memory: expectation.Memory, launch: expectation.Launch, 
     return EditCost(plain, messages, held)
 
 
-def advised_min_step(memory: expectation.Memory, launch: expectation.Launch, size: int) -> int:
+def advised_min_step(memory: expectation.Memory, launch: expectation.Launch, rules: Capabilities, size: int) -> int:
     """The smallest of ADVISED_MIN_STEPS whose message checkpoints serve an edit at EDIT_AT of a `size` document."""
     document = list(range(1000, 1000 + size))
     for step in ADVISED_MIN_STEPS:
-        cost = predicted_edit_cost(memory, launch, document, PLACEHOLDER_DELIMITER, PLACEHOLDER_QUESTION, step)
+        cost = predicted_edit_cost(memory, launch, rules, document, PLACEHOLDER_DELIMITER, PLACEHOLDER_QUESTION, step)
         if cost.messages < cost.plain // 2 + 2 * step:
             return step
     return ADVISED_MIN_STEPS[-1]
 
 
 def min_step_advice(variant: profiles.Variant, memory: expectation.Memory, launch: expectation.Launch,
-                    say: Say) -> Advice:
+                    rules: Capabilities, say: Say) -> Advice:
     """Try the message-split document with checkpoint-min-step at TRIAL_SIZE; predict it at the profile's sizes."""
     say(f"{variant.name}: trying user-message checkpoints (checkpoint-min-step {TRIAL_MIN_STEP}) at "
         f"{size_label(TRIAL_SIZE)}")
     measured, mib, (document, delimiter, question) = _try_min_step(variant)
-    trial = predicted_edit_cost(memory, launch, document, delimiter, question, TRIAL_MIN_STEP)  # the same tokens
+    trial = predicted_edit_cost(memory, launch, rules, document, delimiter, question, TRIAL_MIN_STEP)  # the same tokens
     lines = [f"at {size_label(TRIAL_SIZE)} a one-line edit at 50% re-processes {measured.plain:,} tokens; as user "
              f"messages of {TRIAL_MIN_STEP} tokens with checkpoint-min-step {TRIAL_MIN_STEP}, {measured.messages:,} "
              f"(the model predicted {trial.plain:,} and {trial.messages:,}) for {measured.checkpoints} checkpoints of "
              f"{mib:.3f} MiB per slot ({measured.checkpoints * mib:.2f} MiB)"]
     for size in variant.sizes:
-        step = advised_min_step(memory, launch, size)
-        at = predicted_edit_cost(memory, launch, list(range(1000, 1000 + size)), PLACEHOLDER_DELIMITER,
+        step = advised_min_step(memory, launch, rules, size)
+        at = predicted_edit_cost(memory, launch, rules, list(range(1000, 1000 + size)), PLACEHOLDER_DELIMITER,
                                  PLACEHOLDER_QUESTION, step)
         lines.append(f"at {size_label(size)} with checkpoint-min-step {step} and messages of that size: "
                      f"{at.plain:,} -> {at.messages:,} tokens for {at.checkpoints} checkpoints "
@@ -220,7 +223,8 @@ def _try_min_step(variant: profiles.Variant) -> tuple[EditCost, float, tuple[lis
     document, delimiter and question tokens it sent (after BOS)."""
     options = {**variant.options, "checkpoint-min-step": TRIAL_MIN_STEP, "ctx-size": 2 * TRIAL_SIZE + 2048}
     trial = dataclasses.replace(variant, options=options)
-    handle = launch_mod.resolve(trial, context=None).server(call_timeout_s=TRIAL_TIMEOUT_S)
+    handle = launch_mod.resolve(trial, capability_cache.of_binary(trial.binary), context=None).server(
+        call_timeout_s=TRIAL_TIMEOUT_S)
     try:
         client = handle.start().client
         text = corpus.build_corpus(corpus.load_spec("tiny-words"), client, TRIAL_SIZE)

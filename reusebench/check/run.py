@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
-from reusebench.capability import PINNED, Capabilities
+from reusebench.capability import Capabilities
 from reusebench.capability import cache as capability_cache
 from reusebench.check.context import Probe, ProbeContext, of_kind
 from reusebench.check.probes import PROBES, SLEEP_OPTION
@@ -97,14 +97,14 @@ def unsupported_options(variant: Variant) -> list[OptionVerdict]:
     return found
 
 
-def check_launch(variant: Variant, capabilities: Capabilities = PINNED) -> LaunchSpec:
+def check_launch(variant: Variant, capabilities: Capabilities) -> LaunchSpec:
     """The check's launch of `variant`: a probe-sized context per slot unless the variant sets one, and /metrics."""
     return launch.resolve(variant, capabilities, context=lambda n_slots: PROBE_CTX_PER_SLOT * n_slots, metrics=True)
 
 
 def launch_args(variant: Variant) -> tuple[list[str], list[str]]:
     """(all llama-server arguments, the ones the check adds)."""
-    spec = check_launch(variant)
+    spec = check_launch(variant, capability_cache.of_binary(variant.binary))
     return spec.args, list(spec.added)
 
 

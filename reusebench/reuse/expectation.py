@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from reusebench.capability import PINNED, Capabilities
+from reusebench.capability import Capabilities
 from reusebench.config import options as options_mod
 from reusebench.llama import arch_source
 from reusebench.llama.facts import (
@@ -238,7 +238,7 @@ class CacheEntry:
 class ServerModel:
     """One llama-server's reuse state, advanced request by request, by the rules of a build's capabilities."""
 
-    def __init__(self, memory: Memory, launch: Launch, capabilities: Capabilities = PINNED) -> None:
+    def __init__(self, memory: Memory, launch: Launch, capabilities: Capabilities) -> None:
         self.memory = memory
         self.launch = launch
         self.capabilities = capabilities

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reusebench.capability import PINNED, Capabilities, model_memory
+from reusebench.capability import Capabilities, model_memory
 from reusebench.config.profiles import Variant
 from reusebench.llama.model_memory import ModelMemory
 from reusebench.llama.server import Server
@@ -77,9 +77,10 @@ class LaunchSpec:
         return Server.of(self.variant.binary.path, [*self.args, *extra_args], call_timeout_s=call_timeout_s)
 
 
-def resolve(variant: Variant, capabilities: Capabilities = PINNED, *, context: Context, metrics: bool = False,
+def resolve(variant: Variant, capabilities: Capabilities, *, context: Context, metrics: bool = False,
             verify: bool = True, early_stop: bool = True, memory: ModelMemory | None = None) -> LaunchSpec:
-    """The launch of `variant` by the rules of its build's `capabilities`. `context(n_slots)` is the context the
+    """The launch of `variant` by the rules of its build's `capabilities` (``capability.cache.of_binary``: there is
+    no default, so no driver predicts with another build's rules than its binary's). `context(n_slots)` is the context the
     harness gives when the variant sets none; `metrics` adds ``--metrics`` unless the variant sets it; `verify` and
     `early_stop` are the command line's, which the variant and the build may still turn off. `memory` is the
     model's as its binary builds it; None: learned now from one start of that binary (kept, so once per binary and

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple, TextIO
 
 from reusebench import records
-from reusebench.capability import PINNED, Capabilities, cache
+from reusebench.capability import Capabilities, cache
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.config.sizes import size_label
 from reusebench.llama import gguf_check
@@ -211,12 +211,12 @@ def plan_sessions(sessions: Sequence[PlannedSession], corpus_spec: corpus.Corpus
 def plan_profile(profile: profiles.Profile, *, variants: Sequence[str] = (), sizes: Sequence[int] = (),
                  scenario_ids: Sequence[str] = (), corpus_name: str | None = None, verify: bool = True,
                  early_stop: bool = True, repeats: Repeats | None = None) -> list[plan.SessionPlan]:
-    """What `run_profile` with these arguments would send, without sending anything (``--dry-run``): by the rules
-    probed for each binary before, else the pinned build's, on the model's memory as its binary builds it (learned
-    by one short start the first time, then kept)."""
+    """What `run_profile` with these arguments would send, without sending anything (``--dry-run``): by each
+    binary's rules, on the model's memory as its binary builds it (each learned by short starts the first time,
+    then kept)."""
     chosen = _sessions(profile, variants, sizes, scenario_ids, repeats)
     refuse_beyond_context([(variant, size, size) for variant, size, _ in chosen])
-    capabilities = {variant.binary.path: cache.cached(variant.binary) or PINNED for variant, _, _ in chosen}
+    capabilities = {variant.binary.path: cache.of_binary(variant.binary) for variant, _, _ in chosen}
     sessions = resolve_sessions(chosen, capabilities, verify=verify, early_stop=early_stop)
     planned = plan_sessions(sessions, corpus.load_spec(corpus_name or profile.corpus), repeats=repeats)
     refuse_beyond_context(_longest(sessions, planned))
