@@ -309,6 +309,16 @@ def was_interrupted(error: str | None) -> bool:
     return bool(error) and str(error).startswith("interrupted (")
 
 
+def outcome(r: Record, shared: int = 0) -> str:
+    """The one rule for hit, partial and miss, for every report and page: a hit re-processed no more than
+    HIT_TOLERANCE tokens over what a perfect cache would; a miss reused nothing beyond `shared` tokens (a system
+    prompt every conversation of a service starts with; 0 for a scenario); partial lies between. Whether the turn
+    should hit is the record's own ``expected_hit``."""
+    if (r.excess or 0) <= HIT_TOLERANCE:
+        return "hit"
+    return "miss" if (r.cache_n or 0) <= shared else "partial"
+
+
 def verdict(r: Record) -> str:
     """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse,
     UNEXPECTED when prompt_n is not what the reuse model predicts (a wrong output outranks it: the
@@ -324,11 +334,7 @@ def verdict(r: Record) -> str:
         return "FOREIGN REUSE"
     if not r.expected_hit and (r.cache_n or 0) <= HIT_TOLERANCE:
         return "full (cannot hit)"
-    if not r.cache_n:
-        return "miss"
-    if (r.excess or 0) <= HIT_TOLERANCE:
-        return "hit"
-    return "partial"
+    return outcome(r)
 
 
 def step_id(r: Record) -> dict[str, Any]:

@@ -158,7 +158,8 @@ def call(user: str, turn: int, step: str, *, start: float, ttft_ms: float, end: 
                   scenario="w", step=step, role=role, endpoint="/completion", started_at=start, ended_at=end,
                   user=user, turn=turn, slot=slot, lora=lora, prompt_tokens=prompt_n + cache_n, prompt_n=prompt_n,
                   cache_n=cache_n, prompt_ms=prompt_ms, ttft_ms=ttft_ms, predicted_n=16, predicted_ms=16 * decode,
-                  excess=prompt_n - 17, cause=cause or {}, extra=dict(extra))
+                  excess=prompt_n - 17, cause=cause or {}, extra=dict(extra),
+                  expected_hit=step in users.SHOULD_HIT)  # as a workload's records carry it (run/service/texts.py)
 
 
 def test_the_report_classes_causes_and_interference() -> None:

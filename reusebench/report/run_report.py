@@ -17,7 +17,7 @@ from tabulate import tabulate
 from reusebench.config import workload
 from reusebench.config.sizes import size_label
 from reusebench.machine import spread
-from reusebench.records import Record, Role, deviation, was_interrupted
+from reusebench.records import Record, Role, deviation, outcome, was_interrupted
 from reusebench.report import service_runs
 
 
@@ -193,15 +193,15 @@ def miss_rates(records: Iterable[Record]) -> str:
     measured = [r for r in records if r.role == Role.MEASURE and not r.error]
     should = [r for r in measured if r.expected_hit is not False]  # unknown (older records) counts as should
     cannot = [r for r in measured if r.expected_hit is False]
-    missed = sum(not r.cache_n for r in should)
-    all_full = sum(not r.cache_n for r in measured)
+    missed = sum(outcome(r) == "miss" for r in should)
+    all_full = sum(not r.cache_n for r in measured)  # a fact, not an outcome: what report B's single rate counted
     wrong = sum(r.matches_reference is False for r in measured)
     unexpected = [r for r in measured if r.verdict == "UNEXPECTED"]
     foreign = sum(bool(r.extra.get("foreign_reused")) for r in measured)
     not_modelled = dict.fromkeys(str(r.extra["not_modelled"]) for r in measured if r.extra.get("not_modelled"))
     return "\n".join((*plainly(records),
         f"miss rate of turns that should hit: {missed} of {len(should)} re-processed everything "
-        f"({_percent(missed, len(should))}), {sum(r.verdict == 'partial' for r in should)} partial",
+        f"({_percent(missed, len(should))}), {sum(outcome(r) == 'partial' for r in should)} partial",
         f"turns that cannot hit, counted apart: {len(cannot)}"
         + (f" ({', '.join(dict.fromkeys(f'{r.scenario}/{r.step}' for r in cannot))})" if cannot else ""),
         f"all turns in one denominator (misleading): {all_full} of {len(measured)} ({_percent(all_full, len(measured))})",

@@ -26,7 +26,7 @@ from typing import Any
 from tabulate import tabulate
 
 from reusebench.config import users, workload
-from reusebench.records import HIT_TOLERANCE, Extra, Record, Role, lora_applied
+from reusebench.records import Extra, Record, Role, lora_applied, outcome
 
 LORA_AFTER_RESTORE = "LoRA-change clear after restore"
 SIMILARITY_STOLE = "similarity stole the slot"
@@ -48,7 +48,7 @@ class Turn:
 
     @property
     def should_hit(self) -> bool:
-        return self.record.step in users.SHOULD_HIT
+        return bool(self.record.expected_hit)
 
     @property
     def with_lora(self) -> bool:
@@ -124,12 +124,6 @@ MISS_CAUSES: tuple[tuple[str, Callable[[Record, Context], bool]], ...] = (
 )
 
 
-def outcome(r: Record, system_tokens: int) -> str:
-    if (r.excess or 0) <= HIT_TOLERANCE:
-        return "hit"
-    return "miss" if (r.cache_n or 0) <= system_tokens else "partial"
-
-
 def route(r: Record) -> str:
     cause = _cause(r)
     if cause.get("ram_restored"):
@@ -150,7 +144,7 @@ def turns(records: Sequence[Record]) -> list[Turn]:
             continue
         result = outcome(r, ctx.system_tokens)
         cause = None
-        if result != "hit" and r.step in users.SHOULD_HIT:
+        if result != "hit" and r.expected_hit:
             cause = next(name for name, fits in MISS_CAUSES if fits(r, ctx))
         found.append(Turn(r, result, route(r), cause))
     return found

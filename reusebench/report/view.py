@@ -246,13 +246,15 @@ def _service(name: str, rs: list[Record]) -> str:
     calls = sorted((r for r in rs if r.user is not None and r.endpoint and not r.error), key=lambda r: r.started_at)
     outcomes = {id(t.record): t for t in service_report.turns(rs)}
     should = [t for t in outcomes.values() if t.should_hit]
-    missed = sum(t.outcome != "hit" for t in should)
+    missed = sum(t.outcome == "miss" for t in should)
+    partial = sum(t.outcome == "partial" for t in should)
     probes = [r for r in calls if r.role == Role.PROBE]
     cards = (("requests", f"{len(calls)}"), ("users", f"{len({r.user for r in calls if r.role != Role.PROBE})}"),
              ("health checks", f"{len(probes)}"),
              ("time prefilling", f"{sum(r.prompt_ms or 0 for r in calls) / 1000:.1f} s"),
              ("tokens computed fresh", f"{sum(r.prompt_n or 0 for r in calls):,}"),
-             ("should-hit turns missed", f"{missed} of {len(should)}"))
+             ("should-hit turns missed", f"{missed} of {len(should)}"),
+             ("should-hit turns partial", f"{partial} of {len(should)}"))
     head = f"<h2>{_e(summary.scenario if summary else name)} on {_e(calls[0].profile if calls else '')}</h2>"
     return (head + "<div class=cards>" + "".join(f"<div class=card><b>{_e(v)}</b><br>{_e(k)}</div>" for k, v in cards)
             + "</div>" + _timeline(calls, outcomes) + _by_user(calls, outcomes)
