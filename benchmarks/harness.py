@@ -32,7 +32,7 @@ from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from reusebench import records
+from reusebench import budget, records
 from reusebench.config import sizes
 
 from . import common
@@ -64,8 +64,8 @@ def summary_track(value: Callable[[records.Record], float], unit: str,
                         unit=unit, doc=doc)
 
 
-def prefill_budget(summary: records.Record) -> records.PrefillBudget:
-    return records.PrefillBudget.of("", summary.extra["prefill"], summary.size)
+def prefill_budget(summary: records.Record) -> budget.PrefillBudget:
+    return budget.PrefillBudget.of("", summary.extra["prefill"], summary.size)
 
 
 def budget_ratio(summary: records.Record) -> float:

@@ -10,7 +10,7 @@ import pytest
 from reusebench.advise import advice
 from reusebench.capability import PINNED
 from reusebench.records import Record
-from reusebench.reuse.expectation import Memory, launch_of_options
+from reusebench.reuse.server_inputs import Memory, launch_of_options
 
 HYBRID = Memory("hybrid", can_shift=False)
 LAUNCH = launch_of_options({"parallel": 1, "ubatch-size": 512, "batch-size": 2048, "ctx-checkpoints": 32})

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from reusebench import records
+from reusebench.budget import PrefillBudget, prefill_budgets
 from reusebench.config import profiles
 from reusebench.records import Record, Role
 from reusebench.run import runner
@@ -53,8 +54,8 @@ def step(result: runner.ProfileResult, scenario: str, name: str, role: str = "me
     return found
 
 
-def budget(result: runner.ProfileResult) -> records.PrefillBudget:
-    (only,) = records.prefill_budgets(result.records)
+def budget(result: runner.ProfileResult) -> PrefillBudget:
+    (only,) = prefill_budgets(result.records)
     return only
 
 

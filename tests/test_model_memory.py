@@ -18,7 +18,7 @@ from reusebench.config import profiles
 from reusebench.llama import arch_source, build
 from reusebench.llama.binaries import Binary
 from reusebench.records import Role
-from reusebench.reuse.expectation import Memory, memory_of
+from reusebench.reuse.server_inputs import Memory, memory_of
 from reusebench.run import runner
 
 from conftest import REPORT_A_SIZE, default_llama_server

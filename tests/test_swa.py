@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from reusebench.capability import Capabilities
 from reusebench.reuse import swa
-from reusebench.reuse.expectation import Memory, ServerModel, can_shift, launch_of_options
+from reusebench.reuse.expectation import ServerModel
+from reusebench.reuse.server_inputs import Memory, can_shift, launch_of_options
 
 WINDOWED = Memory("swa", can_shift=True, window=128, window_layers=5)  # tiny:gemma3
 TINY_BASE = {"parallel": 1, "ubatch-size": 512, "batch-size": 2048, "ctx-checkpoints": 32, "cache-ram": 8192}

@@ -28,7 +28,7 @@ from reusebench.capability import cache as capability_cache
 from reusebench.config import corpus, profiles
 from reusebench.config.sizes import size_label
 from reusebench.llama import facts
-from reusebench.reuse import expectation
+from reusebench.reuse import expectation, server_inputs
 from reusebench.run import launch as launch_mod
 from reusebench.run import runner
 
@@ -83,8 +83,8 @@ def advise(profile: profiles.Profile, *, results_dir: Path, say: Say) -> dict[st
 # -- cache-reuse ---------------------------------------------------------------------------------------
 
 
-def cache_reuse_advice(profile: profiles.Profile, variant: profiles.Variant, memory: expectation.Memory,
-                       launch: expectation.Launch, results_dir: Path, say: Say) -> list[Advice]:
+def cache_reuse_advice(profile: profiles.Profile, variant: profiles.Variant, memory: server_inputs.Memory,
+                       launch: server_inputs.Launch, results_dir: Path, say: Say) -> list[Advice]:
     """Try the variant with and without its --cache-reuse on the steps it could change."""
     setting = variant.option("cache-reuse")
     if not setting or (variant.number("cache-reuse") or 0) <= 0:
@@ -100,7 +100,7 @@ def cache_reuse_advice(profile: profiles.Profile, variant: profiles.Variant, mem
     changed = [f"{step}: {a:,} vs {b:,} tokens" for step, (a, b, _, _) in steps.items() if a != b]
     wrong = [step for step, (_, _, same, same_without) in steps.items() if same is False and same_without is not False]
     tried = f"{len(steps)} steps at {size_label(TRIAL_SIZE)}"
-    if expectation.active_cache_reuse(memory, launch) == 0:
+    if server_inputs.active_cache_reuse(memory, launch) == 0:
         why = "an mmproj is loaded" if launch.multimodal else "this model's attention cache cannot shift"
         effect = (f"DISABLED on this model ({why}): remove it; " +
                   ("nothing changes" if not changed and not wrong else f"yet it changed {', '.join(changed)}") +
@@ -168,7 +168,7 @@ class EditCost:
     checkpoints: int  # checkpoints the slot holds for the message-split prompt
 
 
-def predicted_edit_cost(memory: expectation.Memory, launch: expectation.Launch, rules: Capabilities,
+def predicted_edit_cost(memory: server_inputs.Memory, launch: server_inputs.Launch, rules: Capabilities,
                         document: Sequence[int], delimiter: Sequence[int], question: Sequence[int],
                         min_step: int) -> EditCost:
     """What the reuse model expects of an edit at EDIT_AT, with and without user messages every `min_step` tokens."""
@@ -185,7 +185,7 @@ def predicted_edit_cost(memory: expectation.Memory, launch: expectation.Launch, 
     return EditCost(plain, messages, held)
 
 
-def advised_min_step(memory: expectation.Memory, launch: expectation.Launch, rules: Capabilities, size: int) -> int:
+def advised_min_step(memory: server_inputs.Memory, launch: server_inputs.Launch, rules: Capabilities, size: int) -> int:
     """The smallest of ADVISED_MIN_STEPS whose message checkpoints serve an edit at EDIT_AT of a `size` document."""
     document = list(range(1000, 1000 + size))
     for step in ADVISED_MIN_STEPS:
@@ -195,7 +195,7 @@ def advised_min_step(memory: expectation.Memory, launch: expectation.Launch, rul
     return ADVISED_MIN_STEPS[-1]
 
 
-def min_step_advice(variant: profiles.Variant, memory: expectation.Memory, launch: expectation.Launch,
+def min_step_advice(variant: profiles.Variant, memory: server_inputs.Memory, launch: server_inputs.Launch,
                     rules: Capabilities, say: Say) -> Advice:
     """Try the message-split document with checkpoint-min-step at TRIAL_SIZE; predict it at the profile's sizes."""
     say(f"{variant.name}: trying user-message checkpoints (checkpoint-min-step {TRIAL_MIN_STEP}) at "

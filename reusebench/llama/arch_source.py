@@ -72,6 +72,16 @@ def cases_of(tree: Path, function: str) -> list[str]:
     return [names[arch] for arch in _CASE.findall(body.group(1).split("return true")[0]) if arch in names]
 
 
+def build_info(tree: Path) -> dict[str, object]:
+    """The tree's window types for a build's build.json; none from a tree that does not keep each architecture in
+    src/models/ (the pinned release's table applies then)."""
+    try:
+        table = window_types(tree)
+    except OSError:
+        return {}
+    return {"window_types": table} if table else {}
+
+
 def write(tree: Path, path: Path = TABLE_FILE) -> None:
     path.write_text(json.dumps({
         "window_types": window_types(tree),  # src/models/*.cpp: hparams.swa_type

@@ -340,7 +340,7 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
         "identity": source.identity, "patches": list(source.patches), "flavor": flavor, "cmake_args": list(args),
         "build_seconds": round(seconds, 1),
         "jobs": jobs, "machine": platform.machine(), "version": (version.stdout + version.stderr).strip(),
-        **_window_types(source.tree),
+        **arch_source.build_info(source.tree),
         **({flavor: dict(details)} if details else {}),
     }, indent=2) + "\n")
     partial.replace(binary)
@@ -369,16 +369,6 @@ def build_target(source: Source, args: Sequence[str], target: str, *, jobs: int,
         _run(["cmake", "--build", str(tree), "--target", target, "--parallel", str(jobs)], env, log, log_path,
              progress=_StepProgress(f"building {target} {what}", progress))
     return tree
-
-
-def _window_types(tree: Path) -> dict[str, object]:
-    """The tree's window type per architecture (``arch_source``), for build.json; none from a tree that does not
-    keep each architecture in src/models/ (the pinned release's table applies then)."""
-    try:
-        table = arch_source.window_types(tree)
-    except OSError:
-        return {}
-    return {"window_types": table} if table else {}
 
 
 def _without_version(args: Sequence[str]) -> list[str]:

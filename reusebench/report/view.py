@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from reusebench import records
+from reusebench.budget import prefill_budgets
 from reusebench.config.sizes import size_label
 from reusebench.machine.host import under_load
 from reusebench.records import Record, Role
@@ -155,7 +156,7 @@ def _launches(stamp: provenance.Stamp | None) -> str:
 def _session(name: str, rs: list[Record]) -> str:
     measured = [r for r in rs if r.role == Role.MEASURE]
     first = rs[0]
-    budget = next(iter(records.prefill_budgets(rs)), None)
+    budget = next(iter(prefill_budgets(rs)), None)
     head = (f"<h2>{_e(first.profile)} [{_e(first.variant)}] at {size_label(first.size)}</h2>"
             f"<p class=muted>{_e(name)}; build {_e(first.build)}; model {_e(first.model)}"
             + (f"; {_e(budget.line().split(': ', 1)[1])}" if budget else "") + _noise_band(rs) + "</p>"

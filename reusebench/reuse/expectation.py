@@ -7,10 +7,10 @@ server's answer is looked at. The server's answer contributes only the tokens it
 keeps (``answered``). Every rule is written down in docs/llama-server-reuse.md with its source line;
 the comments below name the section.
 
-What the model is told about the world: the model's memory as the server that loads it built it (``memory_of``
-over ``llama.model_memory.ModelMemory``, from one start's log: attention, recurrent, hybrid or sliding-window, the
-window, and whether its attention cache can shift), the launch options that decide reuse (``launch_of_options``),
-and the build's capabilities where llama.cpp builds differ, as its probes showed them (``reusebench.capability``;
+What the model is told about the world (``reuse.server_inputs``): the model's memory as the server that loads it
+built it (``memory_of`` over ``llama.model_memory.ModelMemory``, from one start's log: attention, recurrent, hybrid
+or sliding-window, the window, and whether its attention cache can shift), the launch options that decide reuse
+(``launch_of_options``), and the build's capabilities where llama.cpp builds differ, as its probes showed them (``reusebench.capability``;
 b11434's rules where nothing was probed). It is deliberately not told what the measured server logged about its
 reuse options: a build that quietly changes a rule no probe covers (say, turns checkpoints off) must show up as a
 step the model did not expect.
@@ -28,141 +28,17 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from reusebench.capability import Capabilities
-from reusebench.config import options as options_mod
-from reusebench.llama import arch_source
-from reusebench.llama.facts import (
-    AUTO_SLOTS,
-    DEFAULT_BATCH,
-    DEFAULT_CACHE_RAM_MIB,
-    DEFAULT_CHECKPOINT_MIN_STEP,
-    DEFAULT_CTX_CHECKPOINTS,
-    DEFAULT_SLOT_PROMPT_SIMILARITY,
-    DEFAULT_UBATCH,
-    F_KEEP_LOAD,
-    F_KEEP_SAVE,
-    end_checkpoint_offsets,
-)
-from reusebench.llama.model_memory import ModelMemory
+from reusebench.llama.facts import F_KEEP_LOAD, F_KEEP_SAVE, end_checkpoint_offsets
 from reusebench.llama.outputs import common_prefix, shared_run
 from reusebench.reuse import swa
+from reusebench.reuse.server_inputs import Launch, Memory, active_cache_reuse, window_cells
+from reusebench.reuse.server_state import CacheEntry, Checkpoint, Held, Slot
 
-MEMORY_KINDS = ("attention", "recurrent", "hybrid", "swa")
 MIN_CHECKPOINT_SPACING = 64  # on a build without close checkpoints: none before this many tokens, none closer
-
-
-@dataclass(frozen=True)
-class Memory:
-    """What a model's context memory can do, as far as prompt reuse goes."""
-
-    kind: str  # one of MEMORY_KINDS
-    can_shift: bool  # its attention cache can shift positions (what --cache-reuse needs)
-    window: int = 0  # the sliding window of its SWA layers (n_swa), 0 without
-    window_layers: int = 0  # how many of its layers keep only the window
-    not_modelled: str = ""  # why the rules below do not predict this memory's counts ("" when they do)
-    chunked: bool = False  # its window is the current chunk of `window` tokens (llama4), not the last `window`
-
-    @property
-    def needs_checkpoints(self) -> bool:
-        """Recurrent state cannot be cut at any position, and a window's cache has dropped what came before it:
-        only checkpoints take either back."""
-        return self.kind != "attention"
-
-
-def memory_of(built: ModelMemory) -> Memory:
-    """The memory the server built (``llama.model_memory``), as the model's rules see it. A layout the rules do not
-    cover keeps its nearest kind, for the plan's estimates, and says why it is not modelled."""
-    if built.recurrent and built.attention_layers:
-        kind = "hybrid"  # with a window too (lfm2): the recurrent state's position is the memory's lowest
-    elif built.recurrent:
-        kind = "recurrent"
-    else:
-        kind = "swa" if built.window_layers else "attention"
-    return Memory(kind, built.can_shift, built.window, built.window_layers, built.not_modelled,
-                  chunked=built.window_type == arch_source.CHUNKED)
-
-
-@dataclass(frozen=True)
-class Launch:
-    """The launch options that decide reuse, with llama-server's defaults."""
-
-    n_batch: int = DEFAULT_BATCH
-    n_ubatch: int = DEFAULT_UBATCH
-    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
-    checkpoint_min_step: int = DEFAULT_CHECKPOINT_MIN_STEP
-    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
-    cache_reuse: int = 0
-    n_slots: int = AUTO_SLOTS
-    kv_unified: bool = True
-    slot_prompt_similarity: float = DEFAULT_SLOT_PROMPT_SIMILARITY
-    cache_idle_slots: bool = True
-    cache_prompt: bool = True
-    multimodal: bool = False
-    lora_adapters: int = 0
-    n_ctx: int = 0  # --ctx-size; 0: not known, then a slot's context bounds nothing
-    swa_full: bool = False
-
-    @property
-    def slot_ctx(self) -> int:
-        """A slot's context as the server sizes it: all of it with unified KV, else its share, padded to 256."""
-        n_ctx = swa.pad(self.n_ctx)
-        return n_ctx if self.kv_unified else swa.pad(n_ctx // self.n_slots)
-
-
-def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False, lora_adapters: int = 0,
-                      n_ctx: int = 0) -> Launch:
-    """A variant's options (long names, as in a profile) read as the server reads them; `n_ctx` is the context the
-    harness gives when the options set none."""
-    def number(name: str, default: float) -> float:
-        return float(options_mod.number(options, name, default))  # type: ignore[arg-type]
-
-    parallel = int(number("parallel", -1))
-    n_ctx = int(number("ctx-size", n_ctx))
-    n_batch = int(number("batch-size", DEFAULT_BATCH))
-    if n_ctx:
-        n_batch = min(n_batch, n_ctx)  # the context clamps the batch to itself
-    cache_ram = int(number("cache-ram", DEFAULT_CACHE_RAM_MIB))
-    return Launch(
-        n_batch=n_batch,
-        n_ubatch=min(n_batch, int(number("ubatch-size", DEFAULT_UBATCH))),  # the context clamps ubatch to batch
-        ctx_checkpoints=int(number("ctx-checkpoints", number("swa-checkpoints", DEFAULT_CTX_CHECKPOINTS))),
-        checkpoint_min_step=int(number("checkpoint-min-step", DEFAULT_CHECKPOINT_MIN_STEP)),
-        cache_ram_mib=cache_ram,
-        cache_reuse=int(number("cache-reuse", 0)),
-        n_slots=AUTO_SLOTS if parallel < 0 else parallel,
-        kv_unified=parallel < 0 or (bool(options.get("kv-unified")) and not options.get("no-kv-unified")),
-        slot_prompt_similarity=number("slot-prompt-similarity", DEFAULT_SLOT_PROMPT_SIMILARITY),
-        # --cache-idle-slots turns itself off without a RAM cache
-        cache_idle_slots=cache_ram != 0 and not options.get("no-cache-idle-slots")
-        and options.get("cache-idle-slots") is not False,
-        cache_prompt=not options.get("no-cache-prompt") and options.get("cache-prompt") is not False,
-        multimodal=multimodal,
-        lora_adapters=lora_adapters,
-        n_ctx=n_ctx,
-        swa_full=bool(options.get("swa-full")),
-    )
-
-
-def window_cells(memory: Memory, launch: Launch) -> int:
-    """The cells of a window's cache per stream (``swa.window_cells``); a slot's context when nothing bounds it."""
-    n_ctx = launch.n_ctx or swa.pad(memory.window * launch.n_slots + launch.n_ubatch) * launch.n_slots
-    return swa.window_cells(n_ctx, memory.window, launch.n_ubatch, launch.n_slots, launch.kv_unified, launch.swa_full)
-
-
-def can_shift(memory: Memory, launch: Launch) -> bool:
-    """Whether the memory can shift positions: a window's cache (also a hybrid's) only when it is as large as the
-    full one."""
-    if not memory.window:
-        return memory.can_shift
-    return memory.can_shift and launch.n_ctx > 0 and window_cells(memory, launch) == launch.slot_ctx
-
-
-def active_cache_reuse(memory: Memory, launch: Launch) -> int:
-    """--cache-reuse as the server applies it: forced to 0 with an mmproj, or when the memory cannot shift."""
-    return 0 if launch.multimodal or not can_shift(memory, launch) else launch.cache_reuse
 
 
 @dataclass(frozen=True)
@@ -173,41 +49,6 @@ class Expected:
     cache_n: int
     cause: str
     wrong_output: bool = False  # reused state was computed for other tokens or another LoRA
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    n_tokens: int  # the state after this many tokens
-    task: int  # the request that created it
-    foreign: bool = False  # computed from other tokens than the ones it now sits under (kept across a restore)
-    # The memory's lowest and highest position when it was taken (recurrent state: both n_tokens - 1; a window's
-    # cache: its lowest cell), and the window's positions it holds.
-    pos_min: int = -1
-    pos_max: int = -1
-    window: tuple[int, ...] = ()
-
-    @classmethod
-    def recurrent(cls, n_tokens: int, task: int) -> Checkpoint:
-        return cls(n_tokens, task, pos_min=n_tokens - 1, pos_max=n_tokens - 1)
-
-
-@dataclass(frozen=True)
-class Held:
-    """What a slot or a RAM cache entry holds: tokens, checkpoints, and what its state was computed with."""
-
-    tokens: tuple[int, ...] = ()
-    checkpoints: tuple[Checkpoint, ...] = ()
-    computed_with: tuple[float, ...] | None = None  # adapter scales; None: mixed, matches nothing
-    stale: bool = False  # a shifted chunk left removed tokens in the recurrent state
-    window: tuple[int, ...] = ()  # a saved copy's window positions (a slot's own live in its cells)
-
-
-@dataclass
-class Slot:
-    index: int
-    held: Held = field(default_factory=Held)
-    lora: tuple[float, ...] = ()
-    t_last: int = -1
 
 
 def user_starts(tokens: Sequence[int], delimiter: Sequence[int]) -> tuple[int, ...]:
@@ -225,14 +66,6 @@ class _Kept(NamedTuple):
     why: str
     stale: bool = False  # the kept state holds removed tokens or another prompt's
     as_is: bool = False  # the live state itself, not a checkpoint's: its window may have a hole
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    """A RAM prompt-cache entry: what it holds, and the LoRA of the slot it was saved from."""
-
-    held: Held
-    lora: tuple[float, ...]
 
 
 class ServerModel:

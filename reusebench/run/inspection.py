@@ -20,7 +20,7 @@ from reusebench.config.profiles import Variant
 from reusebench.config.sizes import size_label
 from reusebench.llama.model_memory import ModelMemory
 from reusebench.records import Role
-from reusebench.reuse import expectation
+from reusebench.reuse import server_inputs
 from reusebench.run import launch, plan
 
 REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
@@ -48,9 +48,9 @@ class Inspection:
                                            "not_modelled": self.memory.not_modelled}}
 
 
-def _cache_reuse(memory: expectation.Memory, spec: launch.LaunchSpec) -> str:
+def _cache_reuse(memory: server_inputs.Memory, spec: launch.LaunchSpec) -> str:
     trial = replace(spec.launch, cache_reuse=256)
-    if expectation.active_cache_reuse(memory, trial):
+    if server_inputs.active_cache_reuse(memory, trial):
         return "can work: the attention cache can shift positions"
     if trial.multimodal:
         return "cannot: llama-server turns it off with an mmproj"
@@ -59,11 +59,11 @@ def _cache_reuse(memory: expectation.Memory, spec: launch.LaunchSpec) -> str:
     return "cannot: the window's cache is smaller than the context (it can with --swa-full)"
 
 
-def _swa_full(memory: expectation.Memory, spec: launch.LaunchSpec) -> str:
+def _swa_full(memory: server_inputs.Memory, spec: launch.LaunchSpec) -> str:
     if not memory.window:
         return "nothing: the model has no window the reuse model follows"
-    without = expectation.window_cells(memory, spec.launch)
-    with_full = expectation.window_cells(memory, replace(spec.launch, swa_full=True))
+    without = server_inputs.window_cells(memory, spec.launch)
+    with_full = server_inputs.window_cells(memory, replace(spec.launch, swa_full=True))
     return (f"the window's cache grows from {without:,} to {with_full:,} cells per stream, so a prefix older "
             f"than the window can be kept without a checkpoint")
 

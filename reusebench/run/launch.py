@@ -19,7 +19,7 @@ from reusebench.capability import Capabilities, model_memory
 from reusebench.config.profiles import Variant
 from reusebench.llama.model_memory import ModelMemory
 from reusebench.llama.server import Server
-from reusebench.reuse import expectation
+from reusebench.reuse import expectation, server_inputs
 
 CTX_MARGIN = 1024  # room beyond a session's longest prompt: question, edit, extension and generated tokens
 # The harness's context for a server with `n_slots` slots when the variant sets no --ctx-size; None: none is added
@@ -38,8 +38,8 @@ class LaunchSpec:
 
     variant: Variant  # its binary, model, adapters and n_predict; its options are read only by ``resolve``
     capabilities: Capabilities  # its build's rules where builds differ (``capability``)
-    memory: expectation.Memory  # as its binary built it for its model (``capability.model_memory``), read once
-    launch: expectation.Launch  # the options that decide reuse, as the server reads them, with the context
+    memory: server_inputs.Memory  # as its binary built it for its model (``capability.model_memory``), read once
+    launch: server_inputs.Launch  # the options that decide reuse, as the server reads them, with the context
     added: tuple[str, ...]  # the llama-server arguments the harness adds to the variant's (--ctx-size, --metrics)
     slot_save_path: Path | None  # the variant's --slot-save-path; None: the session gives a private directory
     sleep_idle_s: float | None  # the variant's --sleep-idle-seconds; None or <= 0: the server never sleeps
@@ -85,8 +85,8 @@ def resolve(variant: Variant, capabilities: Capabilities, *, context: Context, m
     `early_stop` are the command line's, which the variant and the build may still turn off. `memory` is the
     model's as its binary builds it; None: learned now from one start of that binary (kept, so once per binary and
     model file)."""
-    def launch_with(n_ctx: int) -> expectation.Launch:
-        return expectation.launch_of_options(variant.options, multimodal=variant.mmproj is not None,
+    def launch_with(n_ctx: int) -> server_inputs.Launch:
+        return server_inputs.launch_of_options(variant.options, multimodal=variant.mmproj is not None,
                                              lora_adapters=len(variant.lora), n_ctx=n_ctx)
 
     added: list[str] = []
@@ -98,7 +98,7 @@ def resolve(variant: Variant, capabilities: Capabilities, *, context: Context, m
         added.append("--metrics")
     save_path = variant.option("slot-save-path")
     built = memory or model_memory.of_model(variant.binary, variant.model)
-    spec = LaunchSpec(variant, capabilities, expectation.memory_of(built), launch, tuple(added),
+    spec = LaunchSpec(variant, capabilities, server_inputs.memory_of(built), launch, tuple(added),
                       slot_save_path=None if save_path is None else Path(str(save_path)),
                       sleep_idle_s=variant.number("sleep-idle-seconds"), verify=variant.verify and verify,
                       early_stop=early_stop)

@@ -21,7 +21,7 @@ from reusebench.config import scenarios
 from reusebench.config.sizes import size_label
 from reusebench.llama.client import Completion
 from reusebench.records import Lora, Record, Role, lora_key, tokens_hash
-from reusebench.reuse import expectation
+from reusebench.reuse import server_state
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.variant_steps import VariantSteps
 
@@ -74,7 +74,7 @@ class PlanSteps(VariantSteps):
         middle = len(lines) // 2
         self.edited = "\n".join([*lines[:middle], corpus_spec.edit, *lines[middle:]])
         self.questions, self.summary = corpus_spec.questions, corpus_spec.summary
-        self._saved: dict[str, tuple[expectation.Held, list[int]]] = {}
+        self._saved: dict[str, tuple[server_state.Held, list[int]]] = {}
         self._slot: list[int] = []
         self._known: set[tuple[str, str]] = set()  # prompts computed without reuse
         self._waiting: dict[tuple[str, str], int] = {}  # reused prompts waiting for a reference -> their length

@@ -16,24 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reusebench.budget import PrefillBudget, add_prefilled, new_prefill_sums
 from reusebench.capability import Capabilities
 from reusebench.config.profiles import Variant
 from reusebench.llama import logs
 from reusebench.llama.client import Completion
 from reusebench.llama.task_log import Task
-from reusebench.records import (
-    Extra,
-    Lora,
-    PrefillBudget,
-    Record,
-    RecordWriter,
-    Role,
-    add_prefilled,
-    lora_key,
-    new_prefill_sums,
-    tokens_hash,
-    verdict,
-)
+from reusebench.records import Extra, Lora, Record, RecordWriter, Role, lora_key, tokens_hash, verdict
 
 UNKNOWN_BUILD = "unknown"
 

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import NamedTuple, TextIO
 
 from reusebench import records
+from reusebench.budget import prefill_budgets
 from reusebench.capability import Capabilities, cache
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.config.sizes import size_label
 from reusebench.llama import gguf_check
 from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler
-from reusebench.reuse import expectation
+from reusebench.reuse import server_inputs
 from reusebench.run import launch, plan, provenance
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.recording import RunDir
@@ -146,7 +147,7 @@ def run_profile(
     except KeyboardInterrupt:  # each session stopped its server on the way out; the writer flushed every record
         raise Interrupted(run.records_path, len(records.read_records(run.records_path))) from None
     kept = records.read_records(run.records_path)
-    for budget in records.prefill_budgets(kept):
+    for budget in prefill_budgets(kept):
         print(budget.line(), file=out)
     return ProfileResult(run.run_id, run.path, kept, failed)
 
@@ -238,7 +239,7 @@ def refuse_beyond_context(sessions: Sequence[tuple[profiles.Variant, int, int]])
                 f"trained context of {limit:,} (llama-server caps a slot there): choose a size up to "
                 f"{limit - (needed - size):,} tokens")
         if variant.option("ctx-size") is not None:
-            slot = expectation.launch_of_options(variant.options).slot_ctx
+            slot = server_inputs.launch_of_options(variant.options).slot_ctx
             if needed > slot:
                 raise profiles.ProfileError(
                     f"{where}: its longest prompt and output take {needed:,} tokens, beyond the {slot:,} of a "

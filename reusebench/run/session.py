@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from reusebench.budget import PrefillBudget
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
@@ -36,7 +37,7 @@ from reusebench.llama import binaries
 from reusebench.llama.client import ClientError
 from reusebench.llama.process import ServerError
 from reusebench.machine.gpu import GpuSampler
-from reusebench.records import PrefillBudget, Record, RecordWriter, Role
+from reusebench.records import Record, RecordWriter, Role
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.plan import Estimate
 from reusebench.run.progress import Progress, ProgressHook

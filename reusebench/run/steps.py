@@ -27,7 +27,7 @@ from reusebench.llama.outputs import common_prefix, difference
 from reusebench.llama.process import ServerError
 from reusebench.llama.task_log import Task
 from reusebench.records import DEFAULT_LORA, Extra, Lora, Record, Role, interrupted, lora_key, slot_answer, verdict
-from reusebench.reuse import expectation
+from reusebench.reuse import server_state
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.reuse.verification import alternative_ubatch
 from reusebench.run.diagnosis import Diagnosis, deadline_s
@@ -68,7 +68,7 @@ class SessionSteps(VariantSteps):
         self._slot_sequence: tuple[str, list[int]] = (DEFAULT_LORA, [])  # what the last slot used holds
         self._restored = False  # whether a slot file was restored since the last completion
         self._saved: dict[str, tuple[str, list[int]]] = {}
-        self._expected_saved: dict[str, expectation.Held] = {}
+        self._expected_saved: dict[str, server_state.Held] = {}
         self._first_load_ms: float | None = None
         self._rate: float | None = None  # prefill tokens per second of the first load
         self.measured: list[Record] = []  # the measured and setup records, in order (the session's result)

@@ -13,7 +13,7 @@ from reusebench.llama import logs
 from reusebench.llama.client import Completion
 from reusebench.llama.facts import CHATML_USER_START, message_delimiters
 from reusebench.llama.logs import Event
-from reusebench.reuse import expectation
+from reusebench.reuse import server_inputs
 from reusebench.reuse.verification import WRONG
 
 MAX_PROBE_PROMPT = 3072  # a probe that would need a longer prompt reports UNVERIFIED instead
@@ -240,7 +240,7 @@ def probe_swa_full(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
         return [setting.verdict(Verdict.UNVERIFIED, "no probe yet for a window beside recurrent layers; "
                                 "`reusebench inspect` predicts what --swa-full changes on this model")]
     launch = dataclasses.replace(ctx.spec.launch, swa_full=False, n_ctx=ctx.applied("n_ctx") or 0)
-    without = expectation.window_cells(ctx.memory, launch)
+    without = server_inputs.window_cells(ctx.memory, launch)
     length = 2 * without
     if length > MAX_PROBE_PROMPT:
         return [setting.verdict(Verdict.UNVERIFIED, f"showing it needs a {length}-token prompt; probes stay under "

@@ -1,0 +1,49 @@
+"""What one server holds, as the reuse model keeps it: a slot's tokens and checkpoints (``Held``, ``Slot``), a
+checkpoint (``Checkpoint``) and a RAM prompt-cache entry (``CacheEntry``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    n_tokens: int  # the state after this many tokens
+    task: int  # the request that created it
+    foreign: bool = False  # computed from other tokens than the ones it now sits under (kept across a restore)
+    # The memory's lowest and highest position when it was taken (recurrent state: both n_tokens - 1; a window's
+    # cache: its lowest cell), and the window's positions it holds.
+    pos_min: int = -1
+    pos_max: int = -1
+    window: tuple[int, ...] = ()
+
+    @classmethod
+    def recurrent(cls, n_tokens: int, task: int) -> Checkpoint:
+        return cls(n_tokens, task, pos_min=n_tokens - 1, pos_max=n_tokens - 1)
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a slot or a RAM cache entry holds: tokens, checkpoints, and what its state was computed with."""
+
+    tokens: tuple[int, ...] = ()
+    checkpoints: tuple[Checkpoint, ...] = ()
+    computed_with: tuple[float, ...] | None = None  # adapter scales; None: mixed, matches nothing
+    stale: bool = False  # a shifted chunk left removed tokens in the recurrent state
+    window: tuple[int, ...] = ()  # a saved copy's window positions (a slot's own live in its cells)
+
+
+@dataclass
+class Slot:
+    index: int
+    held: Held = field(default_factory=Held)
+    lora: tuple[float, ...] = ()
+    t_last: int = -1
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """A RAM prompt-cache entry: what it holds, and the LoRA of the slot it was saved from."""
+
+    held: Held
+    lora: tuple[float, ...]
