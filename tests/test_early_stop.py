@@ -70,7 +70,9 @@ def test_every_count_is_the_same_with_and_without_early_stop(both):
     early, timed = both
     assert counts(completions(early, K32)) == counts(completions(timed, K32))
     stopped = [r.step for r in completions(early, K32) if r.prompt_ms is None]
-    assert stopped == ["line at 50%", "resend"]  # restore_disk's resend, after the restore, stops too
+    # restore_disk's resend and re-ask stop too: each restores the file first, and the re-ask's reference ran
+    # before the restart
+    assert stopped == ["line at 50%", "resend", "reask"]
 
 
 def test_the_budget_counts_what_was_prefilled_and_no_state_reaches_the_next_session(both):

@@ -29,7 +29,7 @@ from reusebench.machine.gpu import GpuSampler
 from reusebench.records import Record, RecordWriter, Role
 from reusebench.run import diagnosis, launch, recording, runner
 from reusebench.run.recording import RunDir
-from reusebench.run.session import Session
+from reusebench.run.session import OnFailure, Session
 
 from conftest import child_llama_servers, process_group_alive
 
@@ -57,7 +57,8 @@ class Fault:
         os.killpg(self.pgid, self.sig)
 
 
-def run_session(tmp_path: Path, fault: Fault, ids: tuple[str, ...], *, on_failure: str = "stop") -> tuple[
+def run_session(tmp_path: Path, fault: Fault, ids: tuple[str, ...], *,
+                on_failure: OnFailure = OnFailure.STOP) -> tuple[
         Session, list[Record], str]:
     out = io.StringIO()
     path = tmp_path / "records.jsonl"
@@ -141,7 +142,7 @@ def test_asv_gets_a_failure_for_the_steps_the_killed_session_never_reached(kille
 
 def test_on_failure_continue_restarts_the_server_and_runs_the_next_scenarios(tmp_path):
     fault = Fault(signal.SIGKILL, "interleave")
-    s, kept, output = run_session(tmp_path, fault, ("resend", "interleave", "reask"), on_failure="continue")
+    s, kept, output = run_session(tmp_path, fault, ("resend", "interleave", "reask"), on_failure=OnFailure.CONTINUE)
     assert fault.fired_at and s.result.error and s.result.error.startswith("interleave: ClientError")
     assert "going on with the next scenario" in output and "restarting the server after the failure" in output
     reask = [r for r in kept if (r.scenario, r.role) == ("reask", "measure")]

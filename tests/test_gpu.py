@@ -19,6 +19,7 @@ from reusebench.machine.gpu_summary import (
     summarize,
 )
 
+from conftest import SLOW_MACHINE_S
 from fake_nvml import IDLE, LOST, FakeGpu, FakeNvml, Reading
 
 FAST_HZ = 200.0  # the fake answers at once; tests need rounds, not realism
@@ -27,8 +28,9 @@ SW_THERMAL = pynvml.nvmlClocksEventReasonSwThermalSlowdown
 GPU_IDLE = pynvml.nvmlClocksEventReasonGpuIdle
 
 
-def wait_until(condition: Callable[[], bool], what: str = "the sampler's readings", timeout: float = 60.0) -> None:
-    """Wait for an event of the sampler; the fake answers at once, so 60 s means it never came."""
+def wait_until(condition: Callable[[], bool], what: str = "the sampler's readings",
+               timeout: float = SLOW_MACHINE_S) -> None:
+    """Wait for an event of the sampler; the fake answers at once, so the limit is only for one that never comes."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"{what} did not come within {timeout:.0f} s"

@@ -17,7 +17,7 @@ from reusebench.llama.client import ClientError, LlamaClient
 from reusebench.llama.process import ServerError, ServerProcess
 from reusebench.llama.server import Server
 
-from conftest import default_llama_server, process_group_alive
+from conftest import SLOW_MACHINE_S, default_llama_server, process_group_alive
 
 pytestmark = pytest.mark.e2e
 
@@ -172,7 +172,7 @@ def test_tests_stopped_by_sigterm_leave_no_server(tmp_path: Path):
                               "--rootdir", str(tmp_path), str(tmp_path / "test_holds.py")], env=env, cwd=tmp_path,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + SLOW_MACHINE_S
         while not (tmp_path / "pid").exists() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         pgid = int((tmp_path / "pid").read_text())

@@ -27,6 +27,7 @@ from reusebench.run import runner
 from test_asv_flow import REPO, asv_env, discover
 from test_spread import repeat
 
+from conftest import SLOW_MACHINE_S
 from fake_nvml import FakeGpu, FakeNvml, Reading
 
 PROFILE, VARIANT = "tiny-qwen35", "mmproj=off,cache-reuse=0"
@@ -132,9 +133,9 @@ class FollowsThrottle(FakeGpu):
     def read_anew(self) -> None:
         """Wait until the sampler has begun and finished a whole round since now: it has seen the current state."""
         seen = self.round + 2
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + SLOW_MACHINE_S  # a hang's limit: it ends at the second round
         while self.round < seen:
-            assert time.monotonic() < deadline, "the GPU sampler took no reading for 60 s"
+            assert time.monotonic() < deadline, f"the GPU sampler took no reading for {SLOW_MACHINE_S:.0f} s"
             time.sleep(0.001)
 
 

@@ -25,13 +25,13 @@ from reusebench.records import Record, Role, read_records
 from reusebench.run import runner
 
 SIZE = 2048
-RUNS: list[runner.ProfileResult] = []  # every run of this module, for the privacy test
 
 
 @dataclass
 class Run:
     output: str  # what the session printed
     records: list[Record]
+    files: list[Path]  # what it kept: its records and its scrubbed server logs
 
     def measured(self, variant: str | None = None) -> dict[tuple[str, str], Record]:
         return {(r.scenario, r.step): r for r in self.records
@@ -48,9 +48,8 @@ def run(profile: str, results: Path, scenario_ids: tuple[str, ...] = ()) -> Run:
     out = io.StringIO()
     result = runner.run_profile(profiles.load_profile(profile), results_dir=results, sizes=[SIZE],
                                 scenario_ids=scenario_ids, out=out)
-    RUNS.append(result)
     assert result.failed_sessions == 0, out.getvalue()
-    return Run(out.getvalue(), result.records)
+    return Run(out.getvalue(), result.records, [result.records_path, *(result.run_dir / "logs").glob("*.log")])
 
 
 @pytest.fixture(scope="module")
@@ -433,8 +432,9 @@ def test_no_record_and_no_kept_log_contains_a_sentence_of_the_prompts(
 ):
     sentences = prompt_sentences()
     assert len(sentences) > 100
-    files = [f for result in RUNS for f in (result.records_path, *(result.run_dir / "logs").glob("*.log"))]
-    assert len([f for f in files if f.suffix == ".log"]) >= len(RUNS)  # the kept logs exist and are checked
+    runs = (hybrid, control, lora_hybrid, lora_control, sleep, probe)
+    files = [f for each in runs for f in each.files]
+    assert len([f for f in files if f.suffix == ".log"]) >= len(runs)  # the kept logs exist and are checked
     for path in files:
         text = path.read_text()
         assert text

@@ -17,6 +17,8 @@ from reusebench import cli
 from reusebench.cli.exits import Exit
 from reusebench.report import site_server
 
+from conftest import SLOW_MACHINE_S
+
 
 @contextmanager
 def serving(site: Path, **limits: float) -> Iterator[site_server.SiteServer]:
@@ -66,7 +68,7 @@ def test_connections_beyond_the_cap_get_503_and_the_next_after_one_ends_is_serve
             assert third.recv(100).startswith(b"HTTP/1.1 503 Service Unavailable")
         for raw in held:
             raw.close()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + SLOW_MACHINE_S  # a limit for a hang: the loop ends as the slots come back
         while (status := httpx.get(server.url).status_code) == 503 and time.monotonic() < deadline:
             time.sleep(0.05)  # the held connections' threads see their close and give the slots back
         assert status == 200

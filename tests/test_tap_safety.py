@@ -30,7 +30,7 @@ from reusebench.records import Record, Role
 from reusebench.tap import Tap, TapOptions, exchange
 from reusebench.tap.relay import RelayLimits
 
-from conftest import default_llama_server
+from conftest import SLOW_MACHINE_S, default_llama_server
 
 pytestmark = pytest.mark.e2e
 
@@ -226,7 +226,7 @@ def test_the_bytes_relayed_are_the_bytes_sent_and_each_completion_request_is_rec
     answer = httpx.post(echo_tap.relay.address + path, content=body, timeout=30)
     assert (answer.status_code, answer.content) == (200, body)
     recorded = path.replace("/x/..", "") in exchange.RECORDED
-    deadline = time.monotonic() + 10  # the record is written as the answer's last byte has gone out
+    deadline = time.monotonic() + SLOW_MACHINE_S  # a hang's limit: the record is written as the answer's last byte goes
     while echo_tap.tally.requests == before and recorded and time.monotonic() < deadline:
         time.sleep(0.01)
     assert echo_tap.tally.requests == before + recorded
@@ -280,7 +280,7 @@ def test_a_failed_first_look_at_the_server_is_tried_again(tmp_path, monkeypatch)
     body = {"prompt": [1, 2, 3], "n_predict": 1}
     with flaky_upstream() as upstream, tapped(upstream, tmp_path) as tap:
         assert httpx.post(tap.relay.address + "/completion", json=body, timeout=30).status_code == 200
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + SLOW_MACHINE_S  # a hang's limit, not a margin: it ends when /props is learned
         while not tap._learned and time.monotonic() < deadline:  # each request tries until /props answers
             httpx.post(tap.relay.address + "/completion", json=body, timeout=30)
             time.sleep(0.05)
@@ -308,7 +308,7 @@ def test_a_request_still_being_read_at_stop_is_counted_not_lost(tmp_path, monkey
     with flaky_upstream(hang_s=30.0) as upstream, tapped(upstream, tmp_path) as tap:
         sent = threading.Thread(target=send, args=(tap.relay.address,), daemon=True)
         sent.start()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + SLOW_MACHINE_S  # a hang's limit: it ends as the relay takes the request
         while not tap.relay._active and time.monotonic() < deadline:
             time.sleep(0.01)
         summary = tap.stop("the test ended")

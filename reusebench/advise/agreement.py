@@ -23,6 +23,7 @@ from reusebench import records
 from reusebench.config import profiles
 from reusebench.config.sizes import size_label
 from reusebench.run import runner
+from reusebench.run.session import OnFailure
 
 # The tiny model profiles run the whole catalogue; tiny-lora, tiny-lora-llama and tiny-sleep add the two
 # scenarios that need a LoRA or sleep (lora_swap, after_sleep), which do not apply to the others, and tiny-probe
@@ -154,7 +155,7 @@ def run(profile_names: Sequence[str], option_sets: Sequence[str], sizes: Sequenc
                     continue
                 profile = profiles.load_profile(path, check_binary=not skipped)
                 result = runner.run_profile(profile, results_dir=results_dir, variants=runnable, sizes=sizes,
-                                            verify=verify, on_failure="continue", out=out)
+                                            verify=verify, on_failure=OnFailure.CONTINUE, out=out)
                 recorded += result.records
                 print(render(result.records), file=out, flush=True)
     return recorded, not_run

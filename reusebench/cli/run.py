@@ -75,7 +75,8 @@ def add_run(sub: common.Subparsers) -> None:
     run.add_argument("--full-prefills", action="store_true", help="time every step to its end; by default a step "
                      "that would re-process more than 8K tokens and whose output nothing needs (the edit, the resend "
                      "after a restore on a hybrid) stops once its count is known, its seconds n/a")
-    run.add_argument("--on-failure", choices=session.ON_FAILURE, default="stop",
+    run.add_argument("--on-failure", type=session.OnFailure, choices=list(session.OnFailure),
+                     default=session.OnFailure.STOP,
                      help="after a failed step: stop that session (default) or restart its server and go on; "
                           "the run goes on with the next session either way")
     run.add_argument("--repeat-first-load", type=int, metavar="N",

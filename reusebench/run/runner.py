@@ -27,7 +27,7 @@ from reusebench.reuse import server_inputs
 from reusebench.run import launch, plan, provenance
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.recording import RunDir
-from reusebench.run.session import Session, SessionResult, session_name
+from reusebench.run.session import OnFailure, Session, SessionResult, session_name
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def run_profile(
     early_stop: bool = True,
     repeats: Repeats | None = None,
     sampler_factory: SamplerFactory = GpuSampler,
-    on_failure: str = "stop",
+    on_failure: OnFailure = OnFailure.STOP,
     out: TextIO | None = None,
 ) -> ProfileResult:
     """Run the selected variants and sizes (default: all the profile names) and return what was recorded.

@@ -9,7 +9,7 @@ run on the variant (no sleep configured, no LoRA loaded) is announced with its r
 Faults: every completion has a deadline scaled from the prefill rate the first load measured and the prompt's
 size; a call that fails (the server died, hung, answered an error) is recorded with the server's exit status
 and a scrubbed log tail, the process group of a hung server is killed, and the session stops
-(``on_failure="stop"``, the default) or restarts the server and goes on with the next scenario
+(``OnFailure.STOP``, the default) or restarts the server and goes on with the next scenario
 (``"continue"``). Every record written before stays as it is.
 
 References (``verification.References``; "the same output" is ``verification.judge``): a reused
@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TextIO
 
 from reusebench.budget import PrefillBudget
@@ -45,7 +46,13 @@ from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.session_server import SessionServer
 from reusebench.run.steps import SessionSteps
 
-ON_FAILURE = ("stop", "continue")
+
+class OnFailure(StrEnum):
+    """What a session does after a failed step: stop, or restart its server and go on with the next scenario."""
+
+    STOP = "stop"
+    CONTINUE = "continue"
+
 
 
 def session_name(variant: Variant, size: int, repeat: int | None = None) -> str:
@@ -58,7 +65,7 @@ class SessionResult:
     session: str
     records: list[Record] = field(default_factory=list)
     not_applicable: dict[str, str] = field(default_factory=dict)  # scenario id -> why it did not run
-    error: str | None = None  # the first failure (with on_failure="continue" the session went on after it)
+    error: str | None = None  # the first failure (with OnFailure.CONTINUE the session went on after it)
     failures: list[str] = field(default_factory=list)
     budget: PrefillBudget | None = None
     timing: dict[str, float] = field(default_factory=dict)  # wall, server, load, wait, overhead seconds
@@ -93,13 +100,11 @@ class Session:
         run: RunDir,
         sampler: GpuSampler,
         repeat: int | None = None,
-        on_failure: str = "stop",
+        on_failure: OnFailure = OnFailure.STOP,
         progress_hook: ProgressHook | None = None,
         estimate: Estimate | None = None,
         out: TextIO = sys.stderr,
     ) -> None:
-        if on_failure not in ON_FAILURE:
-            raise ValueError(f"on_failure: must be one of {', '.join(ON_FAILURE)}, got {on_failure!r}")
         self.spec, self.size, self.on_failure = spec, size, on_failure
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
         self.name = session_name(spec.variant, size, repeat)
@@ -130,7 +135,7 @@ class Session:
                     scenario.run(self.steps)
                 except (ClientError, ServerError) as exc:
                     self._failed(f"{scenario.id}: {type(exc).__name__}: {exc}")
-                    if self.on_failure == "stop":
+                    if self.on_failure is OnFailure.STOP:
                         break
                     self.steps.recover()
             self.steps.deferred_references()
@@ -147,7 +152,7 @@ class Session:
     def _failed(self, error: str) -> None:
         self.result.failures.append(error)
         self.result.error = self.result.error or error
-        what = "going on with the next scenario" if self.on_failure == "continue" else "session stopped"
+        what = "going on with the next scenario" if self.on_failure is OnFailure.CONTINUE else "session stopped"
         self.progress.say(f"{what}: {error}")
 
     def close(self) -> None:
