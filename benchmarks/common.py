@@ -144,14 +144,11 @@ def _measure() -> dict[str, Any]:
     if RECORDS_FILE:
         _, replayed = replay(Path(RECORDS_FILE))
         return summarise(replayed, [str(RECORDS_FILE)])
-    whole = _load_profile()
+    loaded = profiles.load_for_build(_load_profile().path, VARIANTS)
+    profile, runnable, skipped = loaded.profile, loaded.runnable, loaded.skipped
     results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
-    skipped = profiles.not_runnable(whole, VARIANTS)
     for name, why in skipped.items():
         print(f"benchmarks: variant {name} does not apply to this build: {why}", file=sys.stderr)
-    # Checked against the binary's --help now, unless a variant is left out for options it lacks.
-    profile = profiles.load_profile(whole.path, check_binary=not skipped)
-    runnable = [name for name in VARIANTS if name not in skipped]
     runs = [runner.run_profile(profile, results_dir=results_dir, variants=runnable, sizes=SIZE_TOKENS,
                                scenario_ids=SCENARIOS, verify=True, early_stop=not FULL_PREFILLS, out=sys.stderr)
             for _ in range(REPEAT if runnable else 0)]

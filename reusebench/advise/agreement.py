@@ -146,14 +146,12 @@ def run(profile_names: Sequence[str], option_sets: Sequence[str], sizes: Sequenc
         for name in profile_names:
             for option_set in option_sets:
                 path = derived_profile(Path(directory), name, option_set)
-                whole = profiles.load_profile(path, check_binary=False)
-                skipped = profiles.not_runnable(whole, [v.name for v in whole.variants])
-                not_run += [NotRun(whole.name, variant, reason) for variant, reason in skipped.items()]
-                runnable = [v.name for v in whole.variants if v.name not in skipped]
+                loaded = profiles.load_for_build(path)
+                profile, runnable, skipped = loaded.profile, loaded.runnable, loaded.skipped
+                not_run += [NotRun(profile.name, variant, reason) for variant, reason in skipped.items()]
                 if not runnable:
-                    print(f"{whole.name}: n/a on this build ({'; '.join(sorted(set(skipped.values())))})", file=out)
+                    print(f"{profile.name}: n/a on this build ({'; '.join(sorted(set(skipped.values())))})", file=out)
                     continue
-                profile = profiles.load_profile(path, check_binary=not skipped)
                 result = runner.run_profile(profile, results_dir=results_dir, variants=runnable, sizes=sizes,
                                             verify=verify, on_failure=OnFailure.CONTINUE, out=out)
                 recorded += result.records

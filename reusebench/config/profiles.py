@@ -326,6 +326,26 @@ def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
 _display = reader.display
 
 
+@dataclass(frozen=True)
+class ForThisBuild:
+    """A profile as its build can run it: loaded, the variants it cannot run dropped with why, then checked."""
+
+    profile: Profile
+    runnable: list[str]  # variant names, in the profile's order
+    skipped: dict[str, str]  # variant name -> why this build cannot run it
+
+
+def load_for_build(name_or_path: str | Path, variants: Iterable[str] | None = None) -> ForThisBuild:
+    """Load `name_or_path` once unchecked, drop the `variants` (default: all) its binary cannot run
+    (``not_runnable``), and load it again checked against the binary's --help unless one was dropped (then its
+    options would fail the check): the one load sequence of asv's suite and `agreement`."""
+    whole = load_profile(name_or_path, check_binary=False)
+    names = list(variants) if variants is not None else [v.name for v in whole.variants]
+    skipped = not_runnable(whole, names)
+    profile = load_profile(whole.path, check_binary=not skipped)
+    return ForThisBuild(profile, [name for name in names if name not in skipped], skipped)
+
+
 def not_runnable(profile: Profile, variants: Iterable[str]) -> dict[str, str]:
     """The variants this build's llama-server cannot run (an older llama.cpp): why. It lacks an option the
     variant sets, or does not know the model's architecture.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,15 +24,8 @@ from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from gguf.constants import GGMLQuantizationType
 
 from reusebench.llama import arch_writer
-from reusebench.tiny.layers import vocabulary
-from reusebench.tiny.shapes import (
-    BOS_ID,
-    CHAT_TEMPLATE,
-    CONTEXT_LENGTH,
-    EOS_ID,
-    FIRST_TEXT_TOKEN_ID,
-    UNK_ID,
-)
+from reusebench.tiny.layers import add_tokenizer
+from reusebench.tiny.shapes import CONTEXT_LENGTH, FIRST_TEXT_TOKEN_ID
 
 PREFIX = "arch-"  # tiny:arch-lfm2
 SEED = 42
@@ -43,7 +37,11 @@ class ArchModelError(RuntimeError):
     """test-llama-archs could not write the architecture; the message gives its own words."""
 
 
-def written(arch: str, into: Path, progress: Callable[[str], None] = print) -> Path:
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)  # a model made on the way must not mix into a command's results on stdout
+
+
+def written(arch: str, into: Path, progress: Callable[[str], None] = _to_stderr) -> Path:
     """The file test-llama-archs writes for `arch` (its dense variant where it writes both)."""
     tool = arch_writer.path(progress)
     subprocess.run([str(tool), "-a", f"^{re.escape(arch)}$", "-o", str(into), "-s", str(SEED)],
@@ -55,7 +53,7 @@ def written(arch: str, into: Path, progress: Callable[[str], None] = print) -> P
     return files[0]
 
 
-def retokenized(arch: str, progress: Callable[[str], None] = print) -> GGUFWriter:
+def retokenized(arch: str, progress: Callable[[str], None] = _to_stderr) -> GGUFWriter:
     """A writer holding `arch`'s test-llama-archs model with the tiny vocabulary and a long context."""
     with tempfile.TemporaryDirectory() as scratch:
         reader = GGUFReader(written(arch, Path(scratch), progress))
@@ -70,17 +68,7 @@ def retokenized(arch: str, progress: Callable[[str], None] = print) -> GGUFWrite
                 continue  # an empty array (gguf-py cannot write one) reads as an absent key
             writer.add_key_value(field.name, value, kind, sub_type=field.types[-1] if kind == GGUFValueType.ARRAY else None)
         writer.add_context_length(CONTEXT_LENGTH)
-        tokens, scores, types = vocabulary()
-        writer.add_tokenizer_model("llama")
-        writer.add_token_list(tokens)
-        writer.add_token_scores(scores)
-        writer.add_token_types(types)
-        writer.add_bos_token_id(BOS_ID)
-        writer.add_eos_token_id(EOS_ID)
-        writer.add_unk_token_id(UNK_ID)
-        writer.add_add_bos_token(True)
-        writer.add_add_eos_token(False)
-        writer.add_chat_template(CHAT_TEMPLATE)
+        tokens = add_tokenizer(writer)
         rng = np.random.default_rng(SEED)
         names = {tensor.name for tensor in reader.tensors}
         for tensor in reader.tensors:

@@ -69,6 +69,22 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     return tokens + pieces, scores, types + [int(TokenType.NORMAL)] * len(pieces)
 
 
+def add_tokenizer(writer: GGUFWriter) -> list[str]:
+    """The tiny vocabulary, its special tokens and the ChatML template; returns the token list."""
+    tokens, scores, types = vocabulary()
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_unk_token_id(UNK_ID)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    return tokens
+
+
 def start_text_model(name: str, recipe: Recipe) -> Tensors:
     """Writer with the metadata, tokenizer and global tensors every text model shares."""
     arch, n_layers = recipe.arch, len(recipe.layers)
@@ -81,17 +97,7 @@ def start_text_model(name: str, recipe: Recipe) -> Tensors:
     writer.add_layer_norm_rms_eps(NORM_EPS)
     writer.add_rope_freq_base(ROPE_FREQ_BASE)
 
-    tokens, scores, types = vocabulary()
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(BOS_ID)
-    writer.add_eos_token_id(EOS_ID)
-    writer.add_unk_token_id(UNK_ID)
-    writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    tokens = add_tokenizer(writer)
 
     tensors = Tensors(writer, recipe.seed)
     tensors.normal("token_embd.weight", N_EMBD, len(tokens), std=1.0)
