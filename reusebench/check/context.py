@@ -78,14 +78,13 @@ class ProbeContext:
     @property
     def doc_tokens(self) -> int:
         """A document long enough that the "4 + n_ubatch before the end" checkpoint lands inside it."""
-        n_batch = self.applied("n_batch") or facts.DEFAULT_BATCH
-        n_ubatch = self.applied("n_ubatch") or facts.DEFAULT_UBATCH
-        return facts.end_checkpoint_offsets(n_batch, n_ubatch)[0] + PROBE_TAIL_TOKENS
+        launch = self.spec.launch  # the batch sizes as resolved once, the reuse model's own
+        return facts.end_checkpoint_offsets(launch.n_batch, launch.n_ubatch)[0] + PROBE_TAIL_TOKENS
 
     @property
     def needs_checkpoints(self) -> bool:
-        """The model's memory cannot be cut at any position (recurrent or hybrid), so reuse needs checkpoints:
-        read from the GGUF, as the reuse model reads it."""
+        """The model's memory cannot be cut at any position (recurrent or hybrid), so reuse needs checkpoints: as the
+        server reported it at start-up, the reuse model's memory."""
         return self.memory.needs_checkpoints
 
     # prompts and requests
@@ -145,7 +144,7 @@ class ProbeContext:
         found = verification.difference(reused, reference)
         if found.identical:
             return verification.IDENTICAL, "identical to the cache_prompt:false reference"
-        n_ubatch = verification.alternative_ubatch(self.applied("n_ubatch") or facts.DEFAULT_UBATCH)
+        n_ubatch = verification.alternative_ubatch(self.spec.launch.n_ubatch)
         try:
             self.handle.restart(("--ubatch-size", str(n_ubatch)))
             alternative = self.complete(prompt, cache_prompt=False, **kwargs)
