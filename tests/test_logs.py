@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from reusebench import tiny
-from reusebench.llama import causes, logs
+from reusebench.llama import causes, logs, startup
+from reusebench.llama.log_tail import LogTail
 
 from conftest import SLOW_MACHINE_S, raw_server
 
@@ -206,7 +207,7 @@ def test_jsonl_objects() -> None:
 
 
 def _facts(name: str) -> dict:
-    return logs.startup_facts(logs.parse_lines(_fixture_lines(name)))
+    return startup.startup_facts(logs.parse_lines(_fixture_lines(name)))
 
 
 def test_startup_facts_defaults() -> None:
@@ -297,7 +298,7 @@ def test_scrub_jsonl() -> None:
 
 def test_log_tail_reads_whole_lines_only(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    tail = logs.LogTail(log)
+    tail = LogTail(log)
     assert (tail.offset(), tail.read_since(0)) == (0, [])
     log.write_bytes(b"one\ntw")
     start = tail.offset()
@@ -311,14 +312,14 @@ def test_log_tail_reads_whole_lines_only(tmp_path: Path) -> None:
 def test_log_tail_offset_scans_back_across_blocks(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_bytes(b"a\n" + b"x" * (3 * 64 * 1024))
-    assert logs.LogTail(log).offset() == 2
+    assert LogTail(log).offset() == 2
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # end to end: a real server, a marker sentence, and the kept log
 # ---------------------------------------------------------------------------------------------------------------
 
-def released(tail: logs.LogTail, start: int) -> list[str]:
+def released(tail: LogTail, start: int) -> list[str]:
     """The log since `start` once it has the request's "stop processing" line: the server writes its log from a
     thread of its own, so that line can land after the response has arrived."""
     deadline = time.monotonic() + SLOW_MACHINE_S
@@ -341,7 +342,7 @@ def test_kept_log_has_the_numbers_but_no_prompt_or_output_text(verbosity: str) -
     marker = " ".join(MARKER_WORDS)
     document = " ".join(random.Random(3).choice(tiny.WORDS) for _ in range(300))
     with raw_server(tiny.model_path("granitehybrid"), log_verbosity=int(verbosity)) as (client, raw_log):
-        tail = logs.LogTail(raw_log)
+        tail = LogTail(raw_log)
         for _ in range(2):  # first load, then an identical resend served by a checkpoint
             start = tail.offset()
             reply = client.post("/completion", json={"prompt": f"{document} {marker}", "n_predict": 4, "temperature": 0})

@@ -8,7 +8,7 @@ from typing import Any
 
 from reusebench import tiny
 from reusebench.check.verdicts import OptionVerdict, Setting
-from reusebench.llama import binaries, facts, logs
+from reusebench.llama import binaries, facts, logs, startup
 from reusebench.llama.client import Completion, LlamaClient
 from reusebench.llama.logs import Event
 from reusebench.llama.server import Server
@@ -54,7 +54,7 @@ class ProbeContext:
         # Read before any request, so it holds start-up lines only (no prompt text).
         self.startup_lines = handle.lines_since(0)
         self.startup = logs.parse_lines(self.startup_lines)
-        self.facts = logs.startup_facts(self.startup)
+        self.facts = startup.startup_facts(self.startup)
         self.help = binaries.help_table(spec.variant.binary)
         self.memory = spec.memory
         self.bos = self.client.tokenize("", add_special=True)
@@ -128,8 +128,8 @@ class ProbeContext:
         return self.handle.events_since(mark)
 
     def applied(self, name: str) -> int | None:
-        """A size the server applied, from its start-up log (``logs.APPLIED_NUMBERS``)."""
-        return logs.applied_number(self.startup_lines, name)
+        """A size the server applied, from its start-up log (``startup.APPLIED_NUMBERS``)."""
+        return startup.applied_number(self.startup_lines, name)
 
     def disabled_warning(self, kind: str) -> Event | None:
         return next(iter(of_kind(self.startup, kind)), None)

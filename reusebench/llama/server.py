@@ -14,6 +14,7 @@ from pathlib import Path
 
 from reusebench.llama import logs
 from reusebench.llama.client import LlamaClient
+from reusebench.llama.log_tail import LogTail
 from reusebench.llama.logs import Event
 from reusebench.llama.process import ServerError, ServerProcess
 
@@ -42,7 +43,7 @@ class Server:
         self.launch_args = list(process.args)  # what it was made with; a start may add to them
         self.call_timeout_s = call_timeout_s  # any call that does not give its own deadline
         self._client: LlamaClient | None = None
-        self._log = logs.LogTail(process.raw_log_path)
+        self._log = LogTail(process.raw_log_path)
 
     @classmethod
     def of(cls, binary: Path, args: Sequence[str], *, call_timeout_s: float,

@@ -31,6 +31,7 @@ import httpx
 from reusebench.config import workload
 from reusebench.llama import logs
 from reusebench.llama.client import CONNECT_TIMEOUT_S, ONE_REQUEST_PER_CONNECTION, Completion
+from reusebench.llama.log_tail import LogTail
 from reusebench.llama.task_log import MAX_TASKS, Task, TaskLog
 from reusebench.records import Extra, Record, RecordWriter, Role, interrupted, was_interrupted
 from reusebench.reuse.perfect_cache import DEFAULT_MAX_TOKENS, PerfectCache
@@ -210,7 +211,7 @@ class Tap:
             return ["no --server-log: the records carry counts but no causes"]
         if not path.is_file():
             return [f"--server-log {path}: no such file yet; the causes need llama-server's -lv 4 log there"]
-        kinds = {e.kind for e in logs.parse_lines(logs.LogTail(path).read_since(0))}
+        kinds = {e.kind for e in logs.parse_lines(LogTail(path).read_since(0))}
         if not kinds:
             return [f"--server-log {path}: no llama-server line the tap reads (run the server with -lv 4, "
                     "through `reusebench log-filter`)"]

@@ -9,7 +9,7 @@ import dataclasses
 from reusebench.check.context import PROBE_TAIL_TOKENS, QUESTION_TOKENS, ProbeContext, of_kind, quote, timings
 from reusebench.check.probes.launch import metrics_agreement
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
-from reusebench.llama import logs
+from reusebench.llama import startup
 from reusebench.llama.client import Completion
 from reusebench.llama.facts import CHATML_USER_START, message_delimiters
 from reusebench.llama.logs import Event
@@ -250,7 +250,7 @@ def probe_swa_full(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
     middle = len(prompt) // 2
     edited = [*prompt[:middle], *ctx.fresh(1), *prompt[middle + 1:]]
     changed = ctx.complete(edited, id_slot=slot)
-    caches = [cache for cache in logs.kv_caches(ctx.startup_lines) if cache.window]
+    caches = [cache for cache in startup.kv_caches(ctx.startup_lines) if cache.window]
     evidence = [f"one token of a {len(prompt)}-token document changed at {middle}: {timings(changed)}"]
     if caches:
         full = caches[0]
