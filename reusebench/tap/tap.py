@@ -242,6 +242,22 @@ class Tap:
         with self._lock:
             self.tally.not_understood[problem] += 1
 
+    def count(self, **added: float) -> None:
+        """Add to the tally's counters, under its lock: requests are relayed on many threads."""
+        with self._lock:
+            for name, n in added.items():
+                setattr(self.tally, name, getattr(self.tally, name) + n)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the stop has written the summary: a request that ends later is counted there, not recorded."""
+        return self._summary is not None
+
+    def learn_when_due(self, headers: dict[str, str]) -> None:
+        """Learn the build and the model on the worker, once, or again a minute after a failed look."""
+        if not self._learned and time.monotonic() >= self._learn_after:
+            self.worker.submit(self.learn, headers)
+
     def learn(self, headers: dict[str, str]) -> None:
         """The build and the model from /props (which wakes no server), with the first request's credentials."""
         with self._lock:
@@ -284,8 +300,7 @@ class _Request:
     def sending(self, headers: dict[str, str]) -> None:
         self.headers = {k: v for k, v in headers.items() if k.lower() in AUTH_HEADERS}
         tap = self.tap
-        if not tap._learned and time.monotonic() >= tap._learn_after:
-            tap.worker.submit(tap.learn, self.headers)
+        tap.learn_when_due(self.headers)
         if self.asked is None:
             return
         if self.asked.ids is not None:  # no server call needed: classed now, before the answer can come
@@ -302,10 +317,7 @@ class _Request:
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             self.unclassed = f"the prompt could not be tokenized ({type(exc).__name__})"
             return None
-        with self.tap._lock:
-            t = self.tap.tally
-            t.tokenize_calls, t.tokenize_ms, t.tokenize_tokens = (t.tokenize_calls + 1, t.tokenize_ms + made.ms,
-                                                                  t.tokenize_tokens + len(made.ids))
+        self.tap.count(tokenize_calls=1, tokenize_ms=made.ms, tokenize_tokens=len(made.ids))
         return self._classify(made)
 
     def _classify(self, made: exchange.Tokenized) -> tuple[Ticket, exchange.Tokenized]:
@@ -342,7 +354,7 @@ class _Request:
 
     def ended(self, error: str | None) -> None:
         tap = self.tap
-        if tap._summary is not None:
+        if tap.stopped:
             return  # after the stop's wait: counted in the summary's unfinished_at_stop, the writer is closed
         if self.answer is not None:
             self.answer.finish()
@@ -370,10 +382,7 @@ class _Request:
         else:
             record.extra["unclassed"] = self.unclassed or "no prompt read"
         complete = answer is not None and answer.done and answer.error is None
-        with tap._lock:
-            tap.tally.requests += 1
-            tap.tally.interrupted += was_interrupted(error)
-            tap.tally.unclassed += c is None
+        tap.count(requests=1, interrupted=was_interrupted(error), unclassed=c is None)
         if not complete:
             tap.recorder.cut_short(record, (error if error else None) or (answer.error if answer is not None else None)
                                    or "the answer ended without its timings", self.status)
@@ -389,8 +398,7 @@ class _Request:
             served = record.prompt_n + (record.cache_n or 0)
             if served != record.prompt_tokens:
                 record.extra["length_mismatch"] = {"tap": record.prompt_tokens, "server": served}
-                with tap._lock:
-                    tap.tally.length_mismatches += 1
+                tap.count(length_mismatches=1)
         tap.recorder.write(record)
 
     def _claim(self, record: Record) -> Task | None:
@@ -400,8 +408,7 @@ class _Request:
             return None
         task = tap.tasks.claim(record.slot, record.prompt_n + (record.cache_n or 0), wait_s=tap.options.claim_wait_s)
         if task is None:
-            with tap._lock:
-                tap.tally.without_task += 1
+            tap.count(without_task=1)
         return task
 
     def _completion(self, answer: Answer) -> Completion:
