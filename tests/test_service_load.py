@@ -6,7 +6,9 @@ decoding. Timings on a shared CPU are noisy: directions only, no numbers."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
 import signal
 import subprocess
@@ -228,8 +230,13 @@ def test_ctrl_c_or_sigterm_keeps_every_record_and_stops_the_server(tmp_path: Pat
         proc.send_signal(stop)  # a call may be in flight, or its log lines looked up, or a gap held
         output, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # the test itself failed or was stopped: its server, in a session of its own,
+            left = children(proc.pid, "llama-server")  # would outlive a killed workload, so it goes too
             proc.kill()
+            proc.wait()
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
     assert proc.returncode == 130 and len(servers) == 1, output
     said = output.strip().splitlines()[-1]
     match = re.fullmatch(r"interrupted: every server stopped; (\d+) records kept in (\S+)", said)
