@@ -9,6 +9,7 @@ not hashed on every run, and a file replaced in place gets a new time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -58,10 +59,18 @@ def probe_args(binary: Binary, model: Path) -> list[str]:
     return args
 
 
+@functools.lru_cache(maxsize=16)
+def _binary_key(path: Path, size: int, mtime_ns: int) -> str:
+    """The executable's hash (``cache.Executable.key``), once per file as it is: a run resolves a launch per session,
+    and each would hash the same binary again."""
+    return cache.executable(Binary(path)).key()
+
+
 def of_model(binary: Binary, model: Path, say: Callable[[str], None] = lambda _m: None) -> ModelMemory:
     """`model`'s memory as `binary` builds it: kept, else one start of the server now."""
     try:
-        key = cache.executable(binary).key()
+        stat = binary.path.stat()
+        key = _binary_key(binary.path, stat.st_size, stat.st_mtime_ns)
     except (OSError, ServerError) as error:
         raise ModelLoadError(f"{binary.path}: cannot start to read {model.name}'s memory: {error}") from error
     path = _path(key, model)

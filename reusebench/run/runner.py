@@ -217,7 +217,8 @@ def plan_profile(profile: profiles.Profile, *, variants: Sequence[str] = (), siz
     then kept)."""
     chosen = _sessions(profile, variants, sizes, scenario_ids, repeats)
     refuse_beyond_context([(variant, size, size) for variant, size, _ in chosen])
-    capabilities = {variant.binary.path: cache.of_binary(variant.binary) for variant, _, _ in chosen}
+    by_path = {variant.binary.path: variant.binary for variant, _, _ in chosen}  # each binary's rules, once
+    capabilities = {path: cache.of_binary(binary) for path, binary in by_path.items()}
     sessions = resolve_sessions(chosen, capabilities, verify=verify, early_stop=early_stop)
     planned = plan_sessions(sessions, corpus.load_spec(corpus_name or profile.corpus), repeats=repeats)
     refuse_beyond_context(_longest(sessions, planned))
