@@ -180,6 +180,18 @@ class Extra(TypedDict, total=False):
     tokenize: dict[str, float]
     server_lifetimes: int
     log_warnings: list[str]
+    # a trace replay's records (``run.replay``) and its summary
+    trace: str  # the trace file's name
+    mode: str  # "serial" or "timed at Nx"
+    line: int  # the request's line in the trace file
+    arrival_ms: int  # its arrival time in the trace
+    answer_forced: bool  # every answer token was the forced one (else the model was told another slot content)
+    skipped_too_long: int
+    block_tokens: int
+    slot_context: int
+    ram_cache: bool
+    ideal: int | None  # the sums over the requests sent
+    expected: int | None
 
 
 SLOT_ANSWER_KEYS = ("n_saved", "n_written", "n_restored", "n_read", "n_erased", "n_polls", "timings")

@@ -15,12 +15,15 @@ from reusebench.config import asv_selection, corpus, profiles, workload
 from reusebench.llama import binaries, process
 from reusebench.nightly import NightlyError
 from reusebench.report.site import SiteError
+from reusebench.trace.mooncake import TraceError
+from reusebench.trace.prompts import VocabularyError
 
 __all__ = ["build_parser", "main"]
 
 # a file the command reads is wrong (it names the file and field): apart from a wrong command line
 CONFIG_ERRORS = (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, binaries.BinaryError,
-                 asv_selection.SelectionError, NightlyError, SiteError, model_memory.ModelLoadError)
+                 asv_selection.SelectionError, NightlyError, SiteError, model_memory.ModelLoadError, TraceError,
+                 VocabularyError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

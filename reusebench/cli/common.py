@@ -17,7 +17,7 @@ from reusebench import records
 from reusebench.cli import exits
 from reusebench.config import sizes
 from reusebench.llama import process
-from reusebench.report import run_report, service_runs, view
+from reusebench.report import replay_report, run_report, service_runs, view
 
 RESULTS_DIR = Path("results")
 # what ArgumentParser.add_subparsers returns; every command module adds its parsers to it
@@ -158,7 +158,8 @@ def write_run_report(run_dir: Path, title: str, scenario_records: Sequence[recor
     records it returns as `scenario_records`, whose report is the scenario tables, with its summary.json beside.
     """
     if scenario_records is None:
-        text = service_runs.render_runs(records.read_records(run_dir / "records.jsonl"))
+        read = records.read_records(run_dir / "records.jsonl")
+        text = replay_report.render(read) if replay_report.is_replay(read) else service_runs.render_runs(read)
     else:
         text = run_report.render_text(scenario_records)
     (run_dir / "report.md").write_text(f"# reusebench {title}\n\n{text}\n")

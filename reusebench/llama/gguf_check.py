@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 MAGIC = b"GGUF"
@@ -124,6 +125,31 @@ def _parse(path: Path, data: mmap.mmap) -> Header:
             elements *= dim
         end = max(end, data_start + offset + elements // block * type_size)
     return Header(values, end)
+
+
+_ARRAY_DTYPES = {0: "u1", 1: "i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 10: "<u8", 11: "<i8", 12: "<f8"}
+
+
+def number_array(path: Path, key: str) -> np.ndarray:
+    """One array of numbers from the header (``tokenizer.ggml.token_type``), read straight from the mapped file."""
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        cursor = _Cursor(data)
+        try:
+            cursor.at = 8
+            cursor.take("Q")  # tensors
+            for _ in range(int(cursor.take("Q"))):
+                name, kind = cursor.string(), int(cursor.take("I"))
+                if name != key:
+                    cursor.value(kind)
+                    continue
+                inner, count = (int(cursor.take("I")), int(cursor.take("Q"))) if kind == _ARRAY else (-1, 0)
+                if inner not in _ARRAY_DTYPES:
+                    raise GgufError(f"{path}: {key} is not an array of numbers")
+                dtype = np.dtype(_ARRAY_DTYPES[inner])
+                return np.frombuffer(data[cursor.at:cursor.at + count * dtype.itemsize], dtype=dtype)
+        except struct.error as exc:
+            raise GgufError(f"{path}: not a readable GGUF file (corrupt or truncated: {exc})") from exc
+    raise GgufError(f"{path}: no {key}")
 
 
 def architecture(path: Path) -> str:

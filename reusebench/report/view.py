@@ -28,7 +28,7 @@ from reusebench.budget import prefill_budgets
 from reusebench.config.sizes import size_label
 from reusebench.machine.host import under_load
 from reusebench.records import Record, Role
-from reusebench.report import run_report, service_report
+from reusebench.report import replay_report, replay_view, run_report, service_report
 from reusebench.reuse import verification
 from reusebench.run import provenance
 
@@ -115,7 +115,8 @@ def write_index(results_dir: Path) -> Path:
             sessions, count = len(reports), sum(len(r["verdicts"]) for r in reports)
         else:
             rs = records.read_records(run_dir / "records.jsonl")
-            what = "workload" if any(r.user is not None for r in rs) else "scenarios"
+            what = ("replay" if replay_report.is_replay(rs) else "workload" if any(r.user is not None for r in rs)
+                    else "scenarios")
             profiles = ", ".join(dict.fromkeys(r.profile for r in rs))
             sessions, count = len({r.session for r in rs}), len(rs)
         rows.append(f'<tr><td><a href="runs/{_e(run_dir.name)}/{PAGE}">{_e(run_dir.name)}</a></td><td>{what}</td>'
@@ -133,6 +134,9 @@ def render_run(run_id: str, run_records: Sequence[Record], stamp: provenance.Sta
     sessions: dict[str, list[Record]] = defaultdict(list)
     for r in run_records:
         sessions[r.session].append(r)
+    if replay_report.is_replay(run_records):
+        return _page(f"reusebench run {run_id}", f"<h1>reusebench replay {_e(run_id)}</h1>{_launches(stamp)}"
+                     f"{replay_view.legend()}{replay_view.render(run_records)}")
     workload = any(r.user is not None for r in run_records)
     parts = [f"<h1>reusebench {'workload ' if workload else ''}run {_e(run_id)}</h1>",
              _launches(stamp), _timeline_legend() if workload else _legend()]

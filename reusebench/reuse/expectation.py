@@ -33,10 +33,10 @@ from typing import NamedTuple
 
 from reusebench.capability import Capabilities
 from reusebench.llama.facts import F_KEEP_LOAD, F_KEEP_SAVE, end_checkpoint_offsets
-from reusebench.llama.outputs import common_prefix, shared_run
 from reusebench.reuse import swa
+from reusebench.reuse.segments import Segments, common_prefix, shared_run
 from reusebench.reuse.server_inputs import Launch, Memory, active_cache_reuse, window_cells
-from reusebench.reuse.server_state import CacheEntry, Checkpoint, Held, Slot
+from reusebench.reuse.server_state import CacheEntry, Checkpoint, Held, Ids, Slot
 
 MIN_CHECKPOINT_SPACING = 64  # on a build without close checkpoints: none before this many tokens, none closer
 
@@ -66,6 +66,10 @@ class _Kept(NamedTuple):
     why: str
     stale: bool = False  # the kept state holds removed tokens or another prompt's
     as_is: bool = False  # the live state itself, not a checkpoint's: its window may have a hole
+
+
+def _ids(tokens: Sequence[int]) -> Ids:
+    return tokens if isinstance(tokens, Segments) else tuple(tokens)
 
 
 class ServerModel:
@@ -183,7 +187,7 @@ class ServerModel:
     def complete(self, tokens: Sequence[int], *, lora: Sequence[Mapping[str, float]] | None = None,
                  user_starts: Sequence[int] = (), cache_prompt: bool | None = None) -> Expected:
         """Predict one completion request and advance the state as the server would."""
-        tokens = tuple(tokens)
+        tokens = _ids(tokens)
         self.task += 1
         scales = self.scales(lora)
         slot, why = self._select(tokens, scales)
@@ -218,7 +222,7 @@ class ServerModel:
     def answered(self, generated: Sequence[int]) -> None:
         """The reply: generated tokens are fed back as they are sampled, all but the last one."""
         slot = self.slots[self.last_slot]
-        fed = tuple(generated[:-1])
+        fed = _ids(generated)[:-1]
         cells = self._cells(slot)
         if cells is not None:
             start = len(slot.held.tokens)
@@ -228,7 +232,7 @@ class ServerModel:
 
     # -- slot selection and the RAM cache ------------------------------------------------------------
 
-    def _select(self, tokens: tuple[int, ...], scales: tuple[float, ...]) -> tuple[Slot, list[str]]:
+    def _select(self, tokens: Ids, scales: tuple[float, ...]) -> tuple[Slot, list[str]]:
         """By similarity above the threshold, else least recently used; either may go through the RAM cache."""
         chosen, update, why = None, False, []
         if self.launch.slot_prompt_similarity != 0:
@@ -271,7 +275,7 @@ class ServerModel:
                                                 and same(e))]
         self.ram.append(CacheEntry(self._snapshot(slot), slot.lora))
 
-    def _ram_load(self, slot: Slot, tokens: tuple[int, ...], scales: tuple[float, ...]) -> bool:
+    def _ram_load(self, slot: Slot, tokens: Ids, scales: tuple[float, ...]) -> bool:
         """Take the entry that beats the slot on both kept share and covered share; it leaves the cache. On a build
         whose entries keep their LoRA, only an entry of the request's LoRA, and the slot takes that LoRA."""
         lora_aware = self.rules.ram_cache_keeps_lora
@@ -308,7 +312,7 @@ class ServerModel:
 
     # -- what is kept, and the checkpoints a prefill creates ---------------------------------------------
 
-    def _n_past(self, slot: Slot, tokens: tuple[int, ...]) -> _Kept:
+    def _n_past(self, slot: Slot, tokens: Ids) -> _Kept:
         """How much of the slot's state this prompt keeps, and why."""
         held = slot.held
         n_past = common_prefix(held.tokens, tokens)
@@ -345,7 +349,7 @@ class ServerModel:
                              stale or shifted > 0 or checkpoint.foreign)
         return _Kept(0, "forced full re-processing (no checkpoint before divergence)")
 
-    def _shift_chunks(self, slot: Slot, tokens: tuple[int, ...], n_past: int, last_pos: int) -> tuple[int, int]:
+    def _shift_chunks(self, slot: Slot, tokens: Ids, n_past: int, last_pos: int) -> tuple[int, int]:
         """--cache-reuse: chunks of at least N cached tokens that reappear later move to their new place (the gap
         before each is removed). Returns (tokens gained, where the recurrent state's position ends up: it moves
         with its chunk)."""
@@ -368,7 +372,7 @@ class ServerModel:
                 head_c += 1
         return gained, last_pos
 
-    def _prefill(self, slot: Slot, tokens: tuple[int, ...], start: int, user_starts: frozenset[int]) -> None:
+    def _prefill(self, slot: Slot, tokens: Ids, start: int, user_starts: frozenset[int]) -> None:
         """Process the prompt in batches as the server does, creating checkpoints where it would."""
         cells = self._cells(slot)
         slot.held = replace(slot.held, tokens=tokens)

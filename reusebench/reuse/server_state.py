@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reusebench.reuse.segments import Segments
+
+# A prompt's ids as the model holds them: a tuple, or a replayed trace's runs of blocks (``segments``).
+Ids = tuple[int, ...] | Segments
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -26,7 +31,7 @@ class Checkpoint:
 class Held:
     """What a slot or a RAM cache entry holds: tokens, checkpoints, and what its state was computed with."""
 
-    tokens: tuple[int, ...] = ()
+    tokens: Ids = ()
     checkpoints: tuple[Checkpoint, ...] = ()
     computed_with: tuple[float, ...] | None = None  # adapter scales; None: mixed, matches nothing
     stale: bool = False  # a shifted chunk left removed tokens in the recurrent state

@@ -9,14 +9,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from reusebench import records
 from reusebench.llama import task_log
 from reusebench.llama.client import ClientError, Completion, LlamaClient
 from reusebench.llama.task_log import Task
 from reusebench.records import Lora, Record, Role
+from reusebench.reuse.expectation import Expected
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run.recording import Recorder
+
+FORCED_BIAS = 100.0  # logit_bias on a forced answer token: far above any logit a model gives
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,11 @@ class Request:
     expected_hit: bool
     ideal: int
     in_flight: tuple[str, ...] = ()  # "user/turn" of the driver's other calls in flight as this one is sent
+    n_predict: int | None = None  # the answer's length; None: the run's
+    forced_token: int | None = None  # every answer token is this one (a replayed trace's, ``trace.prompts``)
+    expected: Expected | None = None  # what the reuse model predicts, where the driver has a model of the server
+    line: int | None = None  # a replayed trace's line for it, and its arrival time there
+    arrival_ms: int | None = None
 
     @property
     def label(self) -> str:
@@ -64,6 +73,15 @@ class Calls:
                                     lora=request.lora, ideal=request.ideal, user=request.user, turn=request.turn,
                                     expected_hit=request.expected_hit)
         record.extra["in_flight"] = list(request.in_flight)
+        if request.line is not None:
+            record.extra["line"] = request.line
+        if request.arrival_ms is not None:
+            record.extra["arrival_ms"] = request.arrival_ms
+        if request.expected is not None:
+            record.expected, record.cause_expected = request.expected.prompt_n, request.expected.cause
+        extra: dict[str, Any] = {"ignore_eos": True}
+        if request.forced_token is not None:
+            extra["logit_bias"] = [[request.forced_token, FORCED_BIAS]]
         prefilling = threading.Event()
 
         def progress(processed: int, cached: int, total: int) -> None:
@@ -73,9 +91,9 @@ class Calls:
 
         try:
             # ignore_eos: every answer is n_predict tokens, so the next prompt's length is the workload's
-            completion = client.complete(request.prompt, n_predict=self.n_predict, lora=request.lora, n_probs=0,
-                                         timeout_s=self.timeout_s, on_progress=progress,
-                                         extra={"ignore_eos": True})
+            completion = client.complete(request.prompt, n_predict=request.n_predict or self.n_predict,
+                                         lora=request.lora, n_probs=0, timeout_s=self.timeout_s, on_progress=progress,
+                                         extra=extra)
         except (ClientError, OSError) as exc:
             self._cut_short(record, records.interrupted() if interrupted() else str(exc), getattr(exc, "status", None))
             return Call(record, None, None)
@@ -88,6 +106,8 @@ class Calls:
             if on_answered is not None:
                 on_answered()
         self.seen.add([*request.prompt, *completion.tokens])
+        if request.forced_token is not None:  # else the slot holds another answer than the model was told
+            record.extra["answer_forced"] = all(t == request.forced_token for t in completion.tokens)
         task = None
         try:
             task = self.recorder.answered(record, completion, self._claim)

@@ -19,7 +19,7 @@ import time
 from reusebench.config.workload import SERIAL
 from reusebench.run.service import schedule
 from reusebench.run.service.base import ServiceRun
-from reusebench.run.service.calls import Call, Request
+from reusebench.run.service.calls import Call, Calls, Request
 from reusebench.run.service.schedule import Step, StepKind
 from reusebench.run.service.texts import Conversation, Texts
 
@@ -28,6 +28,25 @@ PROGRESS_EVERY = 10  # requests between progress lines
 
 class ScheduleDeviation(RuntimeError):
     """The server did not do what the serial schedule fixed; the message names the step."""
+
+
+def check_alone(calls: Calls, call: Call, label: str, *, woke_planned: bool, sleep_idle_s: float | None) -> None:
+    """That the server ran `call`'s task alone and did not sleep before it unless planned: else ScheduleDeviation."""
+    task = call.task
+    if task is None:
+        raise ScheduleDeviation(f"{label}: the server's log shows no task for it, so nothing explains its count")
+    running = calls.tasks.running_at_launch(task)
+    if running:
+        raise ScheduleDeviation(
+            f"{label}: the server launched task {task.task} while task(s) {', '.join(map(str, running))} "
+            "had not logged their release ('stop processing'): another client used the server, or this build "
+            "logs a release otherwise; the schedule sends one request at a time")
+    woke = bool(call.record.cause and call.record.cause.get("woke"))
+    if woke and not woke_planned:
+        raise ScheduleDeviation(
+            f"{label}: the server slept before it, outside an idle gap (sleep-idle-seconds "
+            f"{sleep_idle_s or 0:g} passed between two requests: a machine this slow "
+            "needs a longer sleep-idle-seconds)")
 
 
 class SerialRun(ServiceRun):
@@ -74,22 +93,7 @@ class SerialRun(ServiceRun):
         return conversation.request(step.number, self.result.sleeps), conversation
 
     def _check(self, call: Call, request: Request, woke_planned: bool) -> None:
-        task = call.task
-        if task is None:
-            raise ScheduleDeviation(f"{request.label}: the server's log shows no task for it, so nothing explains "
-                                    "its count")
-        running = self.calls.tasks.running_at_launch(task)
-        if running:
-            raise ScheduleDeviation(
-                f"{request.label}: the server launched task {task.task} while task(s) {', '.join(map(str, running))} "
-                "had not logged their release ('stop processing'): another client used the server, or this build "
-                "logs a release otherwise; the schedule sends one request at a time")
-        woke = bool(call.record.cause and call.record.cause.get("woke"))
-        if woke and not woke_planned:
-            raise ScheduleDeviation(
-                f"{request.label}: the server slept before it, outside an idle gap (sleep-idle-seconds "
-                f"{self.spec.sleep_idle_s or 0:g} passed between two requests: a machine this slow "
-                "needs a longer sleep-idle-seconds)")
+        check_alone(self.calls, call, request.label, woke_planned=woke_planned, sleep_idle_s=self.spec.sleep_idle_s)
 
     def _progress(self, total: int) -> None:
         if self.requests % PROGRESS_EVERY and self.requests != total:

@@ -1,0 +1,202 @@
+"""A trace replayed against one server variant: every request sent, measured and recorded beside its ideal (the
+trace's own unbounded prefix cache) and its expected count (the reuse model's, ``trace.predict``).
+
+Two ways to send:
+
+- serial: one request at a time in trace order. Nothing depends on timing, so every measured count must equal
+  the expected one; the run fails, as a serial workload does, if the server ran another task beside it.
+- timed: each request at its arrival time (divided by ``speed``), as many in flight as the trace has. The
+  expected count is still the serial prediction: how far it holds under overlap is the finding.
+
+Each call goes through the workload's call lifecycle (``run.service.calls``): sent, timed, matched to its task in
+the server's log, written at once. A request longer than a slot's context is not sent, and counted. On Ctrl-C or an
+error the server is stopped and every record written is kept, the summary record last.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from reusebench.capability import cache as capability_cache
+from reusebench.config.profiles import Variant
+from reusebench.llama import binaries, task_log
+from reusebench.llama.client import LlamaClient
+from reusebench.llama.model_memory import ModelMemory
+from reusebench.records import Extra, Record, RecordWriter, Role, interrupted
+from reusebench.reuse.expectation import Expected
+from reusebench.reuse.perfect_cache import PerfectCache
+from reusebench.run import launch
+from reusebench.run.launch import LaunchSpec
+from reusebench.run.recording import Recorder, RunDir, Source
+from reusebench.run.service.calls import Call, Calls, Request
+from reusebench.run.service.serial import ScheduleDeviation, check_alone
+from reusebench.trace.mooncake import Trace
+from reusebench.trace.predict import Prediction, fits, predict
+from reusebench.trace.prompts import BlockIds, TracePrompt
+
+SCENARIO = "replay"
+REQUEST_TIMEOUT_S = 600.0
+MAX_IN_FLIGHT = 64  # timed mode: threads sending at once, whatever the trace's overlap
+PROGRESS_EVERY = 25
+
+
+CTX_MARGIN = 256  # a slot's room beyond the trace's longest request and answer
+
+
+def resolve_for_trace(variant: Variant, trace: Trace, *, memory: ModelMemory | None = None) -> LaunchSpec:
+    """The launch of `variant` for `trace`, by its own binary's rules: unless the variant sets --ctx-size, every
+    slot holds the trace's longest request and answer."""
+    return launch.resolve(variant, capability_cache.of_binary(variant.binary), memory=memory,
+                          context=lambda n_slots: (trace.longest + CTX_MARGIN) * n_slots)
+
+
+@dataclass(frozen=True)
+class ReplayMode:
+    timed: bool = False
+    speed: float = 1.0  # timed: arrival times divided by this
+
+    @property
+    def name(self) -> str:
+        return f"timed at {self.speed:g}x" if self.timed else "serial"
+
+
+@dataclass
+class ReplayResult:
+    records: list[Record] = field(default_factory=list)
+    prediction: Prediction | None = None
+    skipped_too_long: int = 0
+    wall_s: float = 0.0
+    stopped_by: str = "every request sent"
+
+
+class Replay:
+    """One trace against one launch; ``run`` returns when every request is sent or the run stops."""
+
+    def __init__(self, prompts: list[TracePrompt], blocks: BlockIds, spec: LaunchSpec, writer: RecordWriter, *,
+                 run: RunDir, trace_name: str, mode: ReplayMode, out: TextIO = sys.stderr) -> None:
+        self.prompts, self.blocks, self.spec, self.mode, self.out = prompts, blocks, spec, mode, out
+        variant = spec.variant
+        self.session = f"{SCENARIO}/{trace_name}/{variant.profile}/{variant.name}"
+        self.handle = spec.server(call_timeout_s=REQUEST_TIMEOUT_S)
+        self.recorder = Recorder(writer, Source.of(variant), run=run, session=self.session,
+                                 size=max((p.request.input_length for p in prompts), default=0),
+                                 extra=Extra(trace=trace_name, mode=mode.name))
+        self.calls = Calls(self.recorder, task_log.TaskLog(self.handle.process.raw_log_path), PerfectCache(),
+                           SCENARIO, n_predict=1, timeout_s=REQUEST_TIMEOUT_S, claim_wait_s=30.0 if not mode.timed
+                           else 5.0)
+        self.result = ReplayResult()
+        self._stop = threading.Event()
+        self._started = 0.0
+
+    def run(self) -> ReplayResult:
+        started_at = time.time()
+        self._started = time.monotonic()
+        model_ctx = self.spec.launch.slot_ctx
+        self.result.prediction = predict(self.prompts, self.spec.reuse_model(), self.blocks, model_ctx)
+        sent = [p for p in self.prompts if fits(p, model_ctx)]
+        self.result.skipped_too_long = len(self.prompts) - len(sent)
+        if self.result.skipped_too_long:
+            self.say(f"{self.result.skipped_too_long} request(s) longer than a slot's {model_ctx:,} tokens: not sent")
+        expected = {p.index: e for p, e in zip(self.prompts, self.result.prediction.expected, strict=True)}
+        try:
+            self.handle.start()
+            self.recorder.learn_build(binaries.build_label(self.spec.variant.binary,
+                                                           self.handle.client.props().get("build_info")))
+            self._started = time.monotonic()
+            self.say(f"{len(sent)} requests, {self.mode.name}")
+            requests = [self._request(p, expected[p.index]) for p in sent]
+            if self.mode.timed:
+                self._timed(sent, requests)
+            else:
+                self._serial(requests)
+        except BaseException as exc:
+            self._stop.set()
+            self.result.stopped_by = interrupted() if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
+            raise
+        finally:
+            self.result.wall_s = time.monotonic() - self._started
+            try:
+                self.recorder.keep_log(self.handle.process.raw_log_path, SCENARIO)
+            finally:
+                self.handle.close()
+                self.result.records = list(self.calls.records)
+                self._summary(started_at, len(sent))
+        return self.result
+
+    def _request(self, p: TracePrompt, expected: Expected | None) -> Request:
+        return Request(user="trace", turn=p.index + 1, kind=f"line {p.request.line}", role=Role.MEASURE,
+                       prompt=self.blocks.tokens(p.prompt), lora=None, expected_hit=p.ideal < p.request.input_length,
+                       ideal=p.ideal, n_predict=p.n_predict, forced_token=self.blocks.vocabulary.answer,
+                       expected=expected, line=p.request.line,
+                       arrival_ms=p.request.timestamp_ms)
+
+    def _client(self) -> LlamaClient:
+        return LlamaClient(self.handle.process.base_url, self.handle.process.api_key, timeout_s=REQUEST_TIMEOUT_S)
+
+    def _send(self, client: LlamaClient, request: Request) -> Call:
+        return self.calls.send(client, request, interrupted=self._stop.is_set)
+
+    def _serial(self, requests: list[Request]) -> None:
+        client = self._client()
+        try:
+            for n, request in enumerate(requests, 1):
+                call = self._send(client, request)
+                if call.completion is None:
+                    self.result.stopped_by = f"a call failed ({request.kind}): {call.record.error}"
+                    return
+                check_alone(self.calls, call, request.kind, woke_planned=False, sleep_idle_s=self.spec.sleep_idle_s)
+                self._progress(n, len(requests))
+        finally:
+            client.close()
+
+    def _timed(self, sent: list[TracePrompt], requests: list[Request]) -> None:
+        first = sent[0].request.timestamp_ms if sent else 0
+        local = threading.local()
+        clients: list[LlamaClient] = []
+
+        def send(request: Request) -> Call:
+            if not hasattr(local, "client"):
+                local.client = self._client()
+                clients.append(local.client)
+            return self._send(local.client, request)
+
+        futures: list[Future[Call]] = []
+        try:
+            with ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="replay") as pool:
+                for p, request in zip(sent, requests, strict=True):
+                    due = self._started + (p.request.timestamp_ms - first) / 1000 / self.mode.speed
+                    if self._stop.wait(max(0.0, due - time.monotonic())):
+                        break
+                    futures.append(pool.submit(send, request))
+                for n, future in enumerate(futures, 1):
+                    future.result()
+                    self._progress(n, len(requests))
+        finally:
+            for client in clients:
+                client.close()
+
+    def _progress(self, done: int, total: int) -> None:
+        if done % PROGRESS_EVERY and done != total:
+            return
+        elapsed = time.monotonic() - self._started
+        self.say(f"{done}/{total} requests in {elapsed:.0f} s")
+
+    def _summary(self, started_at: float, sent: int) -> None:
+        prediction = self.result.prediction
+        self.recorder.summary(SCENARIO, started_at, self.result.wall_s, {
+            "mode": self.mode.name, "stopped_by": self.result.stopped_by, "requests": sent,
+            "skipped_too_long": self.result.skipped_too_long, "block_tokens": self.blocks.block_tokens,
+            "slot_context": self.spec.launch.slot_ctx, "ram_cache": self.spec.launch.cache_ram_mib != 0,
+            "ideal": prediction.ideal if prediction else None,
+            "expected": prediction.reprocessed if prediction else None})
+
+    def say(self, text: str) -> None:
+        print(f"[{self.session}] {text}", file=self.out, flush=True)
+
+
+__all__ = ["REQUEST_TIMEOUT_S", "Replay", "ReplayMode", "ReplayResult", "ScheduleDeviation", "resolve_for_trace"]
