@@ -32,8 +32,9 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from reusebench.capability import Capabilities
-from reusebench.llama.facts import F_KEEP_LOAD, F_KEEP_SAVE, end_checkpoint_offsets
+from reusebench.llama.facts import F_KEEP_SAVE, end_checkpoint_offsets
 from reusebench.reuse import swa
+from reusebench.reuse.prompt_cache import PromptCache
 from reusebench.reuse.segments import Segments, common_prefix, shared_run
 from reusebench.reuse.server_inputs import Launch, Memory, active_cache_reuse, window_cells
 from reusebench.reuse.server_state import CacheEntry, Checkpoint, Held, Ids, Slot
@@ -98,7 +99,7 @@ class ServerModel:
         """A fresh server (or one that woke from sleep): empty slots and an empty RAM cache."""
         self.slots = [Slot(i, Held(computed_with=self.global_lora), self.global_lora)
                       for i in range(self.launch.n_slots)]
-        self.ram: list[CacheEntry] = []
+        self.ram = PromptCache()
         self.task = 0
         self.last_slot = 0
         self.streams: list[swa.Cells] = []
@@ -268,12 +269,10 @@ class ServerModel:
         def same(entry: CacheEntry) -> bool:
             return not lora_aware or entry.lora == slot.lora
 
-        if not held.tokens or any(common_prefix(e.held.tokens, held.tokens) == len(held.tokens) and same(e)
-                                  for e in self.ram):
+        if not held.tokens or self.ram.holds(held.tokens, same):
             return
-        self.ram = [e for e in self.ram if not (common_prefix(e.held.tokens, held.tokens) == len(e.held.tokens)
-                                                and same(e))]
-        self.ram.append(CacheEntry(self._snapshot(slot), slot.lora))
+        self.ram.drop_extended(held.tokens, same)
+        self.ram.add(CacheEntry(self._snapshot(slot), slot.lora))
 
     def _ram_load(self, slot: Slot, tokens: Ids, scales: tuple[float, ...]) -> bool:
         """Take the entry that beats the slot on both kept share and covered share; it leaves the cache. On a build
@@ -281,20 +280,10 @@ class ServerModel:
         lora_aware = self.rules.ram_cache_keeps_lora
         if not slot.held.tokens and not self.rules.empty_slot_loads_from_ram:
             return False
-        lcp = common_prefix(slot.held.tokens, tokens)
-        f_keep = lcp / len(slot.held.tokens) if slot.held.tokens else -1.0
-        f_sim = lcp / len(tokens)
-        best = None
-        for index, entry in enumerate(self.ram):
-            if lora_aware and entry.lora != scales:
-                continue
-            lcp = common_prefix(entry.held.tokens, tokens)
-            keep, sim = lcp / len(entry.held.tokens), lcp / len(tokens)
-            if keep >= F_KEEP_LOAD and f_keep < keep and f_sim < sim:
-                f_keep, f_sim, best = keep, sim, index
+        best = self.ram.better(slot.held.tokens, tokens, (lambda entry: entry.lora == scales) if lora_aware else None)
         if best is None:
             return False
-        entry = self.ram.pop(best)
+        entry = self.ram.take(best)
         self._hold(slot, entry.held)
         if lora_aware:
             slot.lora = entry.lora

@@ -11,15 +11,25 @@ an appended answer, where two part, one id) work on ``Segments`` as on a tuple o
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 from reusebench.llama import outputs
 
-# A block's ids: a hash id's run of tokens (at most the block size of them), or the answer's forced token.
-BlockIds = Callable[[int], Sequence[int]]
+
+class BlockIds(Protocol):
+    """A block's ids: a hash id's run of tokens (at most the block size of them), or the answer's forced token."""
+
+    def __call__(self, block: int) -> Sequence[int]: ...
+
+    def first(self, block: int) -> int:
+        """Its first id, without the rest."""
+        ...
+
+
+SHORT_RUN = 2
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,23 @@ class Segments(Sequence[int]):
             total += length
             ends.append(total)
         return ends
+
+    @cached_property
+    def prefix_keys(self) -> list[int]:
+        """A key per run prefix (keys[k] stands for the first k runs): equal keys, equal ids. A run of at most
+        ``SHORT_RUN`` ids is keyed by its ids, since two blocks may begin with the same ids by chance."""
+        keys = [0]
+        for k in range(len(self.runs)):
+            keys.append(hash((keys[-1], self.run_key(k))))
+        return keys
+
+    def run_key(self, k: int) -> tuple[int, ...]:
+        block, length = self.runs[k]
+        return tuple(self.ids(block)[:length]) if length <= SHORT_RUN else (block, length)
+
+    def first(self, k: int) -> int:
+        """Run k's first id."""
+        return self.ids.first(self.runs[k][0])
 
     def __len__(self) -> int:
         return self._ends[-1] if self.runs else 0

@@ -24,6 +24,7 @@ from reusebench.trace.mooncake import Trace, TraceRequest, prefix_hits
 NORMAL_TOKEN = 1  # llama.cpp's LLAMA_TOKEN_TYPE_NORMAL
 POOL_SIZE = 4096  # ids a block draws from: two different blocks share their first id once in 4,096
 SEED = 20250225  # Mooncake's FAST'25 paper: a fixed seed, so a block is the same in every run
+MASK_64 = (1 << 64) - 1
 ANSWER = -1  # the block id of a forced answer's run
 
 
@@ -51,21 +52,43 @@ def vocabulary(model: Path) -> Vocabulary:
     return Vocabulary(tuple(int(t) for t in pool), answer)
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a well-spread 64-bit value of each input, the same in every run."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 class BlockIds:
-    """A block's ids by its hash id, `block_tokens` of them; ``ANSWER``'s are the answer token."""
+    """A block's ids by its hash id, `block_tokens` of them; ``ANSWER``'s are the answer token. Id k of block h is
+    the pool's entry at mix(h, k): any id of any block is found without drawing the others."""
 
     def __init__(self, vocabulary: Vocabulary, block_tokens: int) -> None:
         self.vocabulary, self.block_tokens = vocabulary, block_tokens
         self._pool = np.asarray(vocabulary.pool, dtype=np.int64)
+        self._offsets = np.arange(block_tokens, dtype=np.uint64)
         self._answer = (vocabulary.answer,) * block_tokens
         self.ids = functools.lru_cache(maxsize=4096)(self._draw)  # a prediction looks at the blocks where prompts part
 
     def __call__(self, block: int) -> tuple[int, ...]:
         return self._answer if block == ANSWER else self.ids(block)
 
+    def first(self, block: int) -> int:
+        """A block's first id (what two blocks that part at once differ in): mix(h, 0) in Python's integers."""
+        if block == ANSWER:
+            return self.vocabulary.answer
+        x = (SEED * 0x9E3779B97F4A7C15 + block * 0xD1B54A32D192ED03) & MASK_64
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK_64
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK_64
+        return self.vocabulary.pool[(x ^ (x >> 31)) % len(self._pool)]
+
+    def _index(self, block: int, offsets: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):  # 64-bit arithmetic wraps, as the mix means it to
+            seeds = np.uint64(SEED) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(block) * np.uint64(0xD1B54A32D192ED03)
+            return (_mix(seeds + offsets) % np.uint64(len(self._pool))).astype(np.int64)
+
     def _draw(self, block: int) -> tuple[int, ...]:
-        drawn = np.random.default_rng([SEED, block]).choice(self._pool, size=self.block_tokens)
-        return tuple(int(t) for t in drawn)
+        return tuple(self._pool[self._index(block, self._offsets)].tolist())
 
     def prompt(self, request: TraceRequest) -> Segments:
         """The request's prompt: its blocks, the last cut to its length."""

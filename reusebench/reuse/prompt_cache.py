@@ -1,0 +1,146 @@
+"""The RAM prompt cache as the reuse model keeps it: its entries oldest first, and the three questions the server
+asks of them (``tools/server/server-task.cpp``, ``server_prompt_cache::alloc`` and ``load``):
+
+- does an entry already hold this prompt (then it is not saved again)?
+- which entries does this prompt extend (they go when it is saved)?
+- which entry beats the slot on both the share of it kept and the share of the prompt covered (``better``)?
+
+The server compares every entry, and so does this model for prompts held as tuples. A replayed trace's prompts
+(``segments.Segments``) may meet thousands of entries over 12,000 requests, so their entries are indexed by their
+runs of blocks, and only those that can pass a test are compared, by the same rule. An entry that shares its first
+k runs with a prompt and differs in run k can still share a few ids of run k by chance; the index finds those by
+the first id of run k.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+from reusebench.llama.facts import F_KEEP_LOAD
+from reusebench.reuse.segments import Segments, common_prefix
+from reusebench.reuse.server_state import CacheEntry, Ids
+
+
+class PromptCache:
+    """Entries in the order the server keeps them: saved at the back, taken or evicted anywhere."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, CacheEntry] = {}  # by a number that grows: dict order is the cache's order
+        self._next = 0
+        self._by_prefix: dict[int, list[tuple[int, int]]] = defaultdict(list)  # (length, number), shortest first
+        self._by_head: dict[int, set[int]] = defaultdict(set)  # all runs but the last -> numbers
+        self._by_first: dict[tuple[int, int], dict[tuple[int, ...], set[int]]] = defaultdict(lambda: defaultdict(set))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[CacheEntry]:
+        return iter(self._entries.values())
+
+    def add(self, entry: CacheEntry) -> None:
+        number, self._next = self._next, self._next + 1
+        self._entries[number] = entry
+        tokens = entry.held.tokens
+        if isinstance(tokens, Segments) and tokens.runs:
+            keys = tokens.prefix_keys
+            for k in range(len(tokens.runs)):
+                bisect.insort(self._by_prefix[keys[k + 1]], (len(tokens), number))
+                self._by_first[(keys[k], tokens.first(k))][tokens.run_key(k)].add(number)
+            self._by_head[keys[-2]].add(number)
+
+    def take(self, number: int) -> CacheEntry:
+        """The entry leaves the cache."""
+        entry = self._entries.pop(number)
+        tokens = entry.held.tokens
+        if isinstance(tokens, Segments) and tokens.runs:
+            keys = tokens.prefix_keys
+            for k in range(len(tokens.runs)):
+                self._by_prefix[keys[k + 1]].remove((len(tokens), number))
+                self._by_first[(keys[k], tokens.first(k))][tokens.run_key(k)].discard(number)
+            self._by_head[keys[-2]].discard(number)
+        return entry
+
+    # -- saving ---------------------------------------------------------------------------------------
+
+    def holds(self, tokens: Ids, same: Callable[[CacheEntry], bool]) -> bool:
+        """Whether an entry holds `tokens` as its prefix (``alloc``: "prompt is already in the cache")."""
+        return any(common_prefix(self._entries[n].held.tokens, tokens) == len(tokens) and same(self._entries[n])
+                   for n in self._holding(tokens))
+
+    def drop_extended(self, tokens: Ids, same: Callable[[CacheEntry], bool]) -> None:
+        """Entries that `tokens` extends go (``alloc``: "removing obsolete cached prompt")."""
+        for n in sorted(self._extended(tokens)):
+            entry = self._entries[n]
+            if common_prefix(entry.held.tokens, tokens) == len(entry.held.tokens) and same(entry):
+                self.take(n)
+
+    def _holding(self, tokens: Ids) -> Iterable[int]:
+        if not isinstance(tokens, Segments) or len(tokens.runs) < 2:
+            return list(self._entries)
+        return [n for _, n in self._by_prefix.get(tokens.prefix_keys[-2], [])]  # its runs but the last
+
+    def _extended(self, tokens: Ids) -> Iterable[int]:
+        if not isinstance(tokens, Segments):
+            return list(self._entries)
+        keys = tokens.prefix_keys
+        return {n for key in keys for n in self._by_head.get(key, ())}  # all its runs but the last are ours
+
+    # -- loading ---------------------------------------------------------------------------------------
+
+    def better(self, held: Ids, tokens: Ids, usable: Callable[[CacheEntry], bool] | None = None) -> int | None:
+        """The entry ``load`` takes for a slot holding `held` and a prompt `tokens`: in cache order, one that keeps
+        at least a quarter of itself and beats the best so far on both the share of it kept and the share of the
+        prompt covered (an empty slot: any such entry); `usable` says which entries may be taken (a LoRA-aware
+        build's). None: the slot keeps its own."""
+        lcp = common_prefix(held, tokens)
+        f_keep = lcp / len(held) if len(held) else -1.0
+        f_sim = lcp / len(tokens)
+        found = sorted(self._covering_more(tokens, lcp).items())
+        if usable is not None:
+            found = [(n, c) for n, c in found if usable(self._entries[n])]
+        if not found:
+            return None
+        numbers = [n for n, _ in found]
+        shared = np.array([c[0] for _, c in found], dtype=np.float64)
+        keep = shared / np.array([c[1] for _, c in found], dtype=np.float64)
+        sim = shared / len(tokens)
+        fit = keep >= F_KEEP_LOAD
+        best, start = None, 0
+        while start < len(numbers):  # each taken one must beat the last: a short chain, each step one pass
+            beats = fit[start:] & (keep[start:] > f_keep) & (sim[start:] > f_sim)
+            if not beats.any():
+                break
+            at = start + int(np.argmax(beats))
+            f_keep, f_sim, best, start = float(keep[at]), float(sim[at]), numbers[at], at + 1
+        return best
+
+    def _covering_more(self, tokens: Ids, lcp: int) -> dict[int, tuple[int, int]]:
+        """Every entry that may share more than `lcp` ids with `tokens` and keep a quarter of itself: (ids shared,
+        its length). An entry whose first k runs are the prompt's and whose run k is another shares exactly those k
+        runs, unless run k begins with the same id by chance: those are compared."""
+        if not isinstance(tokens, Segments):
+            return {n: (common_prefix(e.held.tokens, tokens), len(e.held.tokens)) for n, e in self._entries.items()}
+        keys = tokens.prefix_keys
+        starts = [0]
+        for _, length in tokens.runs:
+            starts.append(starts[-1] + length)
+        found: dict[int, tuple[int, int]] = {}
+        for k in range(len(tokens.runs)):
+            if starts[k + 1] <= lcp:
+                continue
+            run = tokens.run_key(k)
+            for other, numbers in self._by_first.get((keys[k], tokens.first(k)), {}).items():
+                if other != run:
+                    for n in numbers:
+                        entry = self._entries[n].held.tokens
+                        found[n] = (common_prefix(entry, tokens), len(entry))
+            # sharing k + 1 runs and at most 4x as long: one that shares more is found again, at its own depth
+            within = self._by_prefix.get(keys[k + 1], [])
+            bound = 4 * starts[k + 1]
+            found.update((n, (starts[k + 1], length))
+                         for length, n in within[:bisect.bisect_right(within, (bound, self._next))])
+        return found
