@@ -6,7 +6,20 @@ import argparse
 from collections.abc import Callable
 from importlib import metadata
 
-from reusebench.cli import advise, build, check, common, inspect_model, nightly, replay, report, run, shipped, tap
+from reusebench.cli import (
+    advise,
+    build,
+    check,
+    common,
+    inspect_model,
+    nightly,
+    replay,
+    report,
+    run,
+    shipped,
+    tap,
+    whatif,
+)
 from reusebench.llama import build as llama_build
 
 DESCRIPTION = """Does llama-server really reuse the prompts it has already read? reusebench sends realistic sequences of long
@@ -16,7 +29,7 @@ whether the reused output equals output computed without reuse."""
 
 # each adds its command's subparser, with its arguments and `func`, the function that runs it
 COMMANDS: tuple[Callable[[common.Subparsers], None], ...] = (
-    run.add_run, run.add_workload, replay.add_replay, tap.add_tap, report.add_report, check.add_check, report.add_view,
+    run.add_run, run.add_workload, replay.add_replay, whatif.add_whatif, tap.add_tap, report.add_report, check.add_check, report.add_view,
     nightly.add_nightly, nightly.add_compare, nightly.add_site,
     advise.add_agreement, advise.add_advise, shipped.add_profiles, tap.add_log_filter, check.add_probe,
     build.add_build, shipped.add_models, inspect_model.add_inspect,

@@ -33,6 +33,7 @@ from reusebench.reuse import verification
 from reusebench.run import provenance
 
 PAGE = "index.html"
+WHATIF_FILE = "whatif.json"  # a whatif's run directory: its ranked predictions
 CHECK_FILE = "check.json"  # a check's run directory: its verdicts, as `check --json` prints them
 BAR_WIDTH, BAR_HEIGHT, BAR_GAP = 360, 9, 3
 BARS = (("re-processed", "prompt_n", "#c0392b"), ("ideal", "ideal", "#27ae60"), ("expected", "expected", "#2c3e50"))
@@ -109,7 +110,11 @@ def write_index(results_dir: Path) -> Path:
     for run_dir in sorted((results_dir / "runs").glob("*/"), reverse=True):
         if not (run_dir / PAGE).is_file():
             continue
-        if (run_dir / CHECK_FILE).is_file():
+        if (run_dir / WHATIF_FILE).is_file():
+            found = json.loads((run_dir / WHATIF_FILE).read_text())
+            what, profiles = "whatif", found["trace"]["name"]
+            sessions, count = len(found["ranked"]), found["trace"]["requests"]
+        elif (run_dir / CHECK_FILE).is_file():
             reports = json.loads((run_dir / CHECK_FILE).read_text())
             what, profiles = "option check", ", ".join(dict.fromkeys(r["profile"] for r in reports))
             sessions, count = len(reports), sum(len(r["verdicts"]) for r in reports)

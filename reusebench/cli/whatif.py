@@ -1,0 +1,144 @@
+"""`reusebench whatif`: what each launch option would win on a trace, predicted with no server, then (--verify K)
+replayed for real."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from tabulate import tabulate
+
+from reusebench import records
+from reusebench.capability import model_memory
+from reusebench.cli import common
+from reusebench.cli import replay as replay_cli
+from reusebench.cli.exits import Exit
+from reusebench.report import replay_report, view, whatif_report
+from reusebench.run.recording import RunDir
+from reusebench.run.replay import Replay, ReplayMode
+from reusebench.trace.mooncake import Trace
+from reusebench.trace.prompts import BlockIds, TracePrompt, trace_prompts
+from reusebench.whatif import combinations as combos
+from reusebench.whatif.prediction import Outcome, predict_combinations
+from reusebench.whatif.rate import PrefillRate, from_records, last_replay
+
+RATE_REQUESTS = 16  # the short replay that measures a prefill rate when no earlier one is there
+
+
+def tried(text: str) -> combos.Tried:
+    """An argparse type: OPTION=V1,V2."""
+    try:
+        return combos.parse_try(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--try {text}: ")) from None
+
+
+def _replay(outcomes: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, run: RunDir, trace_name: str,
+            args: argparse.Namespace) -> list[records.Record]:
+    with records.RecordWriter(run.records_path) as writer:
+        for o in outcomes:
+            Replay(prompts, blocks, o.spec, writer, run=run, trace_name=trace_name, mode=ReplayMode(),
+                   out=common.progress(args)).run()
+    return records.read_records(run.records_path)
+
+
+def _rate(args: argparse.Namespace, as_it_is: Outcome, prompts: list[TracePrompt], blocks: BlockIds,
+          trace: Trace) -> PrefillRate:
+    variant = as_it_is.spec.variant
+    if args.rate is not None:
+        return PrefillRate(int(args.rate * 1000), 1000.0, "given: --rate")
+    found = last_replay(Path(args.results), variant.profile, variant.name)
+    if found is not None:
+        return found
+    run = RunDir.create(Path(args.results))
+    short = prompts[:RATE_REQUESTS]
+    print(f"no replay of {variant.profile} [{variant.name}] under {args.results}: measuring the prefill rate with "
+          f"{len(short)} requests (run {run.run_id})", file=common.progress(args))
+    _replay([as_it_is], short, blocks, run, trace.name, args)
+    common.write_run_report(run.path, f"replay of {trace.name} for a prefill rate, run {run.run_id}")
+    measured = from_records(run.records_path, variant.profile, variant.name)
+    if measured is None:
+        raise ValueError(f"the short replay in {run.path} measured no prefill")
+    return PrefillRate(measured.tokens, measured.seconds, f"measured now: {measured.source}, {len(short)} requests")
+
+
+def _verify(best: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, trace: Trace,
+            args: argparse.Namespace) -> int:
+    run = RunDir.create(Path(args.results))
+    print(f"\nverifying {len(best)} launches by a serial replay of {len(prompts)} requests each (run {run.run_id})",
+          file=common.progress(args))
+    try:
+        measured = _replay(best, prompts, blocks, run, trace.name, args)
+    except KeyboardInterrupt:
+        return common.interrupted(lambda: f"interrupted: every server stopped; records kept in {run.records_path}")
+    written = common.write_run_report(run.path, f"whatif verification on {trace.name}, run {run.run_id}")
+    by_session = {f.session: f for f in replay_report.figures(measured)}
+    table, differ = [], False
+    for o in best:
+        assert o.prediction is not None
+        session = next((f for name, f in by_session.items() if name.endswith(f"/{o.spec.variant.name}")), None)
+        got = None if session is None else session.measured
+        first = "" if session is None or not session.differ else (
+            f"request {session.differ[0].turn}: predicted {session.differ[0].expected:,}, "
+            f"measured {session.differ[0].prompt_n:,}")
+        same = got == o.prediction.reprocessed and not first
+        differ |= not same
+        table.append([o.combination.label, f"{o.prediction.reprocessed:,}", "-" if got is None else f"{got:,}",
+                      "equal" if same else "DIFFERS", first])
+    print(tabulate(table, headers=["launch", "predicted", "measured", "", "first difference"], tablefmt="github"))
+    print(f"\npage: {written.page}", file=common.progress(args))
+    return Exit.FINDING if differ else Exit.OK
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    whole, trace = replay_cli.selection(args).load()
+    variant = replay_cli.variant_of(args)
+    found = combos.combinations(variant, args.try_ or [])
+    blocks = replay_cli.blocks_for(variant, trace)
+    prompts = trace_prompts(trace, blocks)
+    started = time.monotonic()
+    outcomes = predict_combinations(found, trace, prompts, blocks, model_memory.of_model(variant.binary, variant.model))
+    took = time.monotonic() - started
+    trace_line = (f"{len(prompts):,} requests of {whole.name} at 1/{trace.scale} on {variant.profile} [{variant.name}]: "
+                  f"{len(found)} launches predicted in {took:.1f} s, serially in trace order")
+    as_it_is = outcomes[0]
+    rate = _rate(args, as_it_is, prompts, blocks, trace)
+    run = RunDir.create(Path(args.results))
+    (run.path / view.WHATIF_FILE).write_text(whatif_report.render_json(outcomes, rate, trace={
+        "name": whole.name, "requests": len(prompts), "scale": trace.scale}))
+    page = run.path / view.PAGE
+    page.write_text(whatif_report.render_page(outcomes, rate, title=f"reusebench whatif {run.run_id}",
+                                              trace_line=trace_line))
+    view.write_index(Path(args.results))
+    if args.json:
+        print((run.path / view.WHATIF_FILE).read_text())
+    else:
+        print(whatif_report.render_text(outcomes, rate, trace_line=trace_line))
+    print(f"\npage: {page}", file=common.progress(args))
+    if not args.verify:
+        return Exit.OK
+    best = [o for o in whatif_report.ranked(outcomes) if o.combination.setting][:args.verify]
+    return _verify([as_it_is, *best] if as_it_is.prediction else best, prompts, blocks, trace, args)
+
+
+def add_whatif(sub: common.Subparsers) -> None:
+    shows = ("predict, with no server, what each combination of launch options would re-process on a trace and "
+             "what it would cost in prefill seconds on this box; --verify K replays the best K for real")
+    whatif = common.add_command(sub, "whatif", shows.split(";")[0], shows + ". The reuse model follows the build's "
+                                "rules (slots, similarity, the RAM cache, checkpoints), so serially a replay must "
+                                "measure what it predicts.")
+    replay_cli.add_trace(whatif)
+    common.add_profile(whatif)
+    whatif.add_argument("--variant", help="a variant of that profile (default: the first)")
+    whatif.add_argument("--try", dest="try_", action="append", type=tried, metavar="OPTION=V1,V2",
+                        help=f"a launch option and its values to try (repeatable; every combination is predicted): "
+                        f"{', '.join(combos.TRIABLE)}")
+    whatif.add_argument("--verify", type=common.positive_int, metavar="K", help="replay the best K combinations and "
+                        "the profile as it is, serially, and print predicted beside measured")
+    whatif.add_argument("--rate", type=common.positive_float, metavar="TOKENS_PER_S", help="the prefill rate for the "
+                        "seconds (default: from the last replay of this variant under --results, else a short replay "
+                        "now)")
+    whatif.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
+    common.add_json(whatif, "the ranked combinations as JSON on stdout")
+    whatif.set_defaults(func=cmd_whatif)
