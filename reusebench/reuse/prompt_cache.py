@@ -25,6 +25,21 @@ from reusebench.reuse.segments import Segments, common_prefix
 from reusebench.reuse.server_state import CacheEntry, Ids
 
 
+def _earliest_shortest(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Of (length, number) pairs sorted by length, those whose number is below every shorter (or as short) one's."""
+    if len(pairs) < 2:
+        return pairs
+    numbers = np.fromiter((n for _, n in pairs), dtype=np.int64, count=len(pairs))
+    earliest = np.minimum.accumulate(numbers)
+    new = np.empty(len(pairs), dtype=bool)
+    new[0] = True
+    new[1:] = numbers[1:] < earliest[:-1]
+    return [pairs[i] for i in np.flatnonzero(new)]
+
+
+MANY = 32  # candidates from which ``better`` scans in numpy
+
+
 class PromptCache:
     """Entries in the order the server keeps them: saved at the back, taken or evicted anywhere."""
 
@@ -33,7 +48,8 @@ class PromptCache:
         self._next = 0
         self._by_prefix: dict[int, list[tuple[int, int]]] = defaultdict(list)  # (length, number), shortest first
         self._by_head: dict[int, set[int]] = defaultdict(set)  # all runs but the last -> numbers
-        self._by_first: dict[tuple[int, int], dict[tuple[int, ...], set[int]]] = defaultdict(lambda: defaultdict(set))
+        # (run prefix, the next run's first id) -> that run -> numbers
+        self._by_first: dict[tuple[int, int], dict[tuple[int, ...], set[int]]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -46,10 +62,10 @@ class PromptCache:
         self._entries[number] = entry
         tokens = entry.held.tokens
         if isinstance(tokens, Segments) and tokens.runs:
-            keys = tokens.prefix_keys
-            for k in range(len(tokens.runs)):
-                bisect.insort(self._by_prefix[keys[k + 1]], (len(tokens), number))
-                self._by_first[(keys[k], tokens.first(k))][tokens.run_key(k)].add(number)
+            keys, runs, firsts, length = tokens.prefix_keys, tokens.run_keys, tokens.firsts, len(tokens)
+            for k, run in enumerate(runs):
+                bisect.insort(self._by_prefix[keys[k + 1]], (length, number))
+                self._by_first.setdefault((keys[k], firsts[k]), {}).setdefault(run, set()).add(number)
             self._by_head[keys[-2]].add(number)
 
     def take(self, number: int) -> CacheEntry:
@@ -57,10 +73,11 @@ class PromptCache:
         entry = self._entries.pop(number)
         tokens = entry.held.tokens
         if isinstance(tokens, Segments) and tokens.runs:
-            keys = tokens.prefix_keys
-            for k in range(len(tokens.runs)):
-                self._by_prefix[keys[k + 1]].remove((len(tokens), number))
-                self._by_first[(keys[k], tokens.first(k))][tokens.run_key(k)].discard(number)
+            keys, runs, firsts, length = tokens.prefix_keys, tokens.run_keys, tokens.firsts, len(tokens)
+            for k, run in enumerate(runs):
+                within = self._by_prefix[keys[k + 1]]
+                del within[bisect.bisect_left(within, (length, number))]
+                self._by_first[(keys[k], firsts[k])][run].discard(number)
             self._by_head[keys[-2]].discard(number)
         return entry
 
@@ -102,15 +119,27 @@ class PromptCache:
         found = sorted(self._covering_more(tokens, lcp).items())
         if usable is not None:
             found = [(n, c) for n, c in found if usable(self._entries[n])]
-        if not found:
-            return None
+        if len(found) > MANY:
+            return self._better_of_many(found, len(tokens), f_keep, f_sim)
+        best = None
+        for n, (shared, length) in found:
+            keep, sim = shared / length, shared / len(tokens)
+            if keep >= F_KEEP_LOAD and f_keep < keep and f_sim < sim:
+                f_keep, f_sim, best = keep, sim, n
+        return best
+
+    @staticmethod
+    def _better_of_many(found: list[tuple[int, tuple[int, int]]], n_tokens: int, f_keep: float,
+                        f_sim: float) -> int | None:
+        """``better``'s scan in numpy: each entry taken must beat the last, so the chain is short and each step one
+        pass over the rest."""
         numbers = [n for n, _ in found]
         shared = np.array([c[0] for _, c in found], dtype=np.float64)
         keep = shared / np.array([c[1] for _, c in found], dtype=np.float64)
-        sim = shared / len(tokens)
+        sim = shared / n_tokens
         fit = keep >= F_KEEP_LOAD
         best, start = None, 0
-        while start < len(numbers):  # each taken one must beat the last: a short chain, each step one pass
+        while start < len(numbers):
             beats = fit[start:] & (keep[start:] > f_keep) & (sim[start:] > f_sim)
             if not beats.any():
                 break
@@ -132,15 +161,17 @@ class PromptCache:
         for k in range(len(tokens.runs)):
             if starts[k + 1] <= lcp:
                 continue
-            run = tokens.run_key(k)
-            for other, numbers in self._by_first.get((keys[k], tokens.first(k)), {}).items():
+            run = tokens.run_keys[k]
+            for other, numbers in self._by_first.get((keys[k], tokens.firsts[k]), {}).items():
                 if other != run:
                     for n in numbers:
                         entry = self._entries[n].held.tokens
                         found[n] = (common_prefix(entry, tokens), len(entry))
-            # sharing k + 1 runs and at most 4x as long: one that shares more is found again, at its own depth
-            within = self._by_prefix.get(keys[k + 1], [])
-            bound = 4 * starts[k + 1]
-            found.update((n, (starts[k + 1], length))
-                         for length, n in within[:bisect.bisect_right(within, (bound, self._next))])
+            # sharing k + 1 runs and at most 4x as long (one that shares more is found again, at its own depth);
+            # of those, only one shorter than every earlier one: an earlier entry as short that shares as much
+            # beats it on both shares, so ``load`` never takes it
+            within = self._by_prefix.get(keys[k + 1])
+            if within:
+                pairs = within[:bisect.bisect_right(within, (4 * starts[k + 1], self._next))]
+                found.update((n, (starts[k + 1], length)) for length, n in _earliest_shortest(pairs))
         return found

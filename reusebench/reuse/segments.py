@@ -52,17 +52,23 @@ class Segments(Sequence[int]):
         """A key per run prefix (keys[k] stands for the first k runs): equal keys, equal ids. A run of at most
         ``SHORT_RUN`` ids is keyed by its ids, since two blocks may begin with the same ids by chance."""
         keys = [0]
-        for k in range(len(self.runs)):
-            keys.append(hash((keys[-1], self.run_key(k))))
+        for run in self.run_keys:
+            keys.append(hash((keys[-1], run)))
         return keys
+
+    @cached_property
+    def run_keys(self) -> list[tuple[int, ...]]:
+        return [self.run_key(k) for k in range(len(self.runs))]
+
+    @cached_property
+    def firsts(self) -> list[int]:
+        """Each run's first id."""
+        first = self.ids.first
+        return [first(block) for block, _ in self.runs]
 
     def run_key(self, k: int) -> tuple[int, ...]:
         block, length = self.runs[k]
         return tuple(self.ids(block)[:length]) if length <= SHORT_RUN else (block, length)
-
-    def first(self, k: int) -> int:
-        """Run k's first id."""
-        return self.ids.first(self.runs[k][0])
 
     def __len__(self) -> int:
         return self._ends[-1] if self.runs else 0
@@ -147,6 +153,8 @@ def shared_run(a: Sequence[int], i: int, b: Sequence[int], j: int) -> int:
             n += a.runs[ra][1]
             ra, rb = ra + 1, rb + 1
             continue
+        if oa == 0 and ob == 0 and a.ids.first(a.runs[ra][0]) != b.ids.first(b.runs[rb][0]):
+            return n  # two blocks that part at once: most do, and their other ids need not be drawn
         x, y = a._run_ids(ra, oa), b._run_ids(rb, ob)
         k = min(len(x), len(y))
         same = outputs.common_prefix(tuple(x[:k]), tuple(y[:k]))

@@ -69,6 +69,7 @@ class BlockIds:
         self._offsets = np.arange(block_tokens, dtype=np.uint64)
         self._answer = (vocabulary.answer,) * block_tokens
         self.ids = functools.lru_cache(maxsize=4096)(self._draw)  # a prediction looks at the blocks where prompts part
+        self._firsts: dict[int, int] = {}
 
     def __call__(self, block: int) -> tuple[int, ...]:
         return self._answer if block == ANSWER else self.ids(block)
@@ -77,6 +78,12 @@ class BlockIds:
         """A block's first id (what two blocks that part at once differ in): mix(h, 0) in Python's integers."""
         if block == ANSWER:
             return self.vocabulary.answer
+        found = self._firsts.get(block)
+        if found is None:
+            found = self._firsts[block] = self._first(block)
+        return found
+
+    def _first(self, block: int) -> int:
         x = (SEED * 0x9E3779B97F4A7C15 + block * 0xD1B54A32D192ED03) & MASK_64
         x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK_64
         x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK_64
