@@ -25,6 +25,8 @@ def cmd_tap(args: argparse.Namespace) -> int:
             raise ValueError(f"--listen {args.listen[0]} is not loopback: the tap has no login of its own, so say "
                              "--expose to listen there")
         print(listening.exposure_warning(args.listen[0], EXPOSED), file=sys.stderr)
+    if args.trace is not None and args.trace.exists():
+        raise ValueError(f"--trace {args.trace}: the file exists; the tap does not write over a trace")
     if args.server_log is None:
         print("reusebench tap: no --server-log: records will carry counts and classes but no causes", file=sys.stderr)
     try:
@@ -63,7 +65,7 @@ def tap_options(args: argparse.Namespace) -> TapOptions:
                       limits=RelayLimits(max_body_bytes=args.max_body_mib * 2**20, read_timeout_s=args.read_timeout,
                                          max_connections=args.max_connections),
                       held=HeldLimits(conversation_tokens=args.max_held_tokens, ideal_tokens=args.max_ideal_tokens,
-                                      tasks=args.max_tasks))
+                                      tasks=args.max_tasks), trace=args.trace)
 
 
 def add_tap(sub: common.Subparsers) -> None:
@@ -95,6 +97,9 @@ def add_tap(sub: common.Subparsers) -> None:
                      help=f"the server log's tasks held at most, oldest dropped first (default {held.tasks:,})")
     tap.add_argument("--server-log", type=Path, metavar="FILE", help="the server's -lv 4 log, best through "
                      "`reusebench log-filter`: the causes come from it")
+    tap.add_argument("--trace", type=Path, metavar="FILE", help="also write the requests as a trace in Mooncake's "
+                     "format (lengths, arrival times, salted 512-token prefix-block ids; no text) for `replay` and "
+                     "`whatif`; a new file")
     tap.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
     tap.add_argument("--key-file", type=Path, default=default_key_path(), help="the secret for the records' keyed "
                      "hashes, made on first use (default ~/.config/reusebench/tap.key or $REUSEBENCH_TAP_KEY); "

@@ -166,18 +166,25 @@ class Replay:
             return self._send(local.client, request)
 
         futures: list[Future[Call]] = []
+        pool = ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="replay")
         try:
-            with ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="replay") as pool:
-                for p, request in zip(sent, requests, strict=True):
-                    due = self._started + (p.request.timestamp_ms - first) / 1000 / self.mode.speed
-                    if self._stop.wait(max(0.0, due - time.monotonic())):
-                        break
-                    futures.append(pool.submit(send, request))
-                for n, future in enumerate(futures, 1):
-                    future.result()
-                    self._progress(n, len(requests))
+            for p, request in zip(sent, requests, strict=True):
+                due = self._started + (p.request.timestamp_ms - first) / 1000 / self.mode.speed
+                if self._stop.wait(max(0.0, due - time.monotonic())):
+                    break
+                futures.append(pool.submit(send, request))
+            for n, future in enumerate(futures, 1):
+                future.result()
+                self._progress(n, len(requests))
+        except BaseException:
+            # Ctrl-C or an error: what is queued is not sent; what is in flight ends when ``run`` stops the server
+            self._stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        else:
+            pool.shutdown(wait=True)
         finally:
-            for client in clients:
+            for client in clients:  # in flight after an error: they fail at once
                 client.close()
 
     def _progress(self, done: int, total: int) -> None:

@@ -26,10 +26,12 @@ __all__ = ["InFront", "Tap", "TapOptions"]
 
 class InFront:
     """A ``run.service.Via``: a tap on a free loopback port before each server the workload starts, reading its log;
-    each tap's records go to a run of their own under `results` (``runs``)."""
+    each tap's records go to a run of their own under `results` (``runs``), and its requests to `trace` when given
+    (one server: the file is new)."""
 
-    def __init__(self, results: Path, *, long_prefill_tokens: int, key_file: Path | None = None) -> None:
-        self.results, self.long_prefill_tokens = results, long_prefill_tokens
+    def __init__(self, results: Path, *, long_prefill_tokens: int, key_file: Path | None = None,
+                 trace: Path | None = None) -> None:
+        self.results, self.long_prefill_tokens, self.trace = results, long_prefill_tokens, trace
         self.key_file = key_file or default_key_path()
         self.runs: list[Path] = []
 
@@ -37,7 +39,7 @@ class InFront:
     def __call__(self, server: ServerProcess) -> Iterator[str]:
         tap = Tap(TapOptions(upstream=server.base_url, listen=("127.0.0.1", 0), results=self.results,
                              key_file=self.key_file, server_log=server.raw_log_path,
-                             long_prefill_tokens=self.long_prefill_tokens))
+                             long_prefill_tokens=self.long_prefill_tokens, trace=self.trace))
         self.runs.append(tap.run.path)
         url = tap.start()
         try:

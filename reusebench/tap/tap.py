@@ -41,6 +41,7 @@ from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, MA
 from reusebench.tap.exchange import Answer, Asked
 from reusebench.tap.keys import Hasher, load_key
 from reusebench.tap.relay import Relay, RelayLimits
+from reusebench.tap.trace import TraceWriter
 
 SCENARIO = workload.TAPPED  # the records' scenario and the summary's schedule
 DEFAULT_LONG_PREFILL = 4096
@@ -102,6 +103,7 @@ class TapOptions:
     claim_wait_s: float = CLAIM_WAIT_S
     limits: RelayLimits = RelayLimits()
     held: HeldLimits = HeldLimits()
+    trace: Path | None = None  # also write the requests as a Mooncake-format trace (``tap.trace``)
 
 
 @dataclass
@@ -144,6 +146,7 @@ class Tap:
                                    timeout=httpx.Timeout(120.0, connect=CONNECT_TIMEOUT_S))
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tap-tokenize")  # in order: see above
         self.started_at = time.time()
+        self.trace = None if options.trace is None else TraceWriter(options.trace, self.started_at)
         self.stopped_by = ""
         self._learned = False
         self._learn_after = 0.0  # monotonic seconds: when a failed learn may be tried again
@@ -176,6 +179,8 @@ class Tap:
         self._summary = self.recorder.summary(SCENARIO, self.started_at, time.time() - self.started_at,
                                               self.summary_extra())
         self.writer.close()
+        if self.trace is not None:
+            self.trace.close()
         self.conversations.clear()
         return self._summary
 
@@ -196,7 +201,8 @@ class Tap:
             "upstream": self.upstream_name, "unrecorded": dict(self.unrecorded_paths),
             "refused": dict(t.refused), "not_understood": dict(t.not_understood),
             "dropped": {"conversations": self.conversations.dropped, "ideal_sequences": self.conversations.seen.dropped,
-                        "tasks": self.tasks.dropped if self.tasks else 0},
+                        "tasks": self.tasks.dropped if self.tasks else 0,
+                        "trace_blocks": self.trace.dropped if self.trace else 0},
             "interrupted": t.interrupted, "without_task": t.without_task, "length_mismatches": t.length_mismatches,
             "unclassed": t.unclassed, "unfinished_at_stop": t.unfinished_at_stop, "tokenize": {"calls": t.tokenize_calls, "ms": round(t.tokenize_ms, 3),
                                                    "tokens": t.tokenize_tokens},
@@ -400,6 +406,8 @@ class _Request:
                 record.extra["length_mismatch"] = {"tap": record.prompt_tokens, "server": served}
                 tap.count(length_mismatches=1)
         tap.recorder.write(record)
+        if tap.trace is not None and made is not None:
+            tap.trace.write(self.started_at, made.ids, record.predicted_n or 0)
 
     def _claim(self, record: Record) -> Task | None:
         """The answer's task in the server's log, when the tap reads one (``--server-log``)."""

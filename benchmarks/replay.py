@@ -1,0 +1,113 @@
+"""A production trace's shape, per commit: the first requests of the shipped Mooncake conversation trace, scaled to a
+CPU, replayed serially (``reusebench replay``), so the nightly shows llama.cpp commits on real traffic shapes too.
+
+``TraceReplay`` tracks the tokens re-processed over the whole replay: what the server measured, what the reuse
+model expected of this build, and the trace's own ideal (an unbounded prefix cache), and the measured tokens over
+the ideal. ``TraceReplaySeconds`` tracks the prefill seconds, all of them and those spent over the ideal. Serially,
+one build gives the same counts on every run. Counts and seconds only: asv takes lower as better.
+
+Environment (docs/environment.md):
+
+- ``REUSEBENCH_ASV_TRACE``: the trace, a shipped name or a path (default: mooncake-conversation; empty: none runs);
+- ``REUSEBENCH_ASV_TRACE_PROFILE``: the server profile (default: tiny-qwen35, its first variant);
+- ``REUSEBENCH_ASV_TRACE_REQUESTS``: the first N requests (default 300), at 1/16 of the trace's lengths.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from reusebench import records
+from reusebench.config import profiles
+from reusebench.report import replay_report
+from reusebench.run.recording import RunDir
+from reusebench.run.replay import Replay, ReplayMode, resolve_for_trace
+from reusebench.trace.mooncake import TraceSelection
+from reusebench.trace.prompts import BlockIds, trace_prompts, vocabulary
+
+from . import common
+
+TRACE = os.environ.get("REUSEBENCH_ASV_TRACE", "mooncake-conversation")
+PROFILE = os.environ.get("REUSEBENCH_ASV_TRACE_PROFILE", "tiny-qwen35")
+REQUESTS = os.environ.get("REUSEBENCH_ASV_TRACE_REQUESTS", "300")
+SCALE = 16  # 32-token blocks: about 750 tokens a request, a few hundred requests in well under a minute on 2 cores
+NOT_APPLICABLE = "not applicable"
+
+
+def _requests(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"REUSEBENCH_ASV_TRACE_REQUESTS: expected a whole number of requests, got {text!r}")
+    return int(text)
+
+
+def _replay() -> dict[str, Any]:
+    built = common.installed_binary()
+    if built is not None:
+        os.environ[common.BINARY_ENV] = str(built)
+    profile = profiles.load_profile(PROFILE, check_binary=False)
+    variant = profile.variants[0]
+    missing = profiles.not_runnable(profile, [variant.name])
+    if missing:
+        why = f"profile {PROFILE} does not apply to this build: {missing[variant.name]}"
+        print(f"benchmarks: {why}", file=sys.stderr)
+        return {NOT_APPLICABLE: why}
+    variant = profiles.load_profile(PROFILE).variant(variant.name)  # now checked against the binary's --help
+    whole, trace = TraceSelection(TRACE, SCALE, limit=_requests(REQUESTS)).load()
+    blocks = BlockIds(vocabulary(variant.model), trace.block_tokens)
+    run = RunDir.create(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")))
+    with records.RecordWriter(run.records_path) as writer:
+        Replay(trace_prompts(trace, blocks), blocks, resolve_for_trace(variant, trace), writer, run=run,
+               trace_name=whole.name, mode=ReplayMode(), out=io.StringIO()).run()
+    kept = records.read_records(run.records_path)
+    print(replay_report.render(kept), file=sys.stderr)
+    (found,) = replay_report.figures(kept)
+    if found.failed:
+        raise RuntimeError(f"replay of {TRACE}: {found.failed} request(s) failed")
+    return {"measured": found.measured, "expected": found.expected, "ideal": found.ideal,
+            "over ideal": found.measured - found.ideal, "prefill": found.prefill_s, "prefill over ideal": found.excess_s}
+
+
+def _figure(figures: dict[str, Any], name: str) -> float:
+    if not figures:
+        raise SkipNotImplemented("no trace replayed: REUSEBENCH_ASV_TRACE is empty")
+    if NOT_APPLICABLE in figures:
+        raise SkipNotImplemented(figures[NOT_APPLICABLE])
+    return figures[name]
+
+
+class TraceReplay:
+    """Tokens re-processed over the replayed requests: measured, expected, the trace's ideal, measured over ideal."""
+
+    params = (["measured", "expected", "ideal", "over ideal"],)
+    param_names = ["tokens"]
+    unit = "tokens"
+    version = "1"
+    timeout = 1800
+
+    def setup_cache(self) -> dict[str, Any]:
+        return _replay() if TRACE else {}
+
+    def track_reprocessed_tokens(self, figures: dict[str, Any], name: str) -> float:
+        return _figure(figures, name)
+
+
+class TraceReplaySeconds:
+    """Prefill seconds over the replayed requests: all of them, and those spent over the trace's ideal."""
+
+    params = (["prefill", "prefill over ideal"],)
+    param_names = ["seconds"]
+    unit = "seconds"
+    version = "1"
+    timeout = 1800
+
+    def setup_cache(self) -> dict[str, Any]:
+        return _replay() if TRACE else {}
+
+    def track_prefill_seconds(self, figures: dict[str, Any], name: str) -> float:
+        return _figure(figures, name)

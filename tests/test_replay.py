@@ -1,0 +1,79 @@
+"""A production trace against a real llama-server: replayed serially, every request's measured count equals the
+reuse model's expected one, on the hybrid and on the attention control; whatif's best combinations, replayed, are
+measured as predicted, one changing the slots and one the RAM cache; a trace the tap wrote replays and goes
+through whatif too."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from reusebench import records
+from reusebench.cli import main
+from reusebench.config import profiles, workload
+from reusebench.records import Role
+from reusebench.run.recording import RunDir
+from reusebench.run.service import service_run
+from reusebench.tap import InFront
+
+pytestmark = pytest.mark.e2e
+
+SLICE = ["mooncake-conversation", "--scale", "16", "--limit", "80"]
+
+
+@pytest.mark.parametrize("profile", ["tiny-qwen35", "tiny-llama"])
+def test_serial_replay_measures_what_the_model_expects_on_every_request(
+        profile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", *SLICE, "--profile", profile, "--results", str(tmp_path), "--json"]) == 0
+    (found,) = json.loads(capsys.readouterr().out)
+    # 80 requests at 1/16 of the trace's lengths: 63,337 prompt tokens; the trace's own prefix cache keeps 2,528 of
+    # them (79 x the first 32-token block, which every request shares, is 2,528: nothing else comes back so soon),
+    # so its ideal re-processes 63,337 - 2,528 = 60,809
+    assert (found["requests"], found["prompt_tokens"], found["ideal"]) == (80, 63_337, 60_809)
+    assert (found["failed"], found["differ"], found["not_forced"]) == (0, 0, 0)
+    assert found["measured"] == found["expected"] >= found["ideal"]
+    (run,) = (tmp_path / "runs").iterdir()
+    kept = [r for r in records.read_records(run / "records.jsonl") if r.role == Role.MEASURE]
+    assert [r.prompt_n for r in kept] == [r.expected for r in kept]
+    assert all(r.extra["answer_forced"] for r in kept)
+    assert [r.extra["line"] for r in kept] == list(range(1, 81))
+    page = (run / "index.html").read_text()
+    assert "<svg class=replay" in page and "data-requests='80'" in page
+
+
+@pytest.mark.parametrize("profile", ["tiny-qwen35", "tiny-llama"])
+def test_whatif_s_best_combinations_are_measured_as_predicted(
+        profile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # as it is, then parallel 2 (the slots) with cache-ram 0 or -1 (the RAM cache off, or on with no limit): three
+    # combinations, all verified
+    assert main(["whatif", *SLICE, "--profile", profile, "--try", "parallel=2", "--try", "cache-ram=0,-1",
+                 "--verify", "3", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(out) if line.startswith("| launch") and "predicted" in line)
+    table = [line.split("|") for line in out[head + 2:] if line.startswith("|")]
+    assert [row[1].strip() for row in table[:1]] == ["as it is"]
+    assert {row[1].strip() for row in table[1:]} == {"--parallel 2 --cache-ram 0", "--parallel 2 --cache-ram -1"}
+    assert [row[4].strip() for row in table] == ["equal"] * 3, "\n".join(out)
+
+
+def test_a_trace_the_tap_wrote_replays_and_goes_through_whatif(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    load = workload.load_workload("service-small")
+    variant = profiles.load_profile(load.profile).variants[0]
+    trace = tmp_path / "mine.jsonl"
+    via = InFront(tmp_path / "taps", long_prefill_tokens=load.long_prefill_tokens, key_file=tmp_path / "tap.key",
+                  trace=trace)
+    with records.RecordWriter(tmp_path / "records.jsonl") as writer:
+        result = service_run(load, variant, writer, run=RunDir("t", tmp_path), via=via, out=io.StringIO()).run()
+    lines = trace.read_text().splitlines()
+    assert len(lines) == len([r for r in result.records if not r.error]) > 0  # one line per answered request
+    assert main(["replay", str(trace), "--profile", "tiny-llama", "--results", str(tmp_path / "r"), "--json"]) == 0
+    (found,) = json.loads(capsys.readouterr().out)
+    assert (found["requests"], found["differ"], found["failed"]) == (len(lines), 0, 0)
+    assert main(["whatif", str(trace), "--profile", "tiny-llama", "--try", "cache-ram=0", "--results",
+                 str(tmp_path / "r"), "--json"]) == 0
+    ranked = json.loads(capsys.readouterr().out)["ranked"]
+    assert {r["combination"] for r in ranked} == {"as it is", "--cache-ram 0"}
