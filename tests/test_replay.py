@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,10 @@ from reusebench.cli import main
 from reusebench.config import profiles, workload
 from reusebench.records import Role
 from reusebench.run.recording import RunDir
-from reusebench.run.service import service_run
+from reusebench.run.service import calls, service_run
 from reusebench.tap import InFront
+
+from conftest import child_llama_servers
 
 pytestmark = pytest.mark.e2e
 
@@ -77,3 +81,37 @@ def test_a_trace_the_tap_wrote_replays_and_goes_through_whatif(tmp_path: Path,
                  str(tmp_path / "r"), "--json"]) == 0
     ranked = json.loads(capsys.readouterr().out)["ranked"]
     assert {r["combination"] for r in ranked} == {"as it is", "--cache-ram 0"}
+
+
+@pytest.mark.parametrize("timed", [False, True], ids=["serial", "timed"])
+def test_a_replay_stopped_by_ctrl_c_keeps_what_it_measured_and_exits_130(
+        timed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT to this process as the fifth request is about to be sent: every request sent is kept, answered
+    or cut short by the interruption (serially: the four answered; timed, the first five arrive at once, so the
+    others are in flight), the summary says why it stopped, and no server is left."""
+    sent: list[int] = []
+    real_send = calls.Calls.send
+
+    def fifth_is_stopped(self, client, request, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(request.turn)
+        if len(sent) == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_send(self, client, request, **kwargs)
+
+    monkeypatch.setattr(calls.Calls, "send", fifth_is_stopped)
+    before = child_llama_servers()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background `make test &` ignores it
+    try:
+        status = main(["replay", *SLICE, "--profile", "tiny-llama", "--results", str(tmp_path),
+                       *(["--timed", "--speed", "50"] if timed else [])])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert status == 130
+    assert child_llama_servers() == before
+    (run,) = (tmp_path / "runs").iterdir()
+    kept = records.read_records(run / "records.jsonl")
+    sent_kept = [r for r in kept if r.role == Role.MEASURE]
+    assert len(sent_kept) >= 4 and all(r.error in (None, records.interrupted()) for r in sent_kept)
+    if not timed:
+        assert [(r.turn, r.error, r.prompt_n == r.expected) for r in sent_kept] == [(n, None, True) for n in range(1, 5)]
+    assert kept[-1].role == Role.SESSION and kept[-1].extra["stopped_by"] == records.interrupted()

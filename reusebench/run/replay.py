@@ -91,6 +91,8 @@ class Replay:
                            else 5.0)
         self.result = ReplayResult()
         self._stop = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None  # timed: the threads sending, and their clients
+        self._clients: list[LlamaClient] = []
         self._started = 0.0
 
     def run(self) -> ReplayResult:
@@ -124,6 +126,10 @@ class Replay:
                 self.recorder.keep_log(self.handle.process.raw_log_path, SCENARIO)
             finally:
                 self.handle.close()
+                if self._pool is not None:  # in flight when it stopped: they end now the server is gone
+                    self._pool.shutdown(wait=True)
+                for client in self._clients:
+                    client.close()
                 self.result.records = list(self.calls.records)
                 self._summary(started_at, len(sent))
         return self.result
@@ -138,7 +144,9 @@ class Replay:
     def _client(self) -> LlamaClient:
         return LlamaClient(self.handle.process.base_url, self.handle.process.api_key, timeout_s=REQUEST_TIMEOUT_S)
 
-    def _send(self, client: LlamaClient, request: Request) -> Call:
+    def _send(self, client: LlamaClient, request: Request) -> Call | None:
+        if self._stop.is_set():
+            return None  # the run stopped before its time came: not sent
         return self.calls.send(client, request, interrupted=self._stop.is_set)
 
     def _serial(self, requests: list[Request]) -> None:
@@ -146,6 +154,8 @@ class Replay:
         try:
             for n, request in enumerate(requests, 1):
                 call = self._send(client, request)
+                if call is None:
+                    return
                 if call.completion is None:
                     self.result.stopped_by = f"a call failed ({request.kind}): {call.record.error}"
                     return
@@ -157,16 +167,16 @@ class Replay:
     def _timed(self, sent: list[TracePrompt], requests: list[Request]) -> None:
         first = sent[0].request.timestamp_ms if sent else 0
         local = threading.local()
-        clients: list[LlamaClient] = []
+        clients = self._clients
 
-        def send(request: Request) -> Call:
+        def send(request: Request) -> Call | None:
             if not hasattr(local, "client"):
                 local.client = self._client()
                 clients.append(local.client)
             return self._send(local.client, request)
 
-        futures: list[Future[Call]] = []
-        pool = ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="replay")
+        futures: list[Future[Call | None]] = []
+        pool = self._pool = ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="replay")
         try:
             for p, request in zip(sent, requests, strict=True):
                 due = self._started + (p.request.timestamp_ms - first) / 1000 / self.mode.speed
@@ -181,11 +191,7 @@ class Replay:
             self._stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
-        else:
-            pool.shutdown(wait=True)
-        finally:
-            for client in clients:  # in flight after an error: they fail at once
-                client.close()
+        pool.shutdown(wait=True)
 
     def _progress(self, done: int, total: int) -> None:
         if done % PROGRESS_EVERY and done != total:

@@ -98,7 +98,7 @@ class Calls:
             self._cut_short(record, records.interrupted() if interrupted() else str(exc), getattr(exc, "status", None))
             return Call(record, None, None)
         except BaseException as exc:  # Ctrl-C, or a fault of ours: the call is kept, then the error goes on
-            self._cut_short(record, records.interrupted() if isinstance(exc, KeyboardInterrupt)
+            self._cut_short(record, records.interrupted() if isinstance(exc, KeyboardInterrupt) or interrupted()
                             else f"{type(exc).__name__}: {exc}")
             raise
         finally:
