@@ -4,17 +4,22 @@ sharing. Pure: no server."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from reusebench.cli import main
+from reusebench.config import profiles
+from reusebench.llama import binaries
 from reusebench.tap.trace import TraceWriter
 from reusebench.trace import mooncake
 from reusebench.trace.mooncake import TraceError, TraceSelection, read_trace
 from reusebench.trace.prompts import BlockIds, Vocabulary, trace_prompts
+from reusebench.whatif import combinations as combos
 
 LINE = {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [0, 1]}
 
@@ -112,3 +117,44 @@ def test_the_tap_s_trace_numbers_prefixes_and_keeps_no_ids(tmp_path: Path) -> No
     assert read_trace(tmp_path / "mine.jsonl").requests[1].hash_ids == (0, 1, 3, 4)
     with pytest.raises(FileExistsError):
         TraceWriter(tmp_path / "mine.jsonl", started_at=0.0)
+
+
+# -- whatif's command line: every bad --try named before anything is predicted ------------------------------------
+
+
+@pytest.mark.parametrize(("given", "named"), [
+    ("cache-ram", "expected OPTION=VALUE[,VALUE...], e.g. cache-ram=0,8192"),
+    ("threads=4", "threads is not an option the reuse model decides on; try one of parallel, cache-ram"),
+    ("parallel=two", "parallel: 'two' is not a whole number"),
+    ("kv-unified=maybe", "kv-unified: 'maybe' is not on or off"),
+])
+def test_a_bad_try_is_a_usage_error_naming_it(given: str, named: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["whatif", "mooncake-conversation", "--profile", "tiny-llama", "--try", given])
+    assert stopped.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_a_try_the_binary_lacks_is_named_with_the_binary(tmp_path: Path) -> None:
+    """A llama-server whose --help has no --ctx-checkpoints (an older build's, made here from the real one's by
+    leaving its line out): trying the option is an error naming it and the binary, before any prediction."""
+    variant = profiles.load_profile("tiny-llama").variants[0]
+    real_help = subprocess.run([str(variant.binary.path), "--help"], capture_output=True, text=True).stdout
+    older = tmp_path / "llama-server"
+    older.write_text("#!/bin/sh\ncat <<'EOF'\n" + "".join(line for line in real_help.splitlines(keepends=True)
+                                                           if "--ctx-checkpoints" not in line) + "EOF\n")
+    older.chmod(0o755)
+    lacking = dataclasses.replace(variant, binary=binaries.Binary(path=older))
+    assert len(combos.combinations(lacking, [combos.parse_try("parallel=1,2")])) == 3  # as it is, and two
+    with pytest.raises(ValueError, match=f"--try ctx-checkpoints: unknown llama-server option.*{older}"):
+        combos.combinations(lacking, [combos.parse_try("ctx-checkpoints=8,32")])
+
+
+def test_a_combination_whose_slot_cannot_hold_the_longest_request_is_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the first 40 requests at 1/16: the longest is 5,475 tokens with its answer; a 1,024-token context cannot hold it
+    assert main(["whatif", "mooncake-conversation", "--scale", "16", "--limit", "40", "--profile", "tiny-llama",
+                 "--try", "ctx-size=1024,8192", "--rate", "1000", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "left out: --ctx-size 1024: a slot of 1,024 tokens cannot hold" in out and "is 5,475)" in out
+    assert "| --ctx-size 8192 |" in " ".join(out.split("  "))
