@@ -62,6 +62,13 @@ def blocks_for(variant: Variant, trace: Trace) -> BlockIds:
     return BlockIds(vocabulary(variant.model), trace.block_tokens)
 
 
+def stats_line(whole: Trace) -> str:
+    found = mooncake.stats(whole)
+    return (f"{found.requests:,} requests, mean input {found.mean_input:,.0f} and output {found.mean_output:,.0f} "
+            f"tokens, cache ratio {100 * found.cache_ratio:.1f}% (an unbounded prefix cache in file order; "
+            "`replay --stats` sets it beside the paper's)")
+
+
 def render_stats(whole: Trace) -> str:
     found = mooncake.stats(whole)
     rows = [[f"{whole.name} (this file)", f"{found.requests:,}", f"{found.mean_input:,.0f}", f"{found.mean_output:,.0f}",
@@ -88,6 +95,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     out = common.progress(args)
     print(f"run {run.run_id}: {len(prompts)} requests of {whole.name} at 1/{trace.scale} ({trace.block_tokens}-token "
           f"blocks) on {variant.profile} [{variant.name}], {mode.name}; records -> {run.records_path}", file=out)
+    print(f"the whole file: {stats_line(whole)}", file=out)
     started = time.monotonic()
     try:
         with records.RecordWriter(run.records_path) as writer:
