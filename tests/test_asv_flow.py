@@ -55,6 +55,7 @@ def asv_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         REUSEBENCH_ASV_VARIANTS=VARIANT,
         REUSEBENCH_ASV_WORKLOAD="",  # the workloads' minutes are tests/test_service_load.py's, not these flows'
         REUSEBENCH_ASV_INTERFERENCE="",
+        REUSEBENCH_ASV_TRACE="",  # the replay's counts are tests/test_replay.py's
         **overrides,
     )
     (tmp_path / "home").mkdir(exist_ok=True)
@@ -104,11 +105,16 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "verdicts.OptionVerdict.track_verdict_code",
         "service.WorkloadMisses.track_missed_turns",
         "service.WorkloadInterference.track_other_users_ms",
+        "replay.TraceReplay.track_reprocessed_tokens",
+        "replay.TraceReplaySeconds.track_prefill_seconds",
     }
     # One session per commit feeds every figure; the option check and the two workloads are their own runs.
-    session_keys = {b["setup_cache_key"] for name, b in found.items() if not name.startswith(("verdicts.", "service."))}
+    own_runs = ("verdicts.", "service.", "replay.")
+    session_keys = {b["setup_cache_key"] for name, b in found.items() if not name.startswith(own_runs)}
     workload_keys = {b["setup_cache_key"] for name, b in found.items() if name.startswith("service.")}
+    replay_keys = {b["setup_cache_key"] for name, b in found.items() if name.startswith("replay.")}
     assert len(workload_keys) == 2 and not workload_keys & session_keys
+    assert len(replay_keys) == 1 and not replay_keys & (session_keys | workload_keys)  # one replay feeds both
     assert "'cause: LoRA-change clear after restore'" in found["service.WorkloadMisses.track_missed_turns"]["params"][0]
     assert session_keys == {found["reuse.FirstLoad.track_prefill_seconds"]["setup_cache_key"]}
     variants, checked = found["verdicts.OptionVerdict.track_verdict_code"]["params"]
