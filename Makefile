@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 # mmproj and --cache-reuse 256 (report A's launch line) at 32K and 128K, the
 # pure-attention control at 32K, the option verdicts of all four mmproj x cache-reuse
 # variants, then the asv site from the hybrid run's records and the two service workloads
-# asv measures (report-b-service's counts, interference's timings), and the report of all four runs.
+# asv measures (report-b-service's counts, interference's timings) with its replay of the Mooncake trace's
+# first 300 requests, and the report of all five runs.
 REPORT_A := first_load resend interleave reask edit_middle restore_disk
 REPORT_A_SCENARIOS := $(foreach step,$(REPORT_A),--scenario $(step))
 HYBRID_VARIANT := mmproj=on,cache-reuse=256
@@ -74,7 +75,7 @@ bench: setup site-assets
 	  $(BIN)/asv run --python=same --set-commit-hash=$$(git rev-parse HEAD)
 	$(BIN)/asv publish
 	$(BIN)/python -m reusebench.report.site vendor results/html > /dev/null
-	$(BIN)/reusebench report --last 4
+	$(BIN)/reusebench report --last 5
 	@echo "run pages: results/index.html (each run's steps as bars on a log axis; opens from file://)"
 	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/reusebench site --config asv.conf.json --serve)"
 

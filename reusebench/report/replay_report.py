@@ -116,7 +116,7 @@ def render(rs: Sequence[Record]) -> str:
                 ["prefill seconds", f"{f.prefill_s:.1f} s, of which over the ideal {f.excess_s:.1f} s"]]
         rows += [[f"  over the ideal: {name}", f"{f.excess_by_class[name]:,}"] for name in MISS_CLASSES
                  if f.excess_by_class[name]]
-        lines = [f"## {f.session} ({f.mode})", "", tabulate(rows, tablefmt="github", headers=["", ""]), ""]
+        lines = [f"### {f.session} ({f.mode})", "", tabulate(rows, tablefmt="github", headers=["", ""]), ""]
         if f.differ:
             first = f.differ[0]
             lines.append(f"measured differs from expected on {len(f.differ)} of {f.requests} requests; first: "

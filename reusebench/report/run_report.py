@@ -18,7 +18,7 @@ from reusebench.config import workload
 from reusebench.config.sizes import size_label
 from reusebench.machine import spread
 from reusebench.records import Record, Role, deviation, outcome, was_interrupted
-from reusebench.report import service_runs
+from reusebench.report import replay_report, service_runs
 
 
 def correctness(r: Record) -> str:
@@ -243,15 +243,19 @@ def _percent(part: int, whole: int) -> str:
 
 def render_text(records: Iterable[Record], width: int | None = None) -> str:
     """Scenario runs as tables (`width`: that fit so many columns; None: every column), workload runs (records
-    that name a user) as service reports."""
+    that name a user) as service reports, trace replays as theirs."""
     records = list(records)
-    workload_runs = {r.run_id for r in records if r.user is not None}
-    scenario_records = [r for r in records if r.run_id not in workload_runs]
+    replays = {r.run_id for r in records if r.scenario == replay_report.SCENARIO}
+    service = {r.run_id for r in records if r.user is not None} - replays
+    scenario_records = [r for r in records if r.run_id not in service | replays]
     tables = variant_tables(scenario_records, width) + repeat_tables(scenario_records)
     tapped = {r.run_id for r in records if r.scenario == workload.TAPPED}
-    tables += [(f"{'tap' if run_id in tapped else 'workload'} run {run_id}",
-                service_runs.render_runs([r for r in records if r.run_id == run_id]))
-               for run_id in dict.fromkeys(r.run_id for r in records if r.run_id in workload_runs)]
+    for run_id in dict.fromkeys(r.run_id for r in records if r.run_id in service | replays):
+        one = [r for r in records if r.run_id == run_id]
+        if run_id in replays:
+            tables.append((f"replay run {run_id}", replay_report.render(one)))
+        else:
+            tables.append((f"{'tap' if run_id in tapped else 'workload'} run {run_id}", service_runs.render_runs(one)))
     return "\n\n".join(f"## {title}\n\n{table}" for title, table in tables)
 
 
