@@ -46,6 +46,9 @@ def test_serial_replay_measures_what_the_model_expects_on_every_request(
     assert [r.extra["line"] for r in kept] == list(range(1, 81))
     page = (run / "index.html").read_text()
     assert "<svg class=replay" in page and "data-requests='80'" in page
+    assert main(["report", str(run)]) == 0  # read again from its records: a replay, not a workload
+    again = capsys.readouterr().out
+    assert again.startswith(f"## replay run {run.name}") and "measured equals expected on every one of 80" in again
 
 
 @pytest.mark.parametrize("profile", ["tiny-qwen35", "tiny-llama"])
