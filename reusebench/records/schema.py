@@ -1,30 +1,16 @@
-"""One JSON line per HTTP call, appended and flushed as each call ends.
-
-Records never hold prompt or output text: lengths and hashes only (report B: the
-point of a content-free signal is that it can be written anywhere). A run that is
-interrupted keeps every line it wrote; the reader skips a truncated last line
-with a warning instead of failing.
-
-The file is append-only, so a measured step is written before it is verified
-when its no-reuse reference is computed later in the session (deferred, or
-taken from a later cold computation of the same prompt). The record that
-serves as the reference then lists what it verified in ``extra["verifies"]``,
-and the reader applies those verdicts back to the measured records.
+"""The record's schema: ``Record`` and its columns, ``Extra`` (what a record carries beside them), ``Role``, the
+schema's version, the one text form of a LoRA setting, and the hashes a record holds instead of text.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import os
-import threading
-import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TextIO, TypedDict, cast
+from typing import Any, TypedDict, cast
 
 # 2: ``lora`` is one format for every driver (``lora_key``); version 1 records of scenario runs held it as JSON
 # pairs, and ``read_records`` converts them.
@@ -73,19 +59,6 @@ def lora_applied(key: str | None) -> bool:
     """Some adapter runs at a non-zero scale (the launch default counts as applied: it is scale 1)."""
     scales = lora_scales(key)
     return scales is None or any(scale != 0 for scale in scales.values())
-
-
-def _lora_key_of_v1(value: str | None) -> str | None:
-    """A version 1 record's ``lora``: scenario runs wrote JSON pairs ("[[0, 1.0]]"), workloads "0:1"."""
-    if value is None or not value.startswith("["):
-        return value
-    return lora_key([{"id": i, "scale": s} for i, s in json.loads(value)])
-
-HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
-# Tokens by which a measured prompt_n may differ from the reuse model's (reusebench.reuse.expectation) before the step
-# is UNEXPECTED. Zero: the model works on the token ids the server is sent and the server's rules are integer
-# arithmetic on them, so there is no noise to allow for; every token of difference is a rule the model lacks.
-EXPECTED_TOLERANCE = 0
 
 
 def text_hash(text: str) -> str:
@@ -253,157 +226,3 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-class RecordWriter:
-    """Append-only JSONL file: every ``write`` is flushed to the OS before it returns, so a killed or
-    interrupted run keeps every line; a background thread fsyncs right after (an fsync costs ~10 ms on some
-    disks, which would otherwise add to every request), so at most the lines of the last moment can be
-    lost to a power cut, and the reader skips a line cut short."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: TextIO = open(self.path, "a", encoding="utf-8")
-        self._dirty = threading.Event()
-        self._closing = False
-        self._syncer = threading.Thread(target=self._sync_loop, name="records-fsync", daemon=True)
-        self._syncer.start()
-
-    def write(self, record: Record) -> None:
-        self._file.write(json.dumps(record.to_dict(), sort_keys=True, separators=(",", ":")) + "\n")
-        self._file.flush()
-        self._dirty.set()
-
-    def _sync_loop(self) -> None:
-        fd = self._file.fileno()
-        while True:
-            self._dirty.wait()
-            self._dirty.clear()
-            if self._closing:
-                return
-            try:
-                os.fsync(fd)
-            except OSError:
-                return
-
-    def close(self) -> None:
-        if self._file.closed:
-            return
-        self._closing = True
-        self._dirty.set()
-        self._syncer.join()
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-
-    def __enter__(self) -> RecordWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def deviation(r: Record) -> int | None:
-    """Measured minus expected prompt_n, when both are known."""
-    return None if r.expected is None or r.prompt_n is None else r.prompt_n - r.expected
-
-
-def interrupted(why: str = "Ctrl-C") -> str:
-    """The error of a call cut short because its run stopped (Ctrl-C, SIGTERM, the tap stopped): one spelling for
-    the session, the workload and the tap."""
-    return f"interrupted ({why})"
-
-
-def was_interrupted(error: str | None) -> bool:
-    return bool(error) and str(error).startswith("interrupted (")
-
-
-def outcome(r: Record, shared: int = 0) -> str:
-    """The one rule for hit, partial and miss, for every report and page: a hit re-processed no more than
-    HIT_TOLERANCE tokens over what a perfect cache would; a miss reused nothing beyond `shared` tokens (a system
-    prompt every conversation of a service starts with; 0 for a scenario); partial lies between. Whether the turn
-    should hit is the record's own ``expected_hit``."""
-    if (r.excess or 0) <= HIT_TOLERANCE:
-        return "hit"
-    return "miss" if (r.cache_n or 0) <= shared else "partial"
-
-
-def verdict(r: Record) -> str:
-    """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse,
-    UNEXPECTED when prompt_n is not what the reuse model predicts (a wrong output outranks it: the
-    report's output column and cause columns still show both), or NOT MODELLED where the model predicts nothing
-    for this memory (``extra["not_modelled"]`` says why)."""
-    if r.matches_reference is False:
-        return "WRONG OUTPUT"
-    if abs(deviation(r) or 0) > EXPECTED_TOLERANCE:
-        return "UNEXPECTED"
-    if r.extra.get("not_modelled"):
-        return "NOT MODELLED"
-    if r.extra.get("foreign_reused"):
-        return "FOREIGN REUSE"
-    if not r.expected_hit and (r.cache_n or 0) <= HIT_TOLERANCE:
-        return "full (cannot hit)"
-    return outcome(r)
-
-
-def step_id(r: Record) -> dict[str, Any]:
-    """What names one measured record inside its session, for ``extra["verifies"]``."""
-    return {"scenario": r.scenario, "step": r.step, "started_at": r.started_at}
-
-
-def apply_verification(measured: Record, check: dict[str, Any]) -> None:
-    """Set a measured record's correctness fields from one entry of a reference's ``extra["verifies"]``."""
-    measured.matches_reference = check["matches_reference"]
-    measured.mismatch = check.get("mismatch")
-    for name in ("output_check", "output_delta", "noise_band"):
-        measured.extra[name] = check.get(name)
-    measured.extra["verified_by"] = check.get("by")
-    measured.verdict = verdict(measured)
-
-
-def resolve_verifications(records: Sequence[Record]) -> None:
-    """Apply every deferred verdict (``extra["verifies"]`` of a later record) to the measured record it names."""
-    index = {(r.run_id, r.session, r.scenario, r.step, r.started_at): r for r in records if r.role == Role.MEASURE}
-    for reference in records:
-        for check in reference.extra.get("verifies") or ():
-            target = index.get((reference.run_id, reference.session, check["scenario"], check["step"],
-                                check["started_at"]))
-            if target is not None:
-                apply_verification(target, check)
-
-
-def failed_sessions(records: Iterable[Record]) -> dict[tuple[str, str], str]:
-    """(run id, session) -> its first failure, for every session that had one: a call that failed, or the
-    failures its summary record lists (a server that died at start-up leaves nothing else)."""
-    failed: dict[tuple[str, str], str] = {}
-    for r in records:
-        if r.error:
-            failed.setdefault((r.run_id, r.session), f"{r.scenario}/{r.step}: {r.error}")
-        elif r.role == Role.SESSION and r.extra.get("failures"):
-            failed.setdefault((r.run_id, r.session), r.extra["failures"][0])
-    return failed
-
-
-def read_records(path: Path) -> list[Record]:
-    """Read a JSONL file back; a damaged line (e.g. cut by power loss) is skipped with a warning."""
-    known = {f.name for f in dataclasses.fields(Record)}
-    records: list[Record] = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                warnings.warn(f"{path}:{number}: skipped a damaged record line ({len(line)} bytes)", stacklevel=2)
-                continue
-            if data.get("schema", 1) == 1:
-                data["lora"] = _lora_key_of_v1(data.get("lora"))
-            records.append(Record(**{k: v for k, v in data.items() if k in known}))
-    resolve_verifications(records)
-    return records
-
-
-def read_many(paths: Iterable[Path]) -> list[Record]:
-    return [record for path in paths for record in read_records(path)]

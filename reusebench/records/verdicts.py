@@ -1,0 +1,85 @@
+"""The verdict rules: hit, partial or miss (``outcome``), the verdict word of a measured step (``verdict``), the
+error of an interrupted call, and the deferred verifications a later record applies back to measured ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from reusebench.records.schema import Record, Role
+
+HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids stop 4 tokens short)
+# Tokens by which a measured prompt_n may differ from the reuse model's (reusebench.reuse.expectation) before the step
+# is UNEXPECTED. Zero: the model works on the token ids the server is sent and the server's rules are integer
+# arithmetic on them, so there is no noise to allow for; every token of difference is a rule the model lacks.
+EXPECTED_TOLERANCE = 0
+
+
+def deviation(r: Record) -> int | None:
+    """Measured minus expected prompt_n, when both are known."""
+    return None if r.expected is None or r.prompt_n is None else r.prompt_n - r.expected
+
+
+def interrupted(why: str = "Ctrl-C") -> str:
+    """The error of a call cut short because its run stopped (Ctrl-C, SIGTERM, the tap stopped): one spelling for
+    the session, the workload and the tap."""
+    return f"interrupted ({why})"
+
+
+def was_interrupted(error: str | None) -> bool:
+    return bool(error) and str(error).startswith("interrupted (")
+
+
+def outcome(r: Record, shared: int = 0) -> str:
+    """The one rule for hit, partial and miss, for every report and page: a hit re-processed no more than
+    HIT_TOLERANCE tokens over what a perfect cache would; a miss reused nothing beyond `shared` tokens (a system
+    prompt every conversation of a service starts with; 0 for a scenario); partial lies between. Whether the turn
+    should hit is the record's own ``expected_hit``."""
+    if (r.excess or 0) <= HIT_TOLERANCE:
+        return "hit"
+    return "miss" if (r.cache_n or 0) <= shared else "partial"
+
+
+def verdict(r: Record) -> str:
+    """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse,
+    UNEXPECTED when prompt_n is not what the reuse model predicts (a wrong output outranks it: the
+    report's output column and cause columns still show both), or NOT MODELLED where the model predicts nothing
+    for this memory (``extra["not_modelled"]`` says why)."""
+    if r.matches_reference is False:
+        return "WRONG OUTPUT"
+    if abs(deviation(r) or 0) > EXPECTED_TOLERANCE:
+        return "UNEXPECTED"
+    if r.extra.get("not_modelled"):
+        return "NOT MODELLED"
+    if r.extra.get("foreign_reused"):
+        return "FOREIGN REUSE"
+    if not r.expected_hit and (r.cache_n or 0) <= HIT_TOLERANCE:
+        return "full (cannot hit)"
+    return outcome(r)
+
+
+def step_id(r: Record) -> dict[str, Any]:
+    """What names one measured record inside its session, for ``extra["verifies"]``."""
+    return {"scenario": r.scenario, "step": r.step, "started_at": r.started_at}
+
+
+def apply_verification(measured: Record, check: dict[str, Any]) -> None:
+    """Set a measured record's correctness fields from one entry of a reference's ``extra["verifies"]``."""
+    measured.matches_reference = check["matches_reference"]
+    measured.mismatch = check.get("mismatch")
+    for name in ("output_check", "output_delta", "noise_band"):
+        measured.extra[name] = check.get(name)
+    measured.extra["verified_by"] = check.get("by")
+    measured.verdict = verdict(measured)
+
+
+def resolve_verifications(records: Sequence[Record]) -> None:
+    """Apply every deferred verdict (``extra["verifies"]`` of a later record) to the measured record it names."""
+    index = {(r.run_id, r.session, r.scenario, r.step, r.started_at): r for r in records if r.role == Role.MEASURE}
+    for reference in records:
+        for check in reference.extra.get("verifies") or ():
+            target = index.get((reference.run_id, reference.session, check["scenario"], check["step"],
+                                check["started_at"]))
+            if target is not None:
+                apply_verification(target, check)
