@@ -33,6 +33,7 @@ from reusebench import records
 from reusebench.config import asv_selection, profiles, scenarios, sizes
 from reusebench.llama import build
 from reusebench.run import provenance, runner
+from reusebench.run.selection import Selection
 
 REPO = Path(__file__).resolve().parents[1]
 BINARY_ENV = "REUSEBENCH_LLAMA_SERVER"
@@ -149,8 +150,8 @@ def _measure() -> dict[str, Any]:
     results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
     for name, why in skipped.items():
         print(f"benchmarks: variant {name} does not apply to this build: {why}", file=sys.stderr)
-    runs = [runner.run_profile(profile, results_dir=results_dir, variants=runnable, sizes=SIZE_TOKENS,
-                               scenario_ids=SCENARIOS, verify=True, early_stop=not FULL_PREFILLS, out=sys.stderr)
+    chosen = Selection(tuple(runnable), tuple(SIZE_TOKENS), tuple(SCENARIOS), early_stop=not FULL_PREFILLS)
+    runs = [runner.run_profile(profile, chosen, results_dir=results_dir, out=sys.stderr)
             for _ in range(REPEAT if runnable else 0)]
     cache = summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs],
                       failed_sessions=sum(run.failed_sessions for run in runs))

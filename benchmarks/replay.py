@@ -24,6 +24,7 @@ from typing import Any
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench import records
+from reusebench.capability import build
 from reusebench.config import profiles
 from reusebench.report import replay_report
 from reusebench.run.recording import RunDir
@@ -62,7 +63,7 @@ def _replay() -> dict[str, Any]:
     blocks = BlockIds(vocabulary(variant.model), trace.block_tokens)
     run = RunDir.create(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")))
     with records.RecordWriter(run.records_path) as writer:
-        Replay(trace_prompts(trace, blocks), blocks, resolve_for_trace(variant, trace), writer, run=run,
+        Replay(trace_prompts(trace, blocks), blocks, resolve_for_trace(variant, build.of(variant.binary), trace), writer, run=run,
                trace_name=whole.name, mode=ReplayMode(), out=io.StringIO()).run()
     kept = records.read_records(run.records_path)
     print(replay_report.render(kept), file=sys.stderr)

@@ -20,6 +20,7 @@ from reusebench.llama import binaries
 from reusebench.llama.process import ServerProcess
 from reusebench.records import Record, Role
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 
 REPORT_A_SIZE = 2048  # report A's steps in the tests: small enough for two cores, past every checkpoint offset
 REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
@@ -116,7 +117,7 @@ def heed_ctrl_c() -> None:
 
 def report_a(profile: str, variant: str, results: Path) -> dict[tuple[str, str], Record]:
     """Report A's six steps on one variant at REPORT_A_SIZE: the measured records by (scenario, step)."""
-    result = runner.run_profile(profiles.load_profile(profile), results_dir=results, variants=[variant],
-                                sizes=[REPORT_A_SIZE], scenario_ids=REPORT_A, out=io.StringIO())
+    result = runner.run_profile(profiles.load_profile(profile), Selection((variant,), (REPORT_A_SIZE,), tuple(REPORT_A)),
+                                results_dir=results, out=io.StringIO())
     assert result.failed_sessions == 0
     return {(r.scenario, r.step): r for r in result.records if r.role == Role.MEASURE}

@@ -24,6 +24,7 @@ from reusebench.budget import PrefillBudget, prefill_budgets
 from reusebench.config import profiles
 from reusebench.records import Record, Role
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 
 pytestmark = pytest.mark.e2e
 
@@ -33,8 +34,8 @@ SIZE = 2048
 
 def run(profile: str, results: Path, verify: bool) -> tuple[runner.ProfileResult, str]:
     out = io.StringIO()
-    result = runner.run_profile(profiles.load_profile(profile), results_dir=results, sizes=[SIZE], verify=verify,
-                                out=out)
+    result = runner.run_profile(profiles.load_profile(profile), Selection(sizes=(SIZE,), verify=verify),
+                                results_dir=results, out=out)
     assert result.failed_sessions == 0, out.getvalue()
     return result, out.getvalue()
 

@@ -18,6 +18,7 @@ from reusebench.llama.binaries import Binary
 from reusebench.records import RecordWriter, Role
 from reusebench.run import runner
 from reusebench.run.recording import RunDir
+from reusebench.run.selection import Selection
 from reusebench.run.service import service_run
 
 from conftest import default_llama_server
@@ -82,8 +83,8 @@ def test_a_binary_that_cannot_be_probed_gets_the_pinned_rules_and_says_why(capab
 
 def restore_steps(results: Path) -> dict[str, tuple[str, int, int | None, str]]:
     profile = profiles.load_profile("tiny-qwen35")
-    result = runner.run_profile(profile, results_dir=results, variants=["mmproj=off,cache-reuse=0"], sizes=[SIZE],
-                                scenario_ids=["restore_disk"], out=io.StringIO())
+    chosen = Selection(("mmproj=off,cache-reuse=0",), (SIZE,), ("restore_disk",))
+    result = runner.run_profile(profile, chosen, results_dir=results, out=io.StringIO())
     return {r.step: (r.verdict, r.prompt_n, r.expected, r.build) for r in result.records
             if r.role == Role.MEASURE and r.scenario == "restore_disk"}
 

@@ -18,6 +18,7 @@ import pytest
 from reusebench.config import profiles
 from reusebench.records import Record, Role
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 from reusebench.run.steps import STOPPED
 
 from conftest import child_llama_servers
@@ -30,9 +31,8 @@ SCENARIOS = ("edit_middle", "restore_disk")
 
 def run(results: Path, *, early_stop: bool, sizes: list[int]) -> runner.ProfileResult:
     out = io.StringIO()
-    result = runner.run_profile(profiles.load_profile("tiny-qwen35"), results_dir=results,
-                                variants=["mmproj=off,cache-reuse=0"], sizes=sizes, scenario_ids=SCENARIOS,
-                                early_stop=early_stop, out=out)
+    chosen = Selection(("mmproj=off,cache-reuse=0",), tuple(sizes), tuple(SCENARIOS), early_stop=early_stop)
+    result = runner.run_profile(profiles.load_profile("tiny-qwen35"), chosen, results_dir=results, out=out)
     assert result.failed_sessions == 0, out.getvalue()
     return result
 
@@ -92,8 +92,8 @@ def test_on_four_slots_the_stopped_step_s_own_slot_is_erased(tmp_path: Path):
     # tiny-glm-load: 4 slots. The head insert shares only BOS with the first load, so it takes another slot
     # (least recently used), and the erase must reach that one, not the slot holding the document.
     out = io.StringIO()
-    result = runner.run_profile(profiles.load_profile("tiny-glm-load"), results_dir=tmp_path, sizes=[16384],
-                                scenario_ids=["head_insert"], out=out)
+    result = runner.run_profile(profiles.load_profile("tiny-glm-load"),
+                                Selection(sizes=(16384,), scenario_ids=("head_insert",)), results_dir=tmp_path, out=out)
     assert result.failed_sessions == 0, out.getvalue()
     first = next(r for r in result.records if r.scenario == "first_load")
     insert = next(r for r in result.records if r.scenario == "head_insert" and r.role == Role.MEASURE)

@@ -22,13 +22,15 @@ import pytest
 
 from reusebench import cli, records, tiny
 from reusebench.capability import PINNED
+from reusebench.capability.build import Build
 from reusebench.cli.exits import Exit
 from reusebench.config import corpus, profiles, scenarios
-from reusebench.llama import logs
+from reusebench.llama import binaries, logs
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import Record, RecordWriter, Role
 from reusebench.run import diagnosis, launch, recording, runner
 from reusebench.run.recording import RunDir
+from reusebench.run.selection import Selection
 from reusebench.run.session import OnFailure, Session
 
 from conftest import child_llama_servers, process_group_alive
@@ -63,7 +65,9 @@ def run_session(tmp_path: Path, fault: Fault, ids: tuple[str, ...], *,
     out = io.StringIO()
     path = tmp_path / "records.jsonl"
     with RecordWriter(path) as writer, GpuSampler() as sampler:
-        spec = launch.resolve(CONTROL.variants[0], PINNED, context=launch.session_context(SIZE))
+        control = CONTROL.variants[0]
+        spec = launch.resolve(control, Build(control.binary, PINNED, binaries.help_table(control.binary)),
+                              context=launch.session_context(SIZE))
         s = Session(spec, SIZE, corpus.load_spec("tiny-words"), writer, run=RunDir("fault", tmp_path),
                     sampler=sampler, on_failure=on_failure, progress_hook=fault, out=out)
         fault.session = s
@@ -96,9 +100,9 @@ def killed_run(tmp_path_factory):
         patch.setattr(runner, "Session", FaultySession)
         from benchmarks import common  # noqa: E402  (asv's module, imported as asv does)
 
-        result = runner.run_profile(profiles.load_profile("tiny-probe"), results_dir=tmp_path_factory.mktemp("killed"),
-                                    variants=KILLED_VARIANTS, sizes=[SIZE],
-                                    scenario_ids=("resend", "interleave", "reask"), out=out)
+        result = runner.run_profile(profiles.load_profile("tiny-probe"),
+                                    Selection(tuple(KILLED_VARIANTS), (SIZE,), ("resend", "interleave", "reask")),
+                                    results_dir=tmp_path_factory.mktemp("killed"), out=out)
     return faults[0], result, out.getvalue(), common
 
 
@@ -260,8 +264,8 @@ def full_disk(tmp_path: Path):
 def test_disk_full_while_saving_a_slot_is_named_and_leaves_no_partial_file(tmp_path, full_disk):
     path = profile_file(tmp_path, f"options:\n  slot-save-path: {full_disk}\n")
     out = io.StringIO()
-    result = runner.run_profile(profiles.load_profile(path), results_dir=tmp_path,
-                                scenario_ids=("interleave", "restore_disk"), out=out)
+    result = runner.run_profile(profiles.load_profile(path), Selection(scenario_ids=("interleave", "restore_disk")),
+                                results_dir=tmp_path, out=out)
     assert result.failed_sessions == 1
     failed = [r for r in result.records if r.error]
     assert len(failed) == 1 and failed[0].step == "save slot" and failed[0].status == 500

@@ -20,6 +20,7 @@ from reusebench.llama.binaries import Binary
 from reusebench.records import Role
 from reusebench.reuse.server_inputs import Memory, memory_of
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 
 from conftest import REPORT_A_SIZE, default_llama_server
 
@@ -75,8 +76,8 @@ def test_a_model_of_each_memory_family_reads_as_its_server_built_it(arch: str) -
 def test_report_a_on_each_memory_family_is_as_expected_or_named_not_modelled(arch: str, tmp_path: Path) -> None:
     profile = tmp_path / f"tiny-arch-{arch}.yaml"
     profile.write_text(f"description: {arch}\nextends: tiny-base\nmodel: tiny:arch-{arch}\n")
-    result = runner.run_profile(profiles.load_profile(str(profile)), results_dir=tmp_path, sizes=[REPORT_A_SIZE],
-                                scenario_ids=REPORT_A, out=io.StringIO())
+    result = runner.run_profile(profiles.load_profile(str(profile)), Selection(sizes=(REPORT_A_SIZE,),
+                                scenario_ids=tuple(REPORT_A)), results_dir=tmp_path, out=io.StringIO())
     measured = [r for r in result.records if r.role == Role.MEASURE]
     assert result.failed_sessions == 0 and len(measured) == 8  # six scenarios, restore_disk has three steps
     assert not [r for r in measured if r.verdict in ("UNEXPECTED", "WRONG OUTPUT")]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from reusebench import check, cli
+from reusebench.capability import build
 from reusebench.check import OptionVerdict, Verdict
 from reusebench.check.probes.launch import metrics_agreement
 from reusebench.check.probes.reuse import probe_cache_prompt
@@ -101,10 +102,10 @@ def test_settings_cover_the_profile_and_the_reuse_defaults_in_probe_order() -> N
 
 def test_launch_adds_a_probe_sized_context_and_metrics() -> None:
     variant = profiles.load_profile("tiny-granitehybrid").variants[0]
-    args, added = launch_args(variant)
+    args, added = launch_args(variant, build.of(variant.binary))
     assert added == ["--ctx-size", str(PROBE_CTX_PER_SLOT)]  # tiny-base: 1 slot, --metrics already set
     auto = replace(variant, options={"threads": 2})
-    assert launch_args(auto)[1] == ["--ctx-size", str(4 * PROBE_CTX_PER_SLOT), "--metrics"]
+    assert launch_args(auto, build.of(auto.binary))[1] == ["--ctx-size", str(4 * PROBE_CTX_PER_SLOT), "--metrics"]
     assert args[-2:] == added
 
 

@@ -4,12 +4,15 @@ steps stop once their count is known, and the estimate of time left from the fir
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
 from reusebench import cli
 from reusebench.capability import PINNED, cache, model_memory
+from reusebench.capability.build import Build
 from reusebench.config import corpus, profiles, scenarios
+from reusebench.llama import binaries
 from reusebench.llama.process import ServerProcess
 from reusebench.records import Record, Role
 from reusebench.run import launch, plan
@@ -19,8 +22,9 @@ K32 = 32768
 
 
 def report_a(profile: str, variant: str, *, early_stop: bool) -> plan.SessionPlan:
-    loaded = profiles.load_profile(profile)
-    spec = launch.resolve(loaded.variant(variant), PINNED, context=launch.session_context(K32), early_stop=early_stop)
+    chosen = profiles.load_profile(profile).variant(variant)
+    pinned = Build(chosen.binary, PINNED, binaries.help_table(chosen.binary))  # the pinned rules, whatever it probes
+    spec = launch.resolve(chosen, pinned, context=launch.session_context(K32), early_stop=early_stop)
     return plan.plan_session(spec, K32, scenarios.select(REPORT_A), corpus.load_spec("tiny-words"), name="s")
 
 
@@ -88,3 +92,11 @@ def test_the_estimate_follows_the_first_load_rate_and_the_planned_calls_left():
     assert out.getvalue().count("\n") == 1  # said again only after ESTIMATE_EVERY_S
     estimate.session_ended("s")
     assert estimate.left == {"s": []}
+
+
+def test_a_launch_resolves_only_on_its_own_binarys_build(tmp_path: Path) -> None:
+    # A spec predicts with its Build's rules, so a Build of another binary would predict with rules not its own.
+    variant = profiles.load_profile("tiny-llama").variants[0]
+    elsewhere = Build(binaries.Binary(tmp_path / "llama-server"), PINNED, {})
+    with pytest.raises(ValueError, match=f"resolved with the build of {tmp_path}/llama-server, not its own binary"):
+        launch.resolve(variant, elsewhere, context=None)

@@ -24,6 +24,7 @@ from reusebench.machine.gpu import GpuSampler
 from reusebench.machine.spread import spread
 from reusebench.report import run_report as report
 from reusebench.run import runner
+from reusebench.run.selection import Repeats, Selection
 from test_asv_flow import REPO, asv_env, discover
 from test_spread import repeat
 
@@ -168,8 +169,8 @@ def test_the_throttled_repeat_carries_its_state_and_the_report_warns_as_its_seco
     monkeypatch.setattr(process.ServerProcess, "start", start_and_throttle)
     monkeypatch.setattr(process.ServerProcess, "stop", release_and_stop)
     result = runner.run_profile(
-        profiles.load_profile(PROFILE), results_dir=tmp_path, variants=[VARIANT], sizes=[1024],
-        repeats=runner.Repeats(3), sampler_factory=lambda: GpuSampler(FAST_HZ, nvml=FakeNvml([gpu])),
+        profiles.load_profile(PROFILE), Selection((VARIANT,), (1024,), repeats=Repeats(3)), results_dir=tmp_path,
+        sampler_factory=lambda: GpuSampler(FAST_HZ, nvml=FakeNvml([gpu])),
         out=io.StringIO(),
     )
     assert result.failed_sessions == 0 and len(starts) == 3

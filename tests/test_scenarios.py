@@ -23,6 +23,7 @@ from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama.client import Completion
 from reusebench.records import Record, Role, read_records
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 
 SIZE = 2048
 
@@ -46,8 +47,8 @@ class Run:
 
 def run(profile: str, results: Path, scenario_ids: tuple[str, ...] = ()) -> Run:
     out = io.StringIO()
-    result = runner.run_profile(profiles.load_profile(profile), results_dir=results, sizes=[SIZE],
-                                scenario_ids=scenario_ids, out=out)
+    result = runner.run_profile(profiles.load_profile(profile), Selection(sizes=(SIZE,), scenario_ids=tuple(scenario_ids)),
+                                results_dir=results, out=out)
     assert result.failed_sessions == 0, out.getvalue()
     return Run(out.getvalue(), result.records, [result.records_path, *(result.run_dir / "logs").glob("*.log")])
 

@@ -144,10 +144,11 @@ def test_a_try_the_binary_lacks_is_named_with_the_binary(tmp_path: Path) -> None
     older.write_text("#!/bin/sh\ncat <<'EOF'\n" + "".join(line for line in real_help.splitlines(keepends=True)
                                                            if "--ctx-checkpoints" not in line) + "EOF\n")
     older.chmod(0o755)
-    lacking = dataclasses.replace(variant, binary=binaries.Binary(path=older))
-    assert len(combos.combinations(lacking, [combos.parse_try("parallel=1,2")])) == 3  # as it is, and two
+    older_binary = binaries.Binary(path=older)
+    lacking = dataclasses.replace(variant, binary=older_binary)
+    assert len(combos.combinations(lacking, binaries.help_table(older_binary), [combos.parse_try("parallel=1,2")])) == 3  # as it is, and two
     with pytest.raises(ValueError, match=f"--try ctx-checkpoints: unknown llama-server option.*{older}"):
-        combos.combinations(lacking, [combos.parse_try("ctx-checkpoints=8,32")])
+        combos.combinations(lacking, binaries.help_table(older_binary), [combos.parse_try("ctx-checkpoints=8,32")])
 
 
 def test_a_combination_whose_slot_cannot_hold_the_longest_request_is_left_out(

@@ -17,6 +17,7 @@ from reusebench.config import profiles
 from reusebench.records import Record, Role
 from reusebench.report import run_report as report
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 
 from conftest import default_llama_server
 
@@ -34,8 +35,8 @@ def hybrid_profile(directory: Path, extra_args: str) -> Path:
 
 def reask(directory: Path, extra_args: str) -> tuple[Record, str]:
     profile = profiles.load_profile(hybrid_profile(directory, extra_args))
-    result = runner.run_profile(profile, results_dir=directory / "results", sizes=[SIZE], scenario_ids=["reask"],
-                                out=io.StringIO())
+    result = runner.run_profile(profile, Selection(sizes=(SIZE,), scenario_ids=("reask",)),
+                                results_dir=directory / "results", out=io.StringIO())
     (measured,) = [r for r in result.records if r.role == Role.MEASURE and r.scenario == "reask"]
     return measured, report.render_text(result.records)
 

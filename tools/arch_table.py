@@ -27,6 +27,7 @@ from reusebench.config import profiles
 from reusebench.llama import arch_source, binaries
 from reusebench.records import Record, Role
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 from reusebench.tiny import archs
 
 REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
@@ -66,8 +67,9 @@ def run_arch(arch: str, scratch: Path) -> dict[str, object]:
     profile_file = scratch / f"tiny-arch-{arch}.yaml"
     profile_file.write_text(PROFILE.format(arch=arch, prefix=archs.PREFIX))
     started = time.monotonic()
-    result = runner.run_profile(profiles.load_profile(str(profile_file)), results_dir=scratch / "results",
-                                sizes=[SIZE], scenario_ids=REPORT_A, out=io.StringIO())
+    result = runner.run_profile(profiles.load_profile(str(profile_file)),
+                                Selection(sizes=(SIZE,), scenario_ids=tuple(REPORT_A)), results_dir=scratch / "results",
+                                out=io.StringIO())
     measured: list[Record] = [r for r in result.records if r.role == Role.MEASURE]
     steps = [{"step": f"{r.scenario}/{r.step}", "measured": r.prompt_n, "expected": r.expected, "ideal": r.ideal,
               "verdict": r.verdict, "output": r.extra.get("output_check"), "error": r.error} for r in measured]

@@ -24,13 +24,14 @@ from pathlib import Path
 
 from reusebench import records
 from reusebench.capability import Capabilities
-from reusebench.capability import cache as capability_cache
+from reusebench.capability import build as build_mod
 from reusebench.config import corpus, profiles
 from reusebench.config.sizes import size_label
 from reusebench.llama import facts
 from reusebench.reuse import expectation, server_inputs
 from reusebench.run import launch as launch_mod
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 
 TRIAL_SIZE = 2048
 # What --cache-reuse could change: the steps whose prompt shares a prefix (or a shifted chunk) with the slot.
@@ -64,13 +65,13 @@ def advise(profile: profiles.Profile, *, results_dir: Path, say: Say) -> dict[st
     found: dict[str, list[Advice]] = {}
     tried: dict[tuple[Path, int, int, int], Advice] = {}  # variants that differ only in other options share a trial
     for variant in profile.variants:
-        spec = launch_mod.resolve(variant, capability_cache.of_binary(variant.binary, say), context=None)
+        spec = launch_mod.resolve(variant, build_mod.of(variant.binary, say), context=None)
         memory, launch = spec.memory, spec.launch
         advice = cache_reuse_advice(profile, variant, memory, launch, results_dir, say)
         if memory.needs_checkpoints and launch.ctx_checkpoints > 0:
             key = (variant.model, launch.ctx_checkpoints, launch.n_batch, launch.n_ubatch)
             if key not in tried:
-                tried[key] = min_step_advice(variant, memory, launch, spec.capabilities, say)
+                tried[key] = min_step_advice(spec, say)
             advice.append(tried[key])
         if memory.needs_checkpoints and spec.slot_save_path is not None:
             advice.append(Advice("slot-save-path", "a restored slot carries no checkpoints on this hybrid: a resend "
@@ -94,8 +95,8 @@ def cache_reuse_advice(profile: profiles.Profile, variant: profiles.Variant, mem
                                   options={k: v for k, v in variant.options.items() if k != "cache-reuse"})
     say(f"{variant.name}: trying {change} against none at {size_label(TRIAL_SIZE)}")
     trial = dataclasses.replace(profile, variants=(variant, without))
-    result = runner.run_profile(trial, results_dir=results_dir, sizes=[TRIAL_SIZE], scenario_ids=CACHE_REUSE_SCENARIOS,
-                                out=_Lines(say))
+    result = runner.run_profile(trial, Selection(sizes=(TRIAL_SIZE,), scenario_ids=CACHE_REUSE_SCENARIOS),
+                                results_dir=results_dir, out=_Lines(say))
     steps = compare_steps(result.records, variant.name, without.name)
     changed = [f"{step}: {a:,} vs {b:,} tokens" for step, (a, b, _, _) in steps.items() if a != b]
     wrong = [step for step, (_, _, same, same_without) in steps.items() if same is False and same_without is not False]
@@ -195,12 +196,12 @@ def advised_min_step(memory: server_inputs.Memory, launch: server_inputs.Launch,
     return ADVISED_MIN_STEPS[-1]
 
 
-def min_step_advice(variant: profiles.Variant, memory: server_inputs.Memory, launch: server_inputs.Launch,
-                    rules: Capabilities, say: Say) -> Advice:
+def min_step_advice(spec: launch_mod.LaunchSpec, say: Say) -> Advice:
     """Try the message-split document with checkpoint-min-step at TRIAL_SIZE; predict it at the profile's sizes."""
+    variant, memory, launch, rules = spec.variant, spec.memory, spec.launch, spec.capabilities
     say(f"{variant.name}: trying user-message checkpoints (checkpoint-min-step {TRIAL_MIN_STEP}) at "
         f"{size_label(TRIAL_SIZE)}")
-    measured, mib, (document, delimiter, question) = _try_min_step(variant)
+    measured, mib, (document, delimiter, question) = _try_min_step(spec)
     trial = predicted_edit_cost(memory, launch, rules, document, delimiter, question, TRIAL_MIN_STEP)  # the same tokens
     lines = [f"at {size_label(TRIAL_SIZE)} a one-line edit at 50% re-processes {measured.plain:,} tokens; as user "
              f"messages of {TRIAL_MIN_STEP} tokens with checkpoint-min-step {TRIAL_MIN_STEP}, {measured.messages:,} "
@@ -218,12 +219,12 @@ def min_step_advice(variant: profiles.Variant, memory: server_inputs.Memory, lau
                   if variant.sizes else "measured")
 
 
-def _try_min_step(variant: profiles.Variant) -> tuple[EditCost, float, tuple[list[int], list[int], list[int]]]:
+def _try_min_step(spec: launch_mod.LaunchSpec) -> tuple[EditCost, float, tuple[list[int], list[int], list[int]]]:
     """The edit on the real server, document as one block and as user messages; one checkpoint's MiB; and the
     document, delimiter and question tokens it sent (after BOS)."""
-    options = {**variant.options, "checkpoint-min-step": TRIAL_MIN_STEP, "ctx-size": 2 * TRIAL_SIZE + 2048}
-    trial = dataclasses.replace(variant, options=options)
-    handle = launch_mod.resolve(trial, capability_cache.of_binary(trial.binary), context=None).server(
+    options = {**spec.variant.options, "checkpoint-min-step": TRIAL_MIN_STEP, "ctx-size": 2 * TRIAL_SIZE + 2048}
+    trial = dataclasses.replace(spec.variant, options=options)
+    handle = launch_mod.resolve(trial, spec.build, context=None).server(
         call_timeout_s=TRIAL_TIMEOUT_S)
     try:
         client = handle.start().client

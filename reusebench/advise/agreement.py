@@ -23,6 +23,7 @@ from reusebench import records
 from reusebench.config import profiles
 from reusebench.config.sizes import size_label
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 from reusebench.run.session import OnFailure
 
 # The tiny model profiles run the whole catalogue; tiny-lora, tiny-lora-llama and tiny-sleep add the two
@@ -152,8 +153,8 @@ def run(profile_names: Sequence[str], option_sets: Sequence[str], sizes: Sequenc
                 if not runnable:
                     print(f"{profile.name}: n/a on this build ({'; '.join(sorted(set(skipped.values())))})", file=out)
                     continue
-                result = runner.run_profile(profile, results_dir=results_dir, variants=runnable, sizes=sizes,
-                                            verify=verify, on_failure=OnFailure.CONTINUE, out=out)
+                chosen = Selection(tuple(runnable), tuple(sizes), verify=verify, on_failure=OnFailure.CONTINUE)
+                result = runner.run_profile(profile, chosen, results_dir=results_dir, out=out)
                 recorded += result.records
                 print(render(result.records), file=out, flush=True)
     return recorded, not_run

@@ -8,6 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from reusebench.capability.build import Build
 from reusebench.check.run import launch_args
 from reusebench.check.verdicts import OptionVerdict
 from reusebench.config.profiles import Variant
@@ -29,21 +30,23 @@ def render_table(verdicts: Sequence[OptionVerdict], width: int | None = None) ->
                     maxcolwidths=widths)
 
 
-def describe_launch(variant: Variant) -> dict[str, Any]:
-    """What was checked: profile, variant, binary and its build, and the arguments the check adds."""
+def describe_launch(variant: Variant, build: Build | None) -> dict[str, Any]:
+    """What was checked: profile, variant, binary and its build, and the arguments the check adds (none where its
+    binary could not run: `build` None)."""
     try:
-        build = binaries.version(variant.binary)
+        version = binaries.version(variant.binary)
     except binaries.BinaryError:  # the verdicts say why it did not run
-        build = "unknown"
+        version = "unknown"
     return {
         "profile": variant.profile, "variant": variant.name, "model": variant.model_spec,
-        "binary": str(variant.binary.path), "build": build,
-        "added_args": launch_args(variant)[1],
+        "binary": str(variant.binary.path), "build": version,
+        "added_args": launch_args(variant, build)[1] if build else [],
     }
 
 
-def render_report(variant: Variant, verdicts: Sequence[OptionVerdict], width: int | None = None) -> str:
-    launch = describe_launch(variant)
+def render_report(variant: Variant, build: Build | None, verdicts: Sequence[OptionVerdict],
+                  width: int | None = None) -> str:
+    launch = describe_launch(variant, build)
     header = (f"{launch['profile']} / {launch['variant']} ({launch['model']}), llama-server build {launch['build']}; "
               f"the check adds {' '.join(launch['added_args']) or 'nothing'}")
     if width is not None:

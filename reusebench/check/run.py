@@ -7,8 +7,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
-from reusebench.capability import Capabilities
-from reusebench.capability import cache as capability_cache
+from reusebench.capability import build as build_mod
+from reusebench.capability.build import Build
 from reusebench.check.context import Probe, ProbeContext, of_kind
 from reusebench.check.probes import PROBES, SLEEP_OPTION
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
@@ -84,9 +84,9 @@ def checked_option_names(names: Iterable[str]) -> list[str]:
     return [name for name, _ in in_probe_order(written, lambda probed: probed)]
 
 
-def unsupported_options(variant: Variant) -> list[OptionVerdict]:
-    """Options this binary's --help does not accept as written (``binaries.option_problem``); nothing is launched."""
-    table = binaries.help_table(variant.binary)
+def unsupported_options(variant: Variant, table: Mapping[str, HelpOption]) -> list[OptionVerdict]:
+    """Options its binary's --help `table` does not accept as written (``binaries.option_problem``); nothing is
+    launched."""
     build = binaries.version(variant.binary)
     found = []
     for name, value in variant.options.items():
@@ -97,14 +97,14 @@ def unsupported_options(variant: Variant) -> list[OptionVerdict]:
     return found
 
 
-def check_launch(variant: Variant, capabilities: Capabilities) -> LaunchSpec:
+def check_launch(variant: Variant, build: Build) -> LaunchSpec:
     """The check's launch of `variant`: a probe-sized context per slot unless the variant sets one, and /metrics."""
-    return launch.resolve(variant, capabilities, context=lambda n_slots: PROBE_CTX_PER_SLOT * n_slots, metrics=True)
+    return launch.resolve(variant, build, context=lambda n_slots: PROBE_CTX_PER_SLOT * n_slots, metrics=True)
 
 
-def launch_args(variant: Variant) -> tuple[list[str], list[str]]:
+def launch_args(variant: Variant, build: Build) -> tuple[list[str], list[str]]:
     """(all llama-server arguments, the ones the check adds)."""
-    spec = check_launch(variant, capability_cache.of_binary(variant.binary))
+    spec = check_launch(variant, build)
     return spec.args, list(spec.added)
 
 
@@ -133,20 +133,20 @@ def chosen(checked: list[tuple[Setting, Probe | None]], only: Collection[str]) -
 
 
 def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = None,
-                  capabilities: Capabilities | None = None, only: Collection[str] = ()) -> list[OptionVerdict]:
-    """Verdicts for every option `variant` sets and every reuse default (or those `only` names), by the rules of
-    its build's `capabilities` (looked up when not given: ``capability.cache.of_binary``); stops every server it
-    starts. Interrupted, it raises ``CheckInterrupted`` with what it reached."""
+                  build: Build | None = None, only: Collection[str] = ()) -> list[OptionVerdict]:
+    """Verdicts for every option `variant` sets and every reuse default (or those `only` names), on its binary's
+    `build` (resolved now when not given: ``capability.build.of``); stops every server it starts. Interrupted, it
+    raises ``CheckInterrupted`` with what it reached."""
     say = progress or (lambda _message: None)
     try:
-        binaries.help_table(variant.binary)
+        build = build or build_mod.of(variant.binary, say)
     except binaries.BinaryError as error:
         # A binary that cannot even print its --help (SIGILL on this CPU, a missing library) is
         # named in one line, the same for every setting.
         return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not run: {error}")
                 for setting, _ in chosen(settings_to_check(variant, table={}), only)]
-    checked = chosen(settings_to_check(variant), only)
-    unsupported = [v for v in unsupported_options(variant) if any(s.option == v.option for s, _ in checked)]
+    checked = chosen(settings_to_check(variant, build.help), only)
+    unsupported = [v for v in unsupported_options(variant, build.help) if any(s.option == v.option for s, _ in checked)]
     if unsupported:
         names = ", ".join(f"--{verdict.option}" for verdict in unsupported)
         rejected = {verdict.option for verdict in unsupported}
@@ -156,7 +156,7 @@ def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = 
     verdicts: list[OptionVerdict] = []
     done = 0
     try:
-        spec = check_launch(variant, capabilities or capability_cache.of_binary(variant.binary, say))
+        spec = check_launch(variant, build)
         handle = spec.server(call_timeout_s=PROBE_TIMEOUT_S)
         try:  # closed whatever happens: the server stops and its raw log is deleted
             try:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from reusebench import check
+from reusebench.capability import build as build_mod
 from reusebench.capability import cache as capability_cache
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
@@ -32,21 +33,25 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"checking {variant.profile} / {variant.name} ...", file=out)
         say = lambda message: print(f"  {message}", file=out, flush=True)  # noqa: E731
         try:
-            rules = capability_cache.of_binary(variant.binary, say)
-            verdicts = check.check_variant(variant, progress=say, capabilities=rules, only=args.option or ())
+            server_build: build_mod.Build | None = build_mod.of(variant.binary, say)
+        except binaries.BinaryError:  # the verdicts say why it did not run
+            server_build = None
+        try:
+            verdicts = check.check_variant(variant, progress=say, build=server_build, only=args.option or ())
         except (check.CheckInterrupted, KeyboardInterrupt) as stopped:
             interrupted = True
             reached = stopped.verdicts if isinstance(stopped, check.CheckInterrupted) else []
-            found.append({**check.describe_launch(variant), "incomplete": check.INTERRUPTED,
+            found.append({**check.describe_launch(variant, server_build), "incomplete": check.INTERRUPTED,
                           "verdicts": [v.to_dict() for v in reached]})
-            texts.append(check.render_report(variant, reached, width=width) + f"\nINCOMPLETE: {check.INTERRUPTED}")
+            texts.append(check.render_report(variant, server_build, reached, width=width) + f"\nINCOMPLETE: {check.INTERRUPTED}")
             break
         failing |= any(v.verdict in failing_verdicts for v in verdicts)
-        found.append({**check.describe_launch(variant), "capabilities": rules.to_dict(),
+        rules = server_build.capabilities if server_build else capability_cache.of_binary(variant.binary)
+        found.append({**check.describe_launch(variant, server_build), "capabilities": rules.to_dict(),
                       "verdicts": [v.to_dict() for v in verdicts]})
         rule_lines = rules.lines() if width is None else [
             textwrap.fill(line, width, subsequent_indent="  ") for line in rules.lines()]
-        texts.append(check.render_report(variant, verdicts, width=width) + "\n\n" + "\n".join(rule_lines))
+        texts.append(check.render_report(variant, server_build, verdicts, width=width) + "\n\n" + "\n".join(rule_lines))
     print(json.dumps(found, indent=2) if args.json else "\n\n".join(texts))
     page = view.write_check_page(RunDir.create(Path(args.results)).path, found)
     view.write_index(Path(args.results))

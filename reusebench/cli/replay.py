@@ -11,6 +11,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from reusebench import records
+from reusebench.capability import build
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import profiles
@@ -88,7 +89,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise ValueError("--profile is needed to replay (only --stats reads the trace alone)")
     variant = variant_of(args)
     blocks = blocks_for(variant, trace)
-    spec = resolve_for_trace(variant, trace)
+    spec = resolve_for_trace(variant, build.of(variant.binary), trace)
     prompts = trace_prompts(trace, blocks)
     mode = ReplayMode(timed=args.timed, speed=args.speed)
     run = RunDir.create(Path(args.results))

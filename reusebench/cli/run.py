@@ -14,28 +14,26 @@ from reusebench.config import profiles, scenarios, workload
 from reusebench.report import run_report, service_runs
 from reusebench.run import plan, runner, session
 from reusebench.run.recording import RunDir
+from reusebench.run.selection import Repeats, Selection
 from reusebench.run.service import ScheduleDeviation, service_run
 from reusebench.tap import InFront
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     profile = profiles.load_profile(args.profile)  # every option checked against the binary's --help, also for a plan
-    repeats = None if args.repeat_first_load is None else runner.Repeats(
+    repeats = None if args.repeat_first_load is None else Repeats(
         args.repeat_first_load, idle_gap_s=args.idle_gap or 0.0, warm_up=args.warm_up)
     if repeats is None and (args.idle_gap is not None or args.warm_up):
         raise ValueError("--idle-gap and --warm-up go with --repeat-first-load N")
+    selection = Selection(tuple(args.variant or ()), tuple(args.size or ()), tuple(args.scenario or ()),
+                          corpus_name=args.corpus, verify=not args.no_verify, early_stop=not args.full_prefills,
+                          repeats=repeats, on_failure=args.on_failure)
     if args.dry_run:
-        print(plan.render_plan(runner.plan_profile(
-            profile, variants=args.variant or (), sizes=args.size or (), scenario_ids=args.scenario or (),
-            corpus_name=args.corpus, verify=not args.no_verify, early_stop=not args.full_prefills, repeats=repeats)))
+        print(plan.render_plan(runner.plan_profile(profile, selection)))
         return Exit.OK
     started = time.monotonic()
     try:
-        result = runner.run_profile(
-            profile, results_dir=Path(args.results), variants=args.variant or (), sizes=args.size or (),
-            scenario_ids=args.scenario or (), corpus_name=args.corpus, verify=not args.no_verify,
-            early_stop=not args.full_prefills, repeats=repeats, on_failure=args.on_failure, out=common.progress(args),
-        )
+        result = runner.run_profile(profile, selection, results_dir=Path(args.results), out=common.progress(args))
     except runner.Interrupted as exc:
         return common.interrupted(exc.summary)
     except KeyboardInterrupt:  # before its sessions started

@@ -10,7 +10,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from reusebench import records
-from reusebench.capability import model_memory
+from reusebench.capability import build
 from reusebench.cli import common
 from reusebench.cli import replay as replay_cli
 from reusebench.cli.exits import Exit
@@ -94,11 +94,12 @@ def _verify(best: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, t
 def cmd_whatif(args: argparse.Namespace) -> int:
     whole, trace = replay_cli.selection(args).load()
     variant = replay_cli.variant_of(args)
-    found = combos.combinations(variant, args.try_ or [])
+    server_build = build.of(variant.binary)  # the rules, --help and memory every combination shares
+    found = combos.combinations(variant, server_build.help, args.try_ or [])
     blocks = replay_cli.blocks_for(variant, trace)
     prompts = trace_prompts(trace, blocks)
     started = time.monotonic()
-    outcomes = predict_combinations(found, trace, prompts, blocks, model_memory.of_model(variant.binary, variant.model))
+    outcomes = predict_combinations(found, trace, prompts, blocks, server_build)
     took = time.monotonic() - started
     trace_line = (f"{len(prompts):,} requests of {whole.name} at 1/{trace.scale} on {variant.profile} [{variant.name}]: "
                   f"{len(found)} launches predicted in {took:.1f} s, serially in trace order")

@@ -18,6 +18,7 @@ from reusebench.llama import binaries
 from reusebench.nightly import commits, config, lock
 from reusebench.report import site
 from reusebench.run import runner
+from reusebench.run.selection import Selection
 
 LOG_FILE = "nightly.jsonl"  # one line per night: commits, asv's status, seconds
 HASH_FILE = "commits.txt"
@@ -91,8 +92,9 @@ def estimate(chosen: Sequence[str], cfg: config.NightlyConfig, env: dict[str, st
     try:
         selection = asv_selection.from_env({**env, asv_selection.BUILT_ENV: str(cfg.results / "env")})
         profile = profiles.load_profile(selection.profile, check_binary=False)
-        plans = runner.plan_profile(profile, variants=selection.variants, sizes=selection.sizes,
-                                    scenario_ids=selection.scenarios, early_stop=not selection.full_prefills)
+        plans = runner.plan_profile(profile, Selection(tuple(selection.variants), tuple(selection.sizes),
+                                                       tuple(selection.scenarios),
+                                                       early_stop=not selection.full_prefills))
         per_commit = sum(p.prefill for p in plans) * selection.repeat
         lines.append(f"each commit: a llama-server build (cached per commit and flags), then {selection.profile} at "
                      f"{' '.join(selection.size_labels)}: {len(plans) * selection.repeat} session(s) expected to "

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from reusebench.capability import cache as capability_cache
-from reusebench.capability import model_memory
+from reusebench.capability import build
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
@@ -71,8 +70,8 @@ def _swa_full(memory: server_inputs.Memory, spec: launch.LaunchSpec) -> str:
 def inspect(variant: Variant, sizes: Sequence[int], corpus: str) -> Inspection:
     """`variant`'s model, as its binary builds it, and report A's predicted costs at `sizes` (prompts as long as
     `corpus`'s questions and edit make them)."""
-    built = model_memory.of_model(variant.binary, variant.model)
-    rules = capability_cache.of_binary(variant.binary)  # the build's own rules (probed once, kept)
+    server_build = build.of(variant.binary)  # the build's own rules (probed once, kept)
+    built = server_build.memory(variant.model)
     corpus_spec = corpus_mod.load_spec(corpus)
     selected = scenarios.select(REPORT_A)
     costs: dict[str, list[StepCost]] = {}
@@ -83,13 +82,13 @@ def inspect(variant: Variant, sizes: Sequence[int], corpus: str) -> Inspection:
         if trained and size > trained:
             skipped[size_label(size)] = f"beyond the model's trained context ({trained:,} tokens)"
             continue
-        spec = launch.resolve(variant, rules, context=launch.session_context(size), verify=False, early_stop=False,
+        spec = launch.resolve(variant, server_build, context=launch.session_context(size), verify=False, early_stop=False,
                               memory=built)
         planned = plan.plan_session(spec, size, selected, corpus_spec, name=size_label(size))
         costs[size_label(size)] = [
             StepCost(f"{c.scenario}/{c.step}", c.prompt_tokens, None if built.not_modelled else c.prefill)
             for c in planned.calls if c.role == Role.MEASURE]
-    spec = spec or launch.resolve(variant, rules, context=launch.session_context(min(sizes)), verify=False,
+    spec = spec or launch.resolve(variant, server_build, context=launch.session_context(min(sizes)), verify=False,
                                   early_stop=False, memory=built)
     return Inspection(str(variant.model), str(variant.binary.path), built, _cache_reuse(spec.memory, spec),
                       _swa_full(spec.memory, spec), costs, skipped)

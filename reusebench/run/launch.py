@@ -4,7 +4,7 @@ A profile's variant says what the user wrote; the harness must still decide how 
 it launches with (the variant's ``--ctx-size``, else what the driver needs: a session's size plus a margin, a
 workload's longest conversations, a probe's context per slot), where slot files go, how long the server idles
 before it sleeps, whether outputs are verified and steps may stop early, and the reuse model of that server.
-``resolve`` decides each of these once, from the variant, its binary's capabilities and the command line; the plan,
+``resolve`` decides each of these once, from the variant, its binary's ``Build`` and the command line; the plan,
 the session, a workload's run, ``check`` and ``advise`` take the spec and read none of the options again.
 ``LaunchSpec.server`` is the one place a variant's server process is made.
 """
@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reusebench.capability import Capabilities, model_memory
+from reusebench.capability import Capabilities
+from reusebench.capability.build import Build
 from reusebench.config.profiles import Variant
 from reusebench.llama.model_memory import ModelMemory
 from reusebench.llama.server import Server
@@ -37,8 +38,8 @@ class LaunchSpec:
     """What one launch of a variant is, decided once (``resolve``)."""
 
     variant: Variant  # its binary, model, adapters and n_predict; its options are read only by ``resolve``
-    capabilities: Capabilities  # its build's rules where builds differ (``capability``)
-    memory: server_inputs.Memory  # as its binary built it for its model (``capability.model_memory``), read once
+    build: Build  # its binary: --help, and the rules where builds differ (``capability.build``)
+    memory: server_inputs.Memory  # as its binary built it for its model (``Build.memory``), read once
     launch: server_inputs.Launch  # the options that decide reuse, as the server reads them, with the context
     added: tuple[str, ...]  # the llama-server arguments the harness adds to the variant's (--ctx-size, --metrics)
     slot_save_path: Path | None  # the variant's --slot-save-path; None: the session gives a private directory
@@ -50,6 +51,10 @@ class LaunchSpec:
     def args(self) -> list[str]:
         """Every llama-server argument but host, port, key and log, which the process owns."""
         return [*self.variant.server_args(), *self.added]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.build.capabilities
 
     @property
     def n_slots(self) -> int:
@@ -77,14 +82,17 @@ class LaunchSpec:
         return Server.of(self.variant.binary.path, [*self.args, *extra_args], call_timeout_s=call_timeout_s)
 
 
-def resolve(variant: Variant, capabilities: Capabilities, *, context: Context, metrics: bool = False,
+def resolve(variant: Variant, build: Build, *, context: Context, metrics: bool = False,
             verify: bool = True, early_stop: bool = True, memory: ModelMemory | None = None) -> LaunchSpec:
-    """The launch of `variant` by the rules of its build's `capabilities` (``capability.cache.of_binary``: there is
-    no default, so no driver predicts with another build's rules than its binary's). `context(n_slots)` is the context the
+    """The launch of `variant` on its binary's `build` (``capability.build.of``: there is no default, and a build
+    of another binary is refused, so no driver predicts with rules not its binary's). `context(n_slots)` is the context the
     harness gives when the variant sets none; `metrics` adds ``--metrics`` unless the variant sets it; `verify` and
     `early_stop` are the command line's, which the variant and the build may still turn off. `memory` is the
     model's as its binary builds it; None: learned now from one start of that binary (kept, so once per binary and
     model file)."""
+    if build.path != variant.binary.path:
+        raise ValueError(f"{variant.profile} [{variant.name}]: resolved with the build of {build.path}, "
+                         f"not its own binary {variant.binary.path}")
     def launch_with(n_ctx: int) -> server_inputs.Launch:
         return server_inputs.launch_of_options(variant.options, multimodal=variant.mmproj is not None,
                                              lora_adapters=len(variant.lora), n_ctx=n_ctx)
@@ -97,8 +105,8 @@ def resolve(variant: Variant, capabilities: Capabilities, *, context: Context, m
     if metrics and variant.option("metrics") is None:
         added.append("--metrics")
     save_path = variant.option("slot-save-path")
-    built = memory or model_memory.of_model(variant.binary, variant.model)
-    spec = LaunchSpec(variant, capabilities, server_inputs.memory_of(built), launch, tuple(added),
+    built = memory or build.memory(variant.model)
+    spec = LaunchSpec(variant, build, server_inputs.memory_of(built), launch, tuple(added),
                       slot_save_path=None if save_path is None else Path(str(save_path)),
                       sleep_idle_s=variant.number("sleep-idle-seconds"), verify=variant.verify and verify,
                       early_stop=early_stop)

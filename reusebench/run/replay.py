@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from reusebench.capability import cache as capability_cache
+from reusebench.capability.build import Build
 from reusebench.config.profiles import Variant
 from reusebench.llama import binaries, task_log
 from reusebench.llama.client import LlamaClient
@@ -48,10 +48,11 @@ PROGRESS_EVERY = 25
 CTX_MARGIN = 256  # a slot's room beyond the trace's longest request and answer
 
 
-def resolve_for_trace(variant: Variant, trace: Trace, *, memory: ModelMemory | None = None) -> LaunchSpec:
-    """The launch of `variant` for `trace`, by its own binary's rules: unless the variant sets --ctx-size, every
-    slot holds the trace's longest request and answer."""
-    return launch.resolve(variant, capability_cache.of_binary(variant.binary), memory=memory,
+def resolve_for_trace(variant: Variant, build: Build, trace: Trace, *,
+                      memory: ModelMemory | None = None) -> LaunchSpec:
+    """The launch of `variant` on its binary's `build` for `trace`: unless the variant sets --ctx-size, every slot
+    holds the trace's longest request and answer."""
+    return launch.resolve(variant, build, memory=memory,
                           context=lambda n_slots: (trace.longest + CTX_MARGIN) * n_slots)
 
 

@@ -17,7 +17,8 @@ from typing import NamedTuple, TextIO
 
 from reusebench import records
 from reusebench.budget import prefill_budgets
-from reusebench.capability import Capabilities, cache
+from reusebench.capability import build as build_mod
+from reusebench.capability.build import Build
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.config.sizes import size_label
 from reusebench.llama import gguf_check
@@ -25,9 +26,11 @@ from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler
 from reusebench.reuse import server_inputs
 from reusebench.run import launch, plan, provenance
+from reusebench.run import selection as selection_mod
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.recording import RunDir
-from reusebench.run.session import OnFailure, Session, SessionResult, session_name
+from reusebench.run.selection import Chosen, Repeats, Selection
+from reusebench.run.session import Session, SessionResult, session_name
 
 
 @dataclass(frozen=True)
@@ -58,28 +61,6 @@ SamplerFactory = Callable[[], GpuSampler]
 WARM_UP_TOKENS = 512
 
 
-@dataclass(frozen=True)
-class Repeats:
-    """``--repeat-first-load``: `count` cold first loads per variant x size, each on a fresh server.
-
-    A fresh server loads the model every time, so page-cache and GPU state show in the figures.
-    `idle_gap_s` idles before each repeat (to see a GPU cool down); `warm_up` instead prefills
-    another text on the same server before the measured load, recorded as a setup call.
-    """
-
-    count: int
-    idle_gap_s: float = 0.0
-    warm_up: bool = False
-
-    def __post_init__(self) -> None:
-        if self.count < 1:
-            raise ValueError(f"--repeat-first-load needs at least 1 repeat, got {self.count}")
-        if self.idle_gap_s < 0:
-            raise ValueError(f"--idle-gap must not be negative, got {self.idle_gap_s:g}")
-        if self.warm_up and self.idle_gap_s:
-            raise ValueError("--idle-gap and --warm-up contradict each other: idle to cool down, or warm up")
-
-
 def _warmed_first_load(s: scenarios.Steps) -> None:
     # The end of another text, without BOS: the measured load shares no prefix with it, so nothing is reused.
     s.setup("first_load", "warm-up", s.tokens(s.other, bos=False)[-WARM_UP_TOKENS:])
@@ -90,41 +71,26 @@ WARMED_FIRST_LOAD = dataclasses.replace(scenarios.FIRST_LOAD, title="cold prefil
                                         run=_warmed_first_load)
 
 
-def run_profile(
-    profile: profiles.Profile,
-    *,
-    results_dir: Path,
-    variants: Sequence[str] = (),
-    sizes: Sequence[int] = (),
-    scenario_ids: Sequence[str] = (),
-    corpus_name: str | None = None,
-    verify: bool = True,
-    early_stop: bool = True,
-    repeats: Repeats | None = None,
-    sampler_factory: SamplerFactory = GpuSampler,
-    on_failure: OnFailure = OnFailure.STOP,
-    out: TextIO | None = None,
-) -> ProfileResult:
-    """Run the selected variants and sizes (default: all the profile names) and return what was recorded.
+def run_profile(profile: profiles.Profile, selection: Selection = selection_mod.ALL, *, results_dir: Path,
+                sampler_factory: SamplerFactory = GpuSampler, out: TextIO | None = None) -> ProfileResult:
+    """Run what `selection` chose of `profile` and return what was recorded, all in one new run directory.
 
-    With `repeats`, only repeated first loads run (`scenario_ids` must be empty). `sampler_factory`
-    makes the run's GPU sampler (tests pass one over a fake NVML). `early_stop`: a step the scenario lets stop
-    ends once its count is known (``plan.stops_at``); False times every step to its end. `on_failure`: a
-    session whose step failed stops ("stop") or restarts its server and goes on ("continue"); the run goes on
-    with the next session. Prints the plan first (``plan.render_plan``), an estimate of the time left after
-    each first load, and ends with one prefill-budget line per session.
+    `sampler_factory` makes the run's GPU sampler (tests pass one over a fake NVML). Prints the plan first
+    (``plan.render_plan``), an estimate of the time left after each first load, and ends with one prefill-budget
+    line per session.
     """
     out = out or sys.stderr  # looked up now: a redirected stderr (tests, redirect_stderr) is honoured
-    chosen = _sessions(profile, variants, sizes, scenario_ids, repeats)  # refused now, before anything starts
+    chosen = selection_mod.sessions(profile, selection)  # refused now, before anything starts
     refuse_beyond_context([(variant, size, size) for variant, size, _ in chosen])
-    corpus_spec = corpus.load_spec(corpus_name or profile.corpus)
-    capabilities = probe_binaries([variant for variant, _, _ in chosen], out)
-    sessions = resolve_sessions(chosen, capabilities, verify=verify, early_stop=early_stop)
-    planned = plan_sessions(sessions, corpus_spec, repeats=repeats)
+    corpus_spec = corpus.load_spec(selection.corpus_name or profile.corpus)
+    builds = probe_binaries([variant for variant, _, _ in chosen], out)
+    sessions = resolve_sessions(chosen, builds, selection)
+    planned = plan_sessions(sessions, corpus_spec, repeats=selection.repeats)
     refuse_beyond_context(_longest(sessions, planned))
     run = RunDir.create(results_dir)
     names = list(dict.fromkeys(variant.name for variant, _, _ in chosen))
-    provenance.write(run.path, provenance.stamp(profile, names, capabilities, corpus_spec.name))
+    provenance.write(run.path, provenance.stamp(profile, names, {path: build.capabilities for path, build in
+                                                                builds.items()}, corpus_spec.name))
     print(f"run {run.run_id}: profile {profile.name}, {len(names)} variant(s), corpus {corpus_spec.name}, "
           f"records -> {run.records_path}", file=out)
     print(plan.render_plan(planned), file=out, flush=True)
@@ -137,22 +103,19 @@ def run_profile(
 
             def session(spec: LaunchSpec, size: int, repeat: int | None = None) -> Session:
                 return Session(spec, size, corpus_spec, writer, run=run, sampler=sampler, repeat=repeat,
-                               on_failure=on_failure, estimate=estimate, out=out)
+                               on_failure=selection.on_failure, estimate=estimate, out=out)
 
             for spec, size, selected in sessions:
-                if repeats is None:
+                if selection.repeats is None:
                     failed += session(spec, size).run(selected).error is not None
                 else:
-                    failed += _repeat_first_load(functools.partial(session, spec, size), repeats, out)
+                    failed += _repeat_first_load(functools.partial(session, spec, size), selection.repeats, out)
     except KeyboardInterrupt:  # each session stopped its server on the way out; the writer flushed every record
         raise Interrupted(run.records_path, len(records.read_records(run.records_path))) from None
     kept = records.read_records(run.records_path)
     for budget in prefill_budgets(kept):
         print(budget.line(), file=out)
     return ProfileResult(run.run_id, run.path, kept, failed)
-
-
-Chosen = tuple[profiles.Variant, int, list[scenarios.Scenario]]  # one session as the command line chose it
 
 
 class PlannedSession(NamedTuple):
@@ -163,39 +126,26 @@ class PlannedSession(NamedTuple):
     scenarios: list[scenarios.Scenario]
 
 
-def _sessions(profile: profiles.Profile, variants: Sequence[str], sizes: Sequence[int], scenario_ids: Sequence[str],
-              repeats: Repeats | None) -> list[Chosen]:
-    """The run's sessions in order, each with the scenarios it runs (one per repeat: first_load)."""
-    if repeats is not None and scenario_ids:
-        raise ValueError("repeated first loads run first_load only: leave out the scenario selection")
-    chosen = [profile.variant(v) for v in variants] if variants else list(profile.variants)
-    if not sizes and not all(variant.sizes for variant in chosen):
-        raise ValueError(f"{profile.path}: sizes: the profile (and every profile it extends) names none: "
-                         "give the sizes to run, e.g. --size 32K")
-    selected = {variant.name: scenarios.select(scenario_ids or variant.scenarios) for variant in chosen}
-    return [(variant, size, selected[variant.name]) for variant in chosen for size in sizes or variant.sizes]
-
-
-def resolve_sessions(chosen: Sequence[Chosen], capabilities: Mapping[Path, Capabilities], *, verify: bool,
-                     early_stop: bool) -> list[PlannedSession]:
-    """Each session's launch, resolved once (``launch.resolve``) by its binary's `capabilities`: the plan and the
-    session take it."""
-    return [PlannedSession(launch.resolve(variant, capabilities[variant.binary.path],
-                                          context=launch.session_context(size), verify=verify, early_stop=early_stop),
-                           size, selected)
+def resolve_sessions(chosen: Sequence[Chosen], builds: Mapping[Path, Build],
+                     selection: Selection) -> list[PlannedSession]:
+    """Each session's launch, resolved once (``launch.resolve``) on its binary's Build: the plan and the session
+    take it."""
+    return [PlannedSession(launch.resolve(variant, builds[variant.binary.path], context=launch.session_context(size),
+                                          verify=selection.verify, early_stop=selection.early_stop), size, selected)
             for variant, size, selected in chosen]
 
 
-def probe_binaries(variants: Sequence[profiles.Variant], out: TextIO) -> dict[Path, Capabilities]:
-    """Each binary's capabilities (``capability.cache.of_binary``: cached, else probed now), said once each."""
-    found: dict[Path, Capabilities] = {}
+def probe_binaries(variants: Sequence[profiles.Variant], out: TextIO) -> dict[Path, Build]:
+    """Each binary's Build (``capability.build.of``: its capabilities cached, else probed now), said once each."""
+    found: dict[Path, Build] = {}
     for variant in variants:
         path = variant.binary.path
         if path not in found:
             started = time.monotonic()
-            found[path] = cache.of_binary(variant.binary, lambda message: print(f"  {message}", file=out, flush=True))
-            took = f" in {time.monotonic() - started:.1f} s" if found[path].how == "probed" else ""
-            print(f"llama-server {path}{took}: {found[path].describe()}", file=out, flush=True)
+            found[path] = build_mod.of(variant.binary, lambda message: print(f"  {message}", file=out, flush=True))
+            rules = found[path].capabilities
+            took = f" in {time.monotonic() - started:.1f} s" if rules.how == "probed" else ""
+            print(f"llama-server {path}{took}: {rules.describe()}", file=out, flush=True)
     return found
 
 
@@ -209,18 +159,16 @@ def plan_sessions(sessions: Sequence[PlannedSession], corpus_spec: corpus.Corpus
             for spec, size, selected in sessions for number in numbers]
 
 
-def plan_profile(profile: profiles.Profile, *, variants: Sequence[str] = (), sizes: Sequence[int] = (),
-                 scenario_ids: Sequence[str] = (), corpus_name: str | None = None, verify: bool = True,
-                 early_stop: bool = True, repeats: Repeats | None = None) -> list[plan.SessionPlan]:
-    """What `run_profile` with these arguments would send, without sending anything (``--dry-run``): by each
+def plan_profile(profile: profiles.Profile, selection: Selection = selection_mod.ALL) -> list[plan.SessionPlan]:
+    """What `run_profile` with this selection would send, without sending anything (``--dry-run``): by each
     binary's rules, on the model's memory as its binary builds it (each learned by short starts the first time,
     then kept)."""
-    chosen = _sessions(profile, variants, sizes, scenario_ids, repeats)
+    chosen = selection_mod.sessions(profile, selection)
     refuse_beyond_context([(variant, size, size) for variant, size, _ in chosen])
-    by_path = {variant.binary.path: variant.binary for variant, _, _ in chosen}  # each binary's rules, once
-    capabilities = {path: cache.of_binary(binary) for path, binary in by_path.items()}
-    sessions = resolve_sessions(chosen, capabilities, verify=verify, early_stop=early_stop)
-    planned = plan_sessions(sessions, corpus.load_spec(corpus_name or profile.corpus), repeats=repeats)
+    by_path = {variant.binary.path: variant.binary for variant, _, _ in chosen}  # each binary's Build, once
+    sessions = resolve_sessions(chosen, {path: build_mod.of(binary) for path, binary in by_path.items()}, selection)
+    planned = plan_sessions(sessions, corpus.load_spec(selection.corpus_name or profile.corpus),
+                            repeats=selection.repeats)
     refuse_beyond_context(_longest(sessions, planned))
     return planned
 

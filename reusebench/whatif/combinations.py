@@ -9,12 +9,13 @@ A flag that is on or off (``kv-unified``) is tried as on/off and written the way
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from reusebench.config.options import OptionValue
 from reusebench.config.profiles import Variant
 from reusebench.llama import binaries
+from reusebench.llama.binaries import HelpOption
 
 ON, OFF = ("on", "true", "1", "yes"), ("off", "false", "0", "no")
 
@@ -115,10 +116,9 @@ def _options(options: dict[str, OptionValue], setting: Sequence[tuple[str, Optio
     return changed
 
 
-def combinations(variant: Variant, tried: Sequence[Tried]) -> list[Combination]:
-    """The profile as it is, then every combination of the tried values, each checked against the binary's --help
-    (ValueError naming the option the binary lacks)."""
-    table = binaries.help_table(variant.binary)
+def combinations(variant: Variant, table: Mapping[str, HelpOption], tried: Sequence[Tried]) -> list[Combination]:
+    """The profile as it is, then every combination of the tried values, each checked against its binary's --help
+    `table` (ValueError naming the option the binary lacks)."""
     found = [Combination((), variant)]
     names = [t.option for t in tried]
     if len(set(names)) != len(names):

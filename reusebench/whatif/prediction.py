@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from reusebench.llama.model_memory import ModelMemory
+from reusebench.capability.build import Build
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.replay import resolve_for_trace
 from reusebench.trace.mooncake import Trace
@@ -49,9 +49,10 @@ def _notes(spec: LaunchSpec) -> tuple[str, ...]:
 
 
 def predict_combinations(combinations: Sequence[Combination], trace: Trace, prompts: list[TracePrompt],
-                         blocks: BlockIds, memory: ModelMemory, *, workers: int | None = None) -> list[Outcome]:
-    """Each combination's prediction over `prompts`, or why it was left out."""
-    specs = [resolve_for_trace(c.variant, trace, memory=memory) for c in combinations]
+                         blocks: BlockIds, build: Build, *, workers: int | None = None) -> list[Outcome]:
+    """Each combination's prediction over `prompts` on the one `build` they all run on, or why it was left out."""
+    memory = build.memory(combinations[0].variant.model)  # every combination loads the same model
+    specs = [resolve_for_trace(c.variant, build, trace, memory=memory) for c in combinations]
     not_modelled = specs[0].memory.not_modelled
     if not_modelled:
         raise ValueError(f"the reuse model does not follow this model's memory ({not_modelled}), so it cannot "

@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from reusebench.capability import cache as capability_cache
+from reusebench.capability import build
 from reusebench.config import users
 from reusebench.config.profiles import Variant
 from reusebench.config.users import User
@@ -66,8 +66,8 @@ class ServiceRun:
                  repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
         self.workload, self.variant, self.via, self.out = workload, variant, via, out
         self.users = users.draw_users(workload)
-        rules = capability_cache.of_binary(variant.binary)  # this binary's, whatever build it is
-        self.spec = launch.resolve(variant, rules, context=lambda n_slots: kv_tokens(workload, self.users, n_slots))
+        self.spec = launch.resolve(variant, build.of(variant.binary),  # this binary's rules, whatever build it is
+                                   context=lambda n_slots: kv_tokens(workload, self.users, n_slots))
         self.handle = self.spec.server(call_timeout_s=REQUEST_TIMEOUT_S)
         self.result = WorkloadResult()
         self.session = f"{workload.name}/{variant.profile}/{variant.name}"

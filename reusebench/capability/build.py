@@ -1,0 +1,49 @@
+"""One llama-server binary as every driver sees it, resolved once: ``Build``.
+
+A driver needs three facts of the binary it starts: the options its ``--help`` lists, its rules where builds
+differ (``Capabilities``, probed once and kept by executable hash) and the memory it builds for a model (one
+short start, kept per binary and model file). ``of`` gathers them for one binary; ``launch.resolve`` takes the
+result, so the rules a spec predicts with are always its own binary's. The pinned build is one ``Build`` among
+others: a binary whose probes cannot run gets the pinned rules, with why in ``capabilities.how``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from reusebench.capability import Capabilities, cache, model_memory
+from reusebench.llama import binaries
+from reusebench.llama.binaries import Binary, HelpOption
+from reusebench.llama.model_memory import ModelMemory
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Build:
+    """A llama-server binary, its ``--help`` table and its probed capabilities."""
+
+    binary: Binary
+    capabilities: Capabilities
+    help: Mapping[str, HelpOption]
+
+    @property
+    def path(self) -> Path:
+        return self.binary.path
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The long options it accepts, without "--"; removed ones left out."""
+        return frozenset(name for name, option in self.help.items() if not option.removed)
+
+    def memory(self, model: Path, say: Say = lambda _m: None) -> ModelMemory:
+        """`model`'s memory as this binary builds it (``capability.model_memory``: learned by one start, kept)."""
+        return model_memory.of_model(self.binary, model, say)
+
+
+def of(binary: Binary, say: Say = lambda _m: None, *, again: bool = False) -> Build:
+    """`binary` as a Build: its --help read, its capabilities cached or probed now (`again`: probed anew)."""
+    return Build(binary, cache.of_binary(binary, say, again=again), binaries.help_table(binary))
+
