@@ -31,7 +31,7 @@ from reusebench.records import Record, RecordWriter, Role
 from reusebench.run import diagnosis, launch, recording, runner
 from reusebench.run.recording import RunDir
 from reusebench.run.selection import Selection
-from reusebench.run.session import OnFailure, Session
+from reusebench.run.session import OnFailure, RunShared, Session
 
 from conftest import child_llama_servers, process_group_alive
 
@@ -68,8 +68,8 @@ def run_session(tmp_path: Path, fault: Fault, ids: tuple[str, ...], *,
         control = CONTROL.variants[0]
         spec = launch.resolve(control, Build(control.binary, PINNED, binaries.help_table(control.binary)),
                               context=launch.session_context(SIZE))
-        s = Session(spec, SIZE, corpus.load_spec("tiny-words"), writer, run=RunDir("fault", tmp_path),
-                    sampler=sampler, on_failure=on_failure, progress_hook=fault, out=out)
+        s = Session(spec, SIZE, corpus.load_spec("tiny-words"), RunShared(writer, RunDir("fault", tmp_path), sampler, out),
+                    on_failure=on_failure, progress_hook=fault)
         fault.session = s
         s.run(scenarios.select(ids))
     return s, records.read_records(path), out.getvalue()

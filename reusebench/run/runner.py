@@ -30,7 +30,7 @@ from reusebench.run import selection as selection_mod
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.recording import RunDir
 from reusebench.run.selection import Chosen, Repeats, Selection
-from reusebench.run.session import Session, SessionResult, session_name
+from reusebench.run.session import RunShared, Session, SessionResult, session_name
 
 
 @dataclass(frozen=True)
@@ -100,10 +100,10 @@ def run_profile(profile: profiles.Profile, selection: Selection = selection_mod.
         with records.RecordWriter(run.records_path) as writer, sampler_factory() as sampler:
             if sampler.unavailable:
                 print(f"GPU state will be null: {sampler.unavailable}", file=out)
+            shared = RunShared(writer, run, sampler, out, estimate)
 
             def session(spec: LaunchSpec, size: int, repeat: int | None = None) -> Session:
-                return Session(spec, size, corpus_spec, writer, run=run, sampler=sampler, repeat=repeat,
-                               on_failure=selection.on_failure, estimate=estimate, out=out)
+                return Session(spec, size, corpus_spec, shared, repeat=repeat, on_failure=selection.on_failure)
 
             for spec, size, selected in sessions:
                 if selection.repeats is None:

@@ -55,6 +55,18 @@ class OnFailure(StrEnum):
 
 
 
+@dataclass(frozen=True)
+class RunShared:
+    """What every session of one run writes to and reads from: the run's records file and directory, its GPU
+    sampler, the progress stream and the estimate of the time left."""
+
+    writer: RecordWriter
+    run: RunDir
+    sampler: GpuSampler
+    out: TextIO = sys.stderr
+    estimate: Estimate | None = None
+
+
 def session_name(variant: Variant, size: int, repeat: int | None = None) -> str:
     """"profile/variant@size", with "#rN" for the Nth of repeated sessions (--repeat-first-load)."""
     return f"{variant.profile}/{variant.name}@{size}" + ("" if repeat is None else f"#r{repeat}")
@@ -95,23 +107,19 @@ class Session:
         spec: LaunchSpec,
         size: int,
         corpus_spec: corpus_mod.CorpusSpec,
-        writer: RecordWriter,
+        shared: RunShared,
         *,
-        run: RunDir,
-        sampler: GpuSampler,
         repeat: int | None = None,
         on_failure: OnFailure = OnFailure.STOP,
         progress_hook: ProgressHook | None = None,
-        estimate: Estimate | None = None,
-        out: TextIO = sys.stderr,
     ) -> None:
         self.spec, self.size, self.on_failure = spec, size, on_failure
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
         self.name = session_name(spec.variant, size, repeat)
-        self.server = SessionServer(spec, sampler)
-        self.recorder = Recorder(writer, Source.of(spec.variant), run=run, session=self.name, size=size,
+        self.server = SessionServer(spec, shared.sampler)
+        self.recorder = Recorder(shared.writer, Source.of(spec.variant), run=shared.run, session=self.name, size=size,
                                  extra={} if repeat is None else {"repeat": repeat})
-        self.progress = Progress(self.name, out, progress_hook, estimate)
+        self.progress = Progress(self.name, shared.out, progress_hook, shared.estimate)
         self.steps = SessionSteps(spec, corpus_spec, self.server, self.recorder, self.progress)
         self.result = SessionResult(self.name, records=self.steps.measured)
 
