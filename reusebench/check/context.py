@@ -13,6 +13,7 @@ from reusebench.llama.client import Completion, LlamaClient
 from reusebench.llama.logs import Event
 from reusebench.llama.server import Server
 from reusebench.reuse import verification
+from reusebench.run import noise
 from reusebench.run.launch import LaunchSpec
 
 PROBE_N_PREDICT = 8  # enough greedy tokens for a stale state to show in the output
@@ -139,22 +140,21 @@ class ProbeContext:
     def output_check(self, reused: Completion, reference: Completion, prompt: Sequence[int],
                      **kwargs: Any) -> tuple[str, str]:
         """identical, within noise or WRONG (``verification.judge``), with its evidence. An output that is not
-        identical is judged against the noise band: the reference again on this server restarted at an odd ubatch
-        near a quarter of its own, then restarted as it was (the probes after this one start from an empty server)."""
+        identical is judged against the noise band of its prompt (``noise.measure``: this server restarted at
+        another ubatch), then the server is restarted as it was (the probes after this one start from an empty
+        server)."""
         found = verification.difference(reused, reference)
         if found.identical:
             return verification.IDENTICAL, "identical to the cache_prompt:false reference"
-        n_ubatch = verification.alternative_ubatch(self.spec.launch.n_ubatch)
         try:
-            self.handle.restart(("--ubatch-size", str(n_ubatch)))
-            alternative = self.complete(prompt, cache_prompt=False, **kwargs)
+            measured = noise.measure(self.handle, self.spec.launch.n_ubatch,
+                                     [(reference, lambda: self.complete(prompt, cache_prompt=False, **kwargs))])
         finally:
             self.handle.restart()
-        band = verification.difference(reference, alternative).delta
-        outcome = verification.judge(found, band)
+        outcome = verification.judge(found, measured.band)
         assert outcome is not None
-        return outcome, (f"against the cache_prompt:false reference: {found.describe()}; noise band {band:.2g} "
-                         f"(the reference at ubatch {n_ubatch}), so {outcome}")
+        return outcome, (f"against the cache_prompt:false reference: {found.describe()}; noise band "
+                         f"{measured.band:.2g} (the reference at ubatch {measured.n_ubatch}), so {outcome}")
 
 
 Probe = Callable[[ProbeContext, Setting], list[OptionVerdict]]

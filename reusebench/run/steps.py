@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.llama.client import ClientError, Completion, ProgressCallback, StreamEnded
-from reusebench.llama.outputs import common_prefix, difference
+from reusebench.llama.outputs import common_prefix
 from reusebench.llama.process import ServerError
 from reusebench.llama.task_log import Task
 from reusebench.records import DEFAULT_LORA, Extra, Lora, Record, Role, interrupted, lora_key, slot_answer, verdict
 from reusebench.reuse import server_state
 from reusebench.reuse.perfect_cache import PerfectCache
-from reusebench.reuse.verification import alternative_ubatch
+from reusebench.reuse.verification import Unjudged
+from reusebench.run import noise
 from reusebench.run.diagnosis import Diagnosis, deadline_s
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.plan import stops_at
@@ -391,11 +393,10 @@ class SessionSteps(VariantSteps):
             self.progress.done(record)
 
     def noise_band(self) -> None:
-        """When a reused output is not identical to its reference: the noise band of this model and build, measured
-        on a second server at an odd ubatch near a quarter of the session's (``verification.alternative_ubatch``;
-        after the session's server is done, so never two at once), each waiting prompt's no-reuse reference against
-        the same at the other batch shape. The steps are judged against the largest difference
-        (``verification.judge``); the band's records carry their verdicts."""
+        """When a reused output is not identical to its reference: the noise band of this model and build
+        (``noise.measure``: the session's server restarted at another ubatch, after the session is done with it),
+        from up to BAND_PROMPTS waiting prompts, each a recorded call. The steps are judged against the band
+        (``verification.judge``); the band's last record carries their verdicts."""
         waiting = self.references.unjudged()
         if not waiting:
             return
@@ -403,12 +404,14 @@ class SessionSteps(VariantSteps):
         if not self.server.process.is_running():
             self.progress.say(f"{steps} reused output(s) left unjudged: the server is gone before the noise band")
             return
-        n_ubatch = alternative_ubatch(self.spec.launch.n_ubatch)
-        self.progress.say(f"  {steps} reused output(s) differ from no reuse: measuring the noise band at ubatch "
-                          f"{n_ubatch} (the session's: {self.spec.launch.n_ubatch})")
-        self.server.restart(("--ubatch-size", str(n_ubatch)))  # a later option wins: the same server otherwise
-        measured: list[tuple[Record, float]] = []
-        for prompt in waiting[:BAND_PROMPTS]:
+
+        def announce(n_ubatch: int) -> None:
+            self.progress.say(f"  {steps} reused output(s) differ from no reuse: measuring the noise band at ubatch "
+                              f"{n_ubatch} (the session's: {self.spec.launch.n_ubatch})")
+
+        records: list[Record] = []  # the band's calls, in order
+
+        def again(prompt: Unjudged[Request]) -> Completion:
             first = prompt.steps[0][0]
             record = self.recorder.open(first.scenario, first.step, Role.NOISE, prompt.request.endpoint,
                                         tokens=prompt.request.tokens, lora=prompt.request.lora, slot=self.last_slot)
@@ -421,13 +424,15 @@ class SessionSteps(VariantSteps):
                 raise self.diagnosis.fail(record, exc) from exc
             self.progress.clear()
             self._answered(record, alternative)
-            sample = difference(prompt.reference, alternative).delta
-            record.extra.update(Extra(n_ubatch=n_ubatch, band_sample=sample))
-            measured.append((record, sample))
-        band = max(sample for _, sample in measured)
-        checks = [check for _, done in self.references.settle(band) for check in done]
-        last = measured[-1][0]
-        last.extra.update(Extra(noise_band=band, verifies=checks))
-        for record, _ in measured:
+            records.append(record)
+            return alternative
+
+        measured = noise.measure(self.server, self.spec.launch.n_ubatch,
+                                 [(p.reference, partial(again, p)) for p in waiting[:BAND_PROMPTS]], announce=announce)
+        for record, sample in zip(records, measured.samples):
+            record.extra.update(Extra(n_ubatch=measured.n_ubatch, band_sample=sample))
+        checks = [check for _, done in self.references.settle(measured.band) for check in done]
+        records[-1].extra.update(Extra(noise_band=measured.band, verifies=checks))
+        for record in records:
             self.recorder.write(record)
-        self.noise = {"noise_band": band, "n_ubatch": n_ubatch, "tokens": sum(r.prompt_n or 0 for r, _ in measured)}
+        self.noise = {"noise_band": measured.band, "n_ubatch": measured.n_ubatch, "tokens": measured.prefilled}
