@@ -8,7 +8,7 @@ from typing import Any
 
 from reusebench import tiny
 from reusebench.check.verdicts import OptionVerdict, Setting
-from reusebench.llama import binaries, facts, logs, startup
+from reusebench.llama import facts, logs, startup
 from reusebench.llama.client import Completion, LlamaClient
 from reusebench.llama.logs import Event
 from reusebench.llama.server import Server
@@ -56,7 +56,7 @@ class ProbeContext:
         self.startup_lines = handle.lines_since(0)
         self.startup = logs.parse_lines(self.startup_lines)
         self.facts = startup.startup_facts(self.startup)
-        self.help = binaries.help_table(spec.variant.binary)
+        self.help = spec.build.help
         self.memory = spec.memory
         self.bos = self.client.tokenize("", add_special=True)
         self._seed = 0

@@ -16,7 +16,7 @@ rule (``difference``, then ``judge``):
 
 The noise band is measured, not assumed: the same difference between two correct computations that differ only
 in batch shape, the no-reuse reference at the server's ubatch and at an odd size near a quarter of it
-(``alternative_ubatch``) on a second server of the same build and model. Odd, because a reused step's batches
+(``alternative_ubatch``) on the same server restarted at that ubatch (``run.noise.measure``). Odd, because a reused step's batches
 start and end anywhere: a batch whose size the kernels' tiles do not divide takes other code paths. Tiny llama at
 32K: a resend (its last token computed alone) differs by 7.1e-4 from no reuse; no reuse at ubatch 128 by 0,
 at 127 by 2.5e-3. Measured on Gemma 3 270M Q4_K_M (b11434, CPU, the python-docs corpus, report A): the band
