@@ -16,8 +16,9 @@ rule (``difference``, then ``judge``):
 
 The noise band is measured, not assumed: the same difference between two correct computations that differ only
 in batch shape, the no-reuse reference at the server's ubatch and at an odd size near a quarter of it
-(``alternative_ubatch``) on the same server restarted at that ubatch (``run.noise.measure``). Odd, because a reused step's batches
-start and end anywhere: a batch whose size the kernels' tiles do not divide takes other code paths. Tiny llama at
+(``alternative_ubatch``) on the same server restarted at that ubatch (``run.noise.measure``). Odd, because a
+reused step's batches start and end anywhere: a batch whose size the kernels' tiles do not divide takes other
+code paths. Tiny llama at
 32K: a resend (its last token computed alone) differs by 7.1e-4 from no reuse; no reuse at ubatch 128 by 0,
 at 127 by 2.5e-3. Measured on Gemma 3 270M Q4_K_M (b11434, CPU, the python-docs corpus, report A): the band
 is 0.19 at 4K and 0.26 at 8K, and a correct resend or re-ask differs by 0.3-0.95 times it. On 2026-03, whose
