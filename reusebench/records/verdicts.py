@@ -41,11 +41,12 @@ def outcome(r: Record, shared: int = 0) -> str:
     return "miss" if (r.cache_n or 0) <= shared else "partial"
 
 
-def verdict(r: Record) -> str:
+def verdict(r: Record, shared: int = 0) -> str:
     """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse,
     UNEXPECTED when prompt_n is not what the reuse model predicts (a wrong output outranks it: the
     report's output column and cause columns still show both), or NOT MODELLED where the model predicts nothing
-    for this memory (``extra["not_modelled"]`` says why)."""
+    for this memory (``extra["not_modelled"]`` says why). `shared` is ``outcome``'s: a workload's turn that reused
+    no more than the system prompt is a miss (or full, when it cannot hit), as its service report counts it."""
     if r.matches_reference is False:
         return "WRONG OUTPUT"
     if abs(deviation(r) or 0) > EXPECTED_TOLERANCE:
@@ -54,9 +55,9 @@ def verdict(r: Record) -> str:
         return "NOT MODELLED"
     if r.extra.get("foreign_reused"):
         return "FOREIGN REUSE"
-    if not r.expected_hit and (r.cache_n or 0) <= HIT_TOLERANCE:
+    if not r.expected_hit and (r.cache_n or 0) <= max(HIT_TOLERANCE, shared):
         return "full (cannot hit)"
-    return outcome(r)
+    return outcome(r, shared)
 
 
 def step_id(r: Record) -> dict[str, Any]:

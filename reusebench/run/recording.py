@@ -73,8 +73,10 @@ class Recorder:
     record, the tally of prefilled tokens by role, and the scrubbed server log. Thread-safe."""
 
     def __init__(self, writer: RecordWriter, source: Source, *, run: RunDir, session: str, size: int,
-                 extra: Extra | None = None, hash_tokens: Callable[[Sequence[int]], str] = tokens_hash) -> None:
+                 extra: Extra | None = None, hash_tokens: Callable[[Sequence[int]], str] = tokens_hash,
+                 shared: int = 0) -> None:
         self.writer, self.source, self.session, self.size = writer, source, session, size
+        self.shared = shared  # tokens every conversation starts with (a workload's system prompt): ``verdict``'s
         self.run_id, self.log_dir = run.run_id, run.log_dir
         self.hash_tokens = hash_tokens  # prompt and output hashes: the tap keys them (tap.keys)
         self.extra = extra or Extra()  # on every record (a repeated session's number)
@@ -120,7 +122,7 @@ class Recorder:
         if task is not None:
             self.attach_task(record, task)
         if judged and record.role == Role.MEASURE:
-            record.verdict = verdict(record)
+            record.verdict = verdict(record, self.shared)
         return task
 
     def cut_short(self, record: Record, error: str, status: int | None = None) -> None:

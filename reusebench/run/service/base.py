@@ -47,11 +47,17 @@ class WorkloadResult:
     stopped_by: str = "every user finished"
 
 
+def system_tokens(workload: Workload) -> int:
+    """The tokens every conversation (and the health check) opens with: BOS and the system prompt. The summary
+    record keeps them (``system_prompt_tokens``), and a turn that reused no more is a miss (``records.outcome``)."""
+    return workload.system_prompt_tokens + 1
+
+
 def kv_tokens(workload: Workload, drawn: list[User], slots: int) -> int:
     """A unified KV pool that holds the `slots` longest conversations at their longest."""
     def longest(user: User) -> int:
         inserts = sum(kind == users.HEAD_INSERT for kind in user.kinds)
-        return (workload.system_prompt_tokens + 1 + user.opening_tokens + inserts * workload.summary_tokens
+        return (system_tokens(workload) + user.opening_tokens + inserts * workload.summary_tokens
                 + user.turns * (workload.question_tokens + workload.n_predict))
     return sum(sorted((longest(u) for u in drawn), reverse=True)[:slots])
 
@@ -73,7 +79,7 @@ class ServiceRun:
         self.session = f"{workload.name}/{variant.profile}/{variant.name}"
         self.recorder = Recorder(writer, Source.of(variant), run=run, session=self.session,
                                  size=max(u.opening_tokens for u in self.users),
-                                 extra=None if repeat is None else {"repeat": repeat})
+                                 extra=None if repeat is None else {"repeat": repeat}, shared=system_tokens(workload))
         self.seen = PerfectCache()  # every user's sequences: each turn's ideal
         self.calls = Calls(self.recorder, task_log.TaskLog(self.handle.process.raw_log_path), self.seen, workload.name,
                            n_predict=workload.n_predict, timeout_s=REQUEST_TIMEOUT_S, claim_wait_s=self.claim_wait_s)
@@ -148,7 +154,7 @@ class ServiceRun:
         self.recorder.summary(w.name, started_at, self.result.wall_s, {
             "schedule": self.schedule_name, "sleeps": self.result.sleeps, "gaps": self.result.gaps,
             "stopped_by": self.result.stopped_by, "requests": self.requests, "users": len(self.users),
-            "long_prefill_tokens": w.long_prefill_tokens, "system_prompt_tokens": w.system_prompt_tokens + 1})
+            "long_prefill_tokens": w.long_prefill_tokens, "system_prompt_tokens": system_tokens(w)})
 
     def say(self, text: str) -> None:
         print(f"[{self.session}] {text}", file=self.out, flush=True)
