@@ -139,8 +139,13 @@ def test_a_long_prefill_slows_the_other_users_decode(tmp_path: Path) -> None:
     assert service.schedule_name == "free-running"  # the workload's own: the chat user talks during the prefill
     assert result.stopped_by == "every user finished"
     found = service_report.interference(kept, load.long_prefill_tokens)
-    # turn 1 (9 of the prefill's 16 batches) is during; turns 3-12 start after batch 16, alone
-    assert found.decode_during and len(found.decode_alone) >= 10
+    chat = sorted((r for r in calls(kept) if (r.prompt_n or 0) < load.long_prefill_tokens), key=lambda r: r.turn or 0)
+    per_token = [r.predicted_ms / r.predicted_n for r in chat if r.predicted_ms is not None and r.predicted_n]
+    # Turn 1 decodes in 9 of the prefill's 16 batches: during, with 7 batches to spare. The last of the 12 turns
+    # starts 10 turns after the prefill's last batch: alone. Turns 2 and 3 meet the prefill's end, and the side
+    # they fall on follows when a busy client thread reads the long stream's end (the spans are anchored there;
+    # under two busy loops turn 3 fell in neither), so they are left out.
+    assert len(per_token) == 12 and per_token[0] in found.decode_during and per_token[-1] in found.decode_alone
     ratio = found.ratio(found.decode_during, found.decode_alone, 50)
     print(f"decode ms/token during a long prefill / with none (p50): {ratio:.2f}")
     assert ratio > 1
