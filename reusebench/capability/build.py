@@ -9,16 +9,15 @@ others: a binary whose probes cannot run gets the pinned rules, with why in ``ca
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from reusebench.capability import Capabilities, cache, model_memory
+from reusebench.capability.build_probes import Say
 from reusebench.llama import binaries
 from reusebench.llama.binaries import Binary, HelpOption
 from reusebench.llama.model_memory import ModelMemory
-
-Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -32,11 +31,6 @@ class Build:
     @property
     def path(self) -> Path:
         return self.binary.path
-
-    @property
-    def options(self) -> frozenset[str]:
-        """The long options it accepts, without "--"; removed ones left out."""
-        return frozenset(name for name, option in self.help.items() if not option.removed)
 
     def memory(self, model: Path, say: Say = lambda _m: None) -> ModelMemory:
         """`model`'s memory as this binary builds it (``capability.model_memory``: learned by one start, kept)."""
