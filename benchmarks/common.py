@@ -31,13 +31,13 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench import records
 from reusebench.config import asv_selection, profiles, scenarios, sizes
-from reusebench.llama import build
+from reusebench.llama import asv_install
 from reusebench.run import provenance, runner
 from reusebench.run.selection import Selection
 
 REPO = Path(__file__).resolve().parents[1]
 BINARY_ENV = "REUSEBENCH_LLAMA_SERVER"
-INSTALLED_FILE = build.INSTALLED_FILE  # written into asv's environment by `reusebench build --asv-env`
+INSTALLED_FILE = asv_install.INSTALLED_FILE  # written into asv's environment by `reusebench build --asv-env`
 
 # Every measured step of the scenario catalogue, as "scenario/step", in catalogue order, from the
 # scenarios' own declarations (asv needs its parameters before anything runs). Their values key the

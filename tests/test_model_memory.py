@@ -15,7 +15,7 @@ from reusebench import real, tiny
 from reusebench.capability import model_memory
 from reusebench.cli import main
 from reusebench.config import profiles
-from reusebench.llama import arch_source, build
+from reusebench.llama import arch_source, sources
 from reusebench.llama.binaries import Binary
 from reusebench.records import Role
 from reusebench.reuse.server_inputs import Memory, memory_of
@@ -114,7 +114,7 @@ def test_a_model_the_build_cannot_load_is_named_with_the_server_s_own_line(tmp_p
 
 
 def test_the_shipped_window_types_are_the_pinned_source_s() -> None:
-    tree = build.fetch_pinned(lambda _message: None).tree
+    tree = sources.fetch_pinned(lambda _message: None).tree
     assert arch_source.window_types(tree) == arch_source.WINDOW_TYPES
     assert arch_source.WINDOW_TYPES["llama4"] == "chunked" and arch_source.WINDOW_TYPES["gpt-oss"] == "standard"
     assert arch_source.cases_of(tree, "llm_arch_is_hybrid") == list(arch_source.HYBRID)

@@ -32,7 +32,7 @@ from typing import Any
 
 from reusebench import nightly
 from reusebench.config import scenarios
-from reusebench.llama import build
+from reusebench.llama import build, sources
 from reusebench.report import asv_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,8 +54,8 @@ class DemoTree:
     def message(self) -> str:
         return (f"llama.cpp b{self.release.build_number} ({self.commit}, {self.date[:10]}) "
                 f"from {self.release.requirement}\n\n"
-                f"{build.BUILD_NUMBER_TRAILER}: {self.release.build_number}\n"
-                f"{build.BUILD_COMMIT_TRAILER}: {self.commit}\n")
+                f"{sources.BUILD_NUMBER_TRAILER}: {self.release.build_number}\n"
+                f"{sources.BUILD_COMMIT_TRAILER}: {self.commit}\n")
 
 
 # Oldest first. 2026-03 is the oldest tree whose llama.cpp knows the tiny hybrid's architecture (qwen35).
@@ -91,8 +91,8 @@ class DemoBranch:
 
     def message(self, base: DemoTree) -> str:
         return (f"llama.cpp b{base.release.build_number} ({base.commit}) + {self.patch.name}\n\n"
-                f"{build.BUILD_NUMBER_TRAILER}: {base.release.build_number}\n"
-                f"{build.BUILD_COMMIT_TRAILER}: {base.commit}+{self.patch.stem}\n")
+                f"{sources.BUILD_NUMBER_TRAILER}: {base.release.build_number}\n"
+                f"{sources.BUILD_COMMIT_TRAILER}: {base.commit}+{self.patch.stem}\n")
 
 
 # Report B's fix for the pinned b11434 (RAM cache entries keep their LoRA), one day after its base.
@@ -141,7 +141,7 @@ def assemble(repo: Path, trees: tuple[DemoTree, ...] = TREES,
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "master")
     for tree in trees:
-        source = build.fetch_release(tree.release, say)
+        source = sources.fetch_release(tree.release, say)
         for entry in repo.iterdir():
             if entry.name != ".git":
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
-from reusebench.llama import build, cuda
+from reusebench.llama import asv_install, build, cuda, sources
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -25,14 +25,14 @@ def cmd_build(args: argparse.Namespace) -> int:
                 raise ValueError("--asv-env goes with --tree, and without --patch")
             flavor = os.environ.get("REUSEBENCH_BUILD_FLAVOR", "cpu")
             flavor_args, details = _flavor_build(flavor, cuda.cuda_build_from_env, progress)
-            binary = build.asv_install(args.tree, args.commit or "HEAD", args.asv_env, flavor, flavor_args,
+            binary = asv_install.asv_install(args.tree, args.commit or "HEAD", args.asv_env, flavor, flavor_args,
                                        details, progress)
         else:
             if args.tree is None and args.commit:
                 raise ValueError("--commit goes with --tree")
             flavor_args, details = _flavor_build(args.flavor, lambda progress: cuda.cuda_build(
                 major=args.cuda, arch=args.cuda_arch, toolkit=args.cuda_toolkit, progress=progress), progress)
-            source = build.patched(build.fetch_pinned(progress) if args.tree is None else build.git_source(
+            source = sources.patched(sources.fetch_pinned(progress) if args.tree is None else sources.git_source(
                 args.tree, args.commit or "HEAD"), args.patch or (), progress)
             binary = build.build(source, build.cmake_args(source, args.flavor, [*flavor_args, *(args.cmake_arg or ())]),
                                  flavor=args.flavor, jobs=args.jobs, details=details, progress=progress)

