@@ -32,6 +32,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from reusebench import records
 from reusebench.config import asv_selection, profiles, scenarios, sizes
 from reusebench.llama import asv_install
+from reusebench.machine import host
 from reusebench.run import provenance, runner
 from reusebench.run.selection import Selection
 
@@ -204,6 +205,8 @@ def summarise(measured: list[records.Record], records_paths: list[str],
             # the machine state beside the figures (benchmarks/gpu_state.py)
             **{name: _median_known((r.gpu or {}).get(name) for r in rs) for name in GPU_STATE},
             "model_page_cache_fraction": _median_known((r.host or {}).get("model_page_cache_fraction") for r in rs),
+            # 1: other work loaded the machine before the step, so its seconds are noise (compare does not judge them)
+            "busy": max(int(host.under_load(r.host) is not None) for r in rs),
         }
     # A session can fail before it writes a record (e.g. a profile that names a missing binary): then no
     # missing figure can be taken for a scenario that did not apply.

@@ -61,3 +61,16 @@ class FirstLoadSpread(common.SessionFigures):
     track_min_seconds = _spread("prefill_seconds_min")
     track_median_seconds = _spread("prefill_seconds")
     track_max_seconds = _spread("prefill_seconds_max")
+
+
+class MachineBusy(common.SessionFigures):
+    """1 where other work loaded the machine before the step (a 1-minute load average above one task per core plus
+    0.5), else 0: that step's seconds are noise, and `reusebench compare` does not judge them. Context, not a figure
+    to improve."""
+
+    params = (common.SIZES, common.VARIANTS, [common.FIRST_LOAD, *common.REUSE_STEPS])
+    param_names = ["size", "variant", "step"]
+    unit = "flag"
+    version = "1"
+
+    track_busy = common.track("busy")

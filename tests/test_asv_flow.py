@@ -95,6 +95,7 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
           for name in ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s",
                        "model_page_cache_fraction")),
         *(f"gpu_state.FirstLoadSpread.track_{name}_seconds" for name in ("min", "median", "max")),
+        "gpu_state.MachineBusy.track_busy",
         "harness.PrefillBudget.track_prefill_budget_ratio",
         "harness.PrefillBudget.track_extra_prefill_tokens",
         "harness.PrefillBudget.track_documents_prefilled",
@@ -124,7 +125,7 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
     assert repr(REASK) in steps and "'first_load/cold'" not in steps
     # version 2: renamed for the web UI; the service figures, measured anew (the serial schedule, repeated timings);
     # the prefill budget, which counts what was really prefilled (early stop)
-    renamed = ("reuse.FirstLoad.", "reuse.StepSeconds.", "gpu_state.", "service.", "harness.PrefillBudget.")
+    renamed = ("reuse.FirstLoad.", "reuse.StepSeconds.", "gpu_state.FirstLoad", "service.", "harness.PrefillBudget.")
     assert all(b["version"] == ("2" if name.startswith(renamed) else "1") for name, b in found.items())
 
 

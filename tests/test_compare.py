@@ -56,3 +56,34 @@ def test_the_table_puts_regressions_first_and_counts_them() -> None:
         "regression", "reuse.ReprocessedTokens.track_reprocessed_tokens", "32K, v, reask/new question", "515", "2,066",
         "4.01"]
     assert text.splitlines()[-1] == f"{'a' * 12} -> {'b' * 12}: 1 regression(s), 2 change(s)"
+
+
+STEP_SECONDS = ("reuse.StepSeconds.track_prefill_seconds", ("'32K'", "'v'", "'reask/new question'"))
+STEP_BUSY = ("gpu_state.MachineBusy.track_busy", ("'32K'", "'v'", "'reask/new question'"))
+FIRST_BUSY = ("gpu_state.MachineBusy.track_busy", ("'32K'", "'v'", "'first_load/cold'"))
+LOWEST = ("gpu_state.FirstLoadSpread.track_min_seconds", ("'32K'", "'v'"))
+HIGHEST = ("gpu_state.FirstLoadSpread.track_max_seconds", ("'32K'", "'v'"))
+
+
+def test_a_time_taken_on_a_busy_machine_is_not_judged_and_the_counts_still_are() -> None:
+    # the two loaded runs of one build: 1.3-13x slower steps, the counts equal: no regression
+    before = {SECONDS: 10.0, FIRST_BUSY: 0.0, STEP_SECONDS: 0.4, STEP_BUSY: 1.0, TOKENS: 515.0}
+    after = {SECONDS: 130.0, FIRST_BUSY: 1.0, STEP_SECONDS: 5.2, STEP_BUSY: 0.0, TOKENS: 515.0}
+    changes = asv_results.compare(before, after)
+    assert {c.key: c.kind for c in changes} == {SECONDS: "busy", STEP_SECONDS: "busy"}
+    text = asv_results.render(changes, "a" * 40, "b" * 40)
+    assert "2 time(s) not judged: other work loaded the machine" in text
+    assert text.splitlines()[-1] == f"{'a' * 12} -> {'b' * 12}: 0 regression(s), 0 change(s)"
+    # a count on a busy machine is still exact
+    assert judged({**before, TOKENS: 515.0}, {**after, TOKENS: 516.0})[TOKENS] == "regression"
+    # quiet on both sides (or not recorded, as in older results): the factor decides as before
+    assert judged({STEP_SECONDS: 0.4, STEP_BUSY: 0.0}, {STEP_SECONDS: 5.2, STEP_BUSY: 0.0}) == {STEP_SECONDS: "regression"}
+
+
+def test_repeated_first_loads_regress_only_when_their_ranges_part() -> None:
+    # medians 100 -> 120 s (beyond 10%), but the repeats ran 90-125 and 105-130 s: the ranges overlap, no finding
+    overlapping = ({SECONDS: 100.0, LOWEST: 90.0, HIGHEST: 125.0}, {SECONDS: 120.0, LOWEST: 105.0, HIGHEST: 130.0})
+    assert judged(*overlapping) == {}
+    # 90-105 s then 120-130 s: 120 > 105 x 1.1 = 115.5, a regression
+    parted = ({SECONDS: 100.0, LOWEST: 90.0, HIGHEST: 105.0}, {SECONDS: 125.0, LOWEST: 120.0, HIGHEST: 130.0})
+    assert judged(*parted)[SECONDS] == "regression"

@@ -91,8 +91,10 @@ def add_compare(sub: common.Subparsers) -> None:
         sub, "compare", "two commits' asv figures under the suite's noise rule; exit 1 on a regression",
         "Two commits' asv figures side by side, each change judged by the suite's noise rule: a count (re-processed "
         "tokens, mismatches, missed turns, verdict codes) changes exactly or not at all, so any change counts; a "
-        "time and the harness's own budget count beyond 10% (asv compare's default factor); the GPU state figures "
-        "explain the others and never count. Lower is better, as in asv. Exits 1 when a figure regressed.")
+        "time and the harness's own budget count beyond 10% (asv compare's default factor) and, where the runs "
+        "repeated first loads, only when their ranges part by that factor; a time either run took while other work "
+        "loaded the machine is not judged, only counted under the table; the GPU, load and spread figures explain "
+        "the others and never count. Lower is better, as in asv. Exits 1 when a figure regressed.")
     parser.add_argument("before", help="a commit hash (8 characters or more), or a branch or tag of the nightly's clone")
     parser.add_argument("after")
     parser.add_argument("--results", type=Path, default=NIGHTLY_RESULTS,

@@ -4,8 +4,11 @@ The rule, in one place: a count is exact (re-processed tokens, mismatches, misse
 verdict codes: the same build and inputs give the same count on every run), so any change
 of one is real; a time moves with the machine, and the harness's own budget with where a
 stopped step's last batch lands (2,048 or 4,096 tokens from run to run), so those count
-as changed only beyond asv's own default factor, 10%; the GPU and page-cache state
-figures explain the others and are never a regression themselves.
+as changed only beyond asv's own default factor, 10%, and beyond the spread the runs
+measured themselves (repeated first loads: the ranges must part by the factor); a time of
+a step that either run took on a busy machine (other work loading it: MachineBusy) is not
+judged at all, only counted; the GPU, page-cache and load figures explain the others and
+are never a regression themselves.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ from tabulate import tabulate
 
 Key = tuple[str, tuple[str, ...]]  # (benchmark, parameter values as asv stores them)
 NOISE_FACTOR = 1.10  # asv compare's default --factor
-STATE = "gpu_state.FirstLoadGpuState."  # context for the timings, not a result
+CONTEXT = ("gpu_state.FirstLoadGpuState.", "gpu_state.MachineBusy.", "gpu_state.FirstLoadSpread.")  # explain; not results
+BUSY = "gpu_state.MachineBusy.track_busy"  # params: size, variant, step
+FIRST_LOAD_STEP = "'first_load/cold'"
+# a time, and the min and max of its repeats where the run repeated it
+SPREADS = {"reuse.FirstLoad.track_prefill_seconds": ("gpu_state.FirstLoadSpread.track_min_seconds",
+                                                      "gpu_state.FirstLoadSpread.track_max_seconds")}
 VERDICTS = "verdicts."
 ACTIVE = 1.0  # verdict codes: 0 UNVERIFIED, 1 ACTIVE, 2 DISABLED, 3 INEFFECTIVE, 4 UNSAFE, 5 UNSUPPORTED
 
@@ -62,16 +70,48 @@ class Change:
 
 
 def compare(before: dict[Key, float | None], after: dict[Key, float | None]) -> list[Change]:
-    """Every figure the rule counts as changed, regressions first (asv's convention: lower is better)."""
-    changes = [change for key in sorted(set(before) | set(after))
-               if (change := _judge(key, before.get(key, math.nan), after.get(key, math.nan))) is not None]
-    order = {"regression": 0, "improvement": 1, "changed": 2}
+    """Every figure the rule counts as changed, regressions first (asv's convention: lower is better); a time the
+    rule does not judge (a busy machine) comes last, as "busy"."""
+    changes = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key, math.nan), after.get(key, math.nan)
+        if is_noisy(key[0]) and (_busy(before, key) or _busy(after, key)):
+            changes += [Change(key, old, new, "busy")] if old != new and _known(old) and _known(new) else []
+        elif (change := _judge(key, old, new, _parted(before, after, key))) is not None:
+            changes.append(change)
+    order = {"regression": 0, "improvement": 1, "changed": 2, "busy": 3}
     return sorted(changes, key=lambda c: order[c.kind])
 
 
-def _judge(key: Key, old: float | None, new: float | None) -> Change | None:
+def _known(value: float | None) -> bool:
+    return value is not None and not math.isnan(value)
+
+
+def _busy(figures: dict[Key, float | None], key: Key) -> bool:
+    """Whether the run took this time's step on a busy machine (unknown in older results: not busy)."""
+    name, params = key
+    if not name.startswith(("reuse.FirstLoad.", "reuse.StepSeconds.")):
+        return False
+    step = params[2] if len(params) > 2 else FIRST_LOAD_STEP
+    return figures.get((BUSY, (*params[:2], step))) == 1.0
+
+
+def _parted(before: dict[Key, float | None], after: dict[Key, float | None], key: Key) -> bool:
+    """False where both runs measured a spread for this time and the ranges overlap within the factor."""
+    spread = SPREADS.get(key[0])
+    if spread is None:
+        return True
+    lows = [f.get((spread[0], key[1])) for f in (before, after)]
+    highs = [f.get((spread[1], key[1])) for f in (before, after)]
+    if not all(_known(v) for v in (*lows, *highs)):
+        return True
+    (old_low, new_low), (old_high, new_high) = lows, highs
+    return new_low > old_high * NOISE_FACTOR or old_low > new_high * NOISE_FACTOR
+
+
+def _judge(key: Key, old: float | None, new: float | None, parted: bool = True) -> Change | None:
     name = key[0]
-    if name.startswith(STATE):
+    if name.startswith(CONTEXT):
         return None
     if old is None or new is None:  # a benchmark that failed on one side only
         return None if old is new else Change(key, old, new, "regression" if new is None else "improvement")
@@ -82,6 +122,8 @@ def _judge(key: Key, old: float | None, new: float | None) -> Change | None:
             return None
         return Change(key, old, new, "improvement" if new == ACTIVE else "regression" if new > ACTIVE else "changed")
     if is_noisy(name):
+        if not parted:
+            return None
         if old > 0 and new > old * NOISE_FACTOR:
             return Change(key, old, new, "regression")
         if new > 0 and old > new * NOISE_FACTOR:
@@ -95,10 +137,16 @@ def _judge(key: Key, old: float | None, new: float | None) -> Change | None:
 def render(changes: list[Change], before: str, after: str) -> str:
     if not changes:
         return f"{before[:12]} -> {after[:12]}: no figure changed beyond the noise rule"
+    judged = [c for c in changes if c.kind != "busy"]
+    busy = len(changes) - len(judged)
     regressions = sum(c.kind == "regression" for c in changes)
-    table = tabulate([c.row() for c in changes], headers=["", "benchmark", "parameters", before[:12], after[:12],
-                                                          "ratio"], tablefmt="github")
-    return f"{table}\n\n{before[:12]} -> {after[:12]}: {regressions} regression(s), {len(changes)} change(s)"
+    lines = [tabulate([c.row() for c in judged], headers=["", "benchmark", "parameters", before[:12], after[:12],
+                                                          "ratio"], tablefmt="github")] if judged else []
+    if busy:
+        lines.append(f"{busy} time(s) not judged: other work loaded the machine during their steps (load average "
+                     "above one task per core plus 0.5, gpu_state.MachineBusy)")
+    lines.append(f"{before[:12]} -> {after[:12]}: {regressions} regression(s), {len(judged)} change(s)")
+    return "\n\n".join(lines)
 
 
 def _cell(value: float | None) -> str:
