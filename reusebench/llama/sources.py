@@ -111,26 +111,36 @@ def _pip_download(release: PinnedRelease, into: Path, progress: Callable[[str], 
 # build number.
 BUILD_NUMBER_TRAILER = "LLAMA_BUILD_NUMBER"
 BUILD_COMMIT_TRAILER = "LLAMA_BUILD_COMMIT"
+# the hash of the sdist a commit's tree is, unchanged: that tree's identity, so the commit and the published build
+# share one cached binary
+SOURCE_TRAILER = "LLAMA_SOURCE_SHA256"
 
 
 def git_source(tree: Path, commit: str) -> Source:
     """A llama.cpp git checkout at `commit`: the build number is the commit count, as llama.cpp's CMake counts it,
     and the commit its hash, unless the commit message states them in `LLAMA_BUILD_NUMBER:` and
-    `LLAMA_BUILD_COMMIT:` trailers."""
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise BuildError(f"{tree}: git {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout.strip()
-
-    full = git("rev-parse", commit)
-    stated = commit_trailers(git("show", "-s", "--format=%B", full))
-    number = stated.get(BUILD_NUMBER_TRAILER) or git("rev-list", "--count", full)
+    `LLAMA_BUILD_COMMIT:` trailers; a `LLAMA_SOURCE_SHA256:` trailer (a released tree as released) is its
+    identity."""
+    full = revision(tree, commit)
+    stated = commit_trailers(_git(tree, "show", "-s", "--format=%B", full))
+    number = stated.get(BUILD_NUMBER_TRAILER) or _git(tree, "rev-list", "--count", full)
     if not number.isdigit():
         raise BuildError(f"{tree}: commit {full[:8]}: {BUILD_NUMBER_TRAILER}: {number!r} is not a number")
     label_commit = stated.get(BUILD_COMMIT_TRAILER) or full[:8]
-    return Source(tree=tree, build_number=int(number), commit=label_commit, identity=full,
+    return Source(tree=tree, build_number=int(number), commit=label_commit, identity=stated.get(SOURCE_TRAILER, full),
                   label=f"llama.cpp b{number} ({label_commit})" if stated else f"llama.cpp {full[:8]}")
+
+
+def revision(tree: Path, commit: str) -> str:
+    """`commit`'s full hash in the checkout `tree`."""
+    return _git(tree, "rev-parse", commit)
+
+
+def _git(tree: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BuildError(f"{tree}: git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
 
 
 def commit_trailers(message: str) -> dict[str, str]:
@@ -139,6 +149,6 @@ def commit_trailers(message: str) -> dict[str, str]:
     found = {}
     for line in last.splitlines():
         key, separator, value = line.partition(":")
-        if separator and key.strip() in (BUILD_NUMBER_TRAILER, BUILD_COMMIT_TRAILER):
+        if separator and key.strip() in (BUILD_NUMBER_TRAILER, BUILD_COMMIT_TRAILER, SOURCE_TRAILER):
             found[key.strip()] = value.strip()
     return found

@@ -101,11 +101,11 @@ def _parted(before: dict[Key, float | None], after: dict[Key, float | None], key
     spread = SPREADS.get(key[0])
     if spread is None:
         return True
-    lows = [f.get((spread[0], key[1])) for f in (before, after)]
-    highs = [f.get((spread[1], key[1])) for f in (before, after)]
-    if not all(_known(v) for v in (*lows, *highs)):
+    found = [f.get((name, key[1])) for name in spread for f in (before, after)]
+    values = [v for v in found if v is not None and not math.isnan(v)]
+    if len(values) < len(found):
         return True
-    (old_low, new_low), (old_high, new_high) = lows, highs
+    old_low, new_low, old_high, new_high = values
     return new_low > old_high * NOISE_FACTOR or old_low > new_high * NOISE_FACTOR
 
 
