@@ -19,7 +19,7 @@ CONTROL_SIZES ?= --size 32K
 # --full-prefills times every step to its end (the default stops a step whose output nothing needs at its count)
 RUN_FLAGS ?=
 
-.PHONY: lint setup llama-server qemu chromium site-assets bench nightly nightly-demo test models archs real-model clean-results \
+.PHONY: lint setup llama-server qemu chromium site-assets bench nightly nightly-demo history test models archs real-model clean-results \
 	cuda-build-check gpu-check-bundle gpu-check
 
 setup: $(STAMP) llama-server
@@ -90,6 +90,13 @@ nightly: setup site-assets
 # does not need the pinned default build.
 nightly-demo: $(STAMP) site-assets
 	$(BIN)/python tools/nightly_demo.py
+
+# llama.cpp's real history (tools/history.py): the nightly over 30 published builds from b9093 to b11434 (HISTORY_BUILDS),
+# report A's steps, the growth chat, restore and the RAM cache at 8K on the tiny hybrid and the control, every count
+# that changed bisected to its first build; results/history/history.md and the site in results/history/html. Hours
+# on 2 cores (docs/measured.md); not part of `make test`.
+history: $(STAMP) site-assets
+	$(BIN)/python tools/history.py
 
 # The CUDA build without a GPU or a CUDA install: the pinned llama.cpp for CUDA 13 and sm_90 (H100/H200) with
 # NVIDIA's toolkit wheels from PyPI (reusebench/llama/cuda.py). 41 min 53 s on 2 cores (docs/measured.md); not part of `make test`.

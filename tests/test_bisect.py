@@ -19,6 +19,8 @@ from reusebench.bisect.builds import pull_requests
 from reusebench.bisect.search import BisectError
 from reusebench.llama import build, published, sources
 
+from conftest import load_tool
+
 KEY = bisect.FigureKey("default", "2K", "reask/new question", "tokens")
 OTHER = bisect.FigureKey("default", "2K", "resend/same prompt", "tokens")
 
@@ -161,3 +163,14 @@ def test_bisect_of_a_clone_finds_the_planted_commit(tmp_path: Path, capsys: pyte
     # moves with the count on the changed builds
     assert changed[("reask/new question", "deviation")][1::2] == (0, -256)
     assert (results / "bisect").is_dir() and json.loads(next((results / "bisect").glob("*/bisect.json")).read_text())
+
+
+def test_the_history_spreads_its_builds_over_the_published_list() -> None:
+    history = load_tool("history")
+    numbers = tuple(range(100, 200, 3))  # 34 published builds
+    chosen = history.spread(numbers, 5)
+    assert chosen == [100, 124, 148, 175, 199]  # positions 0, 8, 16, 25, 33 of 34: both ends, evenly between
+    assert history.spread(numbers, 50) == list(numbers)
+    # asv needs dates; they follow the build numbers, so the graph's order is the builds' order
+    assert history.tree(9093).date < history.tree(9094).date < history.tree(11434).date
+    assert history.tree(11434).release == build.PINNED  # the newest is the default build's sdist

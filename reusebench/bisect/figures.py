@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import NamedTuple, TextIO
 
 from reusebench import records
+from reusebench.bisect.builds import Builds, Point
 from reusebench.config import profiles, scenarios, sizes
+from reusebench.llama import build
 from reusebench.run import runner
 from reusebench.run.selection import Selection
 
@@ -52,6 +54,17 @@ class Measurement:
     not_applicable: dict[str, str] = field(default_factory=dict)  # variant -> why this build cannot run it
     failed: str | None = None  # why no figure can be taken (a failed build or session): skip this build
     run: str | None = None  # the run directory of its records
+
+
+def measure_build(builds: Builds, point: Point, probe: Probe, out: TextIO) -> Measurement:
+    """Build `point` (cached) and run `probe` on it; a tree that does not build is skipped, as `git bisect skip`
+    would."""
+    print(f"bisect: measuring {point.name}", file=out, flush=True)
+    try:
+        binary = builds.binary(point, lambda message: print(message, file=out, flush=True))
+    except build.BuildError as exc:
+        return Measurement({}, failed=f"does not build: {str(exc).splitlines()[0]}")
+    return measure(probe, binary, out)
 
 
 def measure(probe: Probe, binary: Path, out: TextIO) -> Measurement:

@@ -7,7 +7,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
 
 from tabulate import tabulate
 
@@ -18,7 +17,6 @@ from reusebench.bisect.search import BisectError
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import scenarios, sizes
-from reusebench.llama import build
 from reusebench.run.recording import new_run_id
 
 DEFAULT_PROFILE = "tiny-qwen35"  # report A's hybrid as a tiny model: counts as on the 30B, in seconds per build
@@ -40,7 +38,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     print(f"bisect: {len(points)} builds from {points[0].name} to {points[-1].name}; profile {args.profile}, "
           f"{', '.join(map(_size, probe.sizes))}, {len(probe.scenarios)} scenario(s)", file=out, flush=True)
     started = time.monotonic()
-    search = bisect.Search(points, lambda point: _measure(builds, point, probe, out))
+    search = bisect.Search(points, lambda point: bisect.measure_build(builds, point, probe, out))
     try:
         differing = search.differing()
         keys = [key for key in differing if _chosen(key, wanted)]
@@ -57,18 +55,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     print(f"\n{len(search.measured)} of {len(points)} builds measured in {seconds:.0f} s; summary: {kept}",
           file=out)
     return Exit.FINDING if changes else Exit.OK
-
-
-def _measure(builds: bisect.Builds, point: bisect.Point, probe: bisect.Probe, out: TextIO) -> bisect.Measurement:
-    def progress(message: str) -> None:
-        print(message, file=out, flush=True)
-
-    print(f"bisect: measuring {point.name}", file=out, flush=True)
-    try:
-        binary = builds.binary(point, progress)
-    except build.BuildError as exc:  # a tree that does not build is skipped, as `git bisect skip` would
-        return bisect.Measurement({}, failed=f"does not build: {str(exc).splitlines()[0]}")
-    return bisect.measure(probe, binary, out)
 
 
 def _chosen(key: bisect.FigureKey, wanted: list[tuple[str, str | None]]) -> bool:

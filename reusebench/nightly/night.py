@@ -40,6 +40,7 @@ class NightOptions:
     pull: bool = True
     dry_run: bool = False
     env: dict[str, str] = field(default_factory=dict)  # on top of this process's environment, for asv
+    bench: str | None = None  # only the benchmarks this regular expression matches (asv run --bench)
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ def run_night(options: NightOptions, out: TextIO = sys.stderr) -> Night:
             (cfg.results / HASH_FILE).write_text("".join(f"{c}\n" for c in chosen))
             asv(cfg.path, env, out, "machine", "--yes", "--machine", options.machine)
             status = asv(cfg.path, env, out, "run", f"HASHFILE:{cfg.results / HASH_FILE}", "--machine", options.machine,
-                          "--skip-existing-commits", "--show-stderr", log=_log_path(cfg))
+                          "--skip-existing-commits", "--show-stderr",
+                          *(("--bench", options.bench) if options.bench else ()), log=_log_path(cfg))
         publish(cfg.path, env, out)
         night = Night(tuple(chosen), status, cfg.html, time.monotonic() - started)
         with open(cfg.results / LOG_FILE, "a") as log:

