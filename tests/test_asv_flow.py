@@ -326,10 +326,24 @@ def test_two_nightlies_measure_one_new_commit_each_and_compare_flags_the_regress
     night = ("nightly", "--repo", str(repo), "--results", str(nights), "--machine", MACHINE)
     planned = reusebench(env, *night).splitlines()  # the plan comes first, on stdout
     assert planned[0].startswith("nightly plan: 1 commit(s)") and planned[1].split()[0] == first[:12]
-    second = disable_checkpoints(repo)
-    planned = reusebench(env, *night).splitlines()  # the night after: only the commit it has not measured
+    # Between the two nights: checkpoints off, then a commit that changes nothing; the night measures the newest
+    # alone (--max-commits 1), finds the re-ask's count changed since the last night, and bisects the three
+    # commits to the one that changed it.
+    off = disable_checkpoints(repo)
+    (repo / "README").write_text("a change that changes no count\n")
+    git(repo, "add", "README")
+    git(repo, "commit", "-q", "-m", "docs : a readme")
+    second = git(repo, "rev-parse", "HEAD")
+    planned = reusebench(env, *night, "--max-commits", "1").splitlines()  # only the newest commit not measured
     assert planned[0].startswith("nightly plan: 1 commit(s)") and planned[1].split()[0] == second[:12]
     assert planned[-1].startswith("time: about ")  # timed by the first night
+    found = json.loads((nights / "nightly.jsonl").read_text().splitlines()[-1])["first_changes"]
+    reask_tokens = next(c for c in found if (c["step"], c["kind"]) == (REASK, "tokens"))
+    assert (reask_tokens["last_held"], reask_tokens["first_changed"]) == (first[:10], off[:10])
+    assert reask_tokens["commits"] == [f"{off[:7]} checkpoints off"] and reask_tokens["branch"] == "master"
+    assert reask_tokens["held_value"] <= 600 and reask_tokens["changed_value"] >= 2048
+    page = (nights / "html" / "first-changes.html").read_text()
+    assert f"<td>{off[:10]}</td>" in page and "checkpoints off" in page
 
     before, after = stored(nights / "asv", first), stored(nights / "asv", second)
     sized = ("'2K'", repr(VARIANT))
@@ -360,8 +374,8 @@ def test_two_nightlies_measure_one_new_commit_each_and_compare_flags_the_regress
     assert reasks[1].cause["forced_full"] and reasks[1].cause_expected.startswith("restored checkpoint at")
     # A scenario that does not apply to the variant (no sleep-idle-seconds) is n/a, not a failure.
     assert math.isnan(after[("reuse.ReprocessedTokens.track_reprocessed_tokens", (*sized, repr(AFTER_SLEEP)))])
-    # Both binaries came from the build cache `reusebench build` keeps per commit.
-    assert {p.name.split("-")[0] for p in (tmp_path / "builds").glob("*-*")} == {first[:12], second[:12]}
+    # Every binary came from the build cache `reusebench build` keeps per commit: the nights' two, the bisect's third.
+    assert {p.name.split("-")[0] for p in (tmp_path / "builds").glob("*-*")} == {first[:12], off[:12], second[:12]}
 
     # Checkpoints off re-processes the whole prompt at the re-ask: a count, so the noise rule flags any change.
     compared = reusebench(env, "compare", first, second, "--results", str(nights), "--json", status=1)

@@ -21,6 +21,7 @@ Every build compiles in the one staged tree through the compiler cache; a second
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -30,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from reusebench import bisect, nightly
+from reusebench.bisect import report
 from reusebench.config import sizes
 from reusebench.llama import build, published
 from reusebench.nightly import stand_in
@@ -64,13 +66,6 @@ def tree(number: int) -> stand_in.ReleasedTree:
     return stand_in.ReleasedTree(release, f"{release.package}-{release.version}", date.isoformat(timespec="seconds"))
 
 
-def counts_changed(results: Path, machine: str, before: str, after: str) -> list[str]:
-    """The counts `reusebench compare` finds changed between two commits (times, context and failures aside)."""
-    changes = asv_results.compare(asv_results.stored(results, before, machine), asv_results.stored(results, after, machine))
-    return [f"{c.key[0].rsplit('.', 1)[-1]} {', '.join(p.strip(chr(39)) for p in c.key[1])}" for c in changes
-            if c.kind != "busy" and not asv_results.is_noisy(c.key[0]) and c.before is not None and c.after is not None]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HISTORY_DIR)
@@ -94,18 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         probe = bisect.Probe(profile, (variant,), (sizes.parse_size(SIZE),), SCENARIOS, verify=True,
                              results=out / "records")
         for (older, newer), (before, after) in zip(zip(chosen, chosen[1:]), zip(commits, commits[1:])):
-            if not counts_changed(out / "asv", machine, before, after):
+            if not asv_results.count_changes(asv_results.stored(out / "asv", before, machine),
+                                             asv_results.stored(out / "asv", after, machine)):
                 continue
             say(f"history: {profile} changed between b{older} and b{newer}: bisecting")
             builds = bisect.PublishedBuilds(older, newer, numbers)
-            search = bisect.Search(builds.points, lambda point, builds=builds, probe=probe: bisect.measure_build(
-                builds, point, probe, sys.stderr))
-            for key in search.differing():
-                change = search.find(key)
-                found.append({"profile": profile, "figure": str(key), "last_held": change.held.name,
-                              "held_value": change.held_value, "first_changed": change.changed.name,
-                              "changed_value": change.changed_value, "skipped": [p.name for p in change.skipped],
-                              "builds_measured": len(search.measured)})
+            search = bisect.Search(builds.points, functools.partial(bisect.measure_build, builds, probe=probe,
+                                                                    out=sys.stderr))
+            found += [{"profile": profile, **report.change_record(builds, search.find(key))}
+                      for key in search.differing()]
     (out / "history.json").write_text(json.dumps({"builds": [f"b{n}" for n in chosen], "changes": found,
                                                   "seconds": round(time.monotonic() - started)}, indent=2) + "\n")
     table = render(found)
@@ -117,11 +109,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render(found: list[dict]) -> str:
-    lines = ["| profile | figure | last held | value | first changed | value | skipped |", "|---|---|---|---|---|---|---|"]
+    lines = ["| profile | step | figure | where | last held | value | first changed | value | skipped |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for c in found:
         value = ["n/a" if v is None else f"{v:,}" for v in (c["held_value"], c["changed_value"])]
-        lines.append(f"| {c['profile']} | {c['figure']} | {c['last_held']} | {value[0]} | {c['first_changed']} | "
-                     f"{value[1]} | {', '.join(c['skipped'])} |")
+        lines.append(f"| {c['profile']} | {c['step']} | {c['kind']} | {c['variant']} @ {c['size']} | {c['last_held']} | "
+                     f"{value[0]} | {c['first_changed']} | {value[1]} | {', '.join(c['skipped'])} |")
     return "\n".join(lines)
 
 

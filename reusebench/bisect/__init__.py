@@ -7,7 +7,7 @@ change, with the commits between the two builds where a clone has them.
 
 from reusebench.bisect.builds import Builds, CloneBuilds, Point, PublishedBuilds
 from reusebench.bisect.figures import FigureKey, Measurement, Probe, measure, measure_build
-from reusebench.bisect.search import Change, Search
+from reusebench.bisect.search import BisectError, Change, Search
 
-__all__ = ["Builds", "Change", "CloneBuilds", "FigureKey", "Measurement", "Point", "Probe", "PublishedBuilds",
+__all__ = ["BisectError", "Builds", "Change", "CloneBuilds", "FigureKey", "Measurement", "Point", "Probe", "PublishedBuilds",
            "Search", "measure", "measure_build"]

@@ -8,10 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from tabulate import tabulate
-
 from reusebench import bisect
-from reusebench.bisect.builds import pull_requests
+from reusebench.bisect import report
 from reusebench.bisect.figures import KINDS
 from reusebench.bisect.search import BisectError
 from reusebench.cli import common
@@ -49,9 +47,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return common.interrupted(lambda: f"interrupted after {len(search.measured)} build(s); every server stopped")
     seconds = time.monotonic() - started
-    summary = _summary(builds, search, changes, seconds)
+    summary = report.summary(builds, search, changes, seconds)
     kept = _keep(Path(args.results), summary)
-    print(json.dumps(summary, indent=2) if args.json else render(summary), flush=True)
+    print(json.dumps(summary, indent=2) if args.json else report.render(summary["changes"], points[0].name,
+                                                                          points[-1].name), flush=True)
     print(f"\n{len(search.measured)} of {len(points)} builds measured in {seconds:.0f} s; summary: {kept}",
           file=out)
     return Exit.FINDING if changes else Exit.OK
@@ -61,54 +60,11 @@ def _chosen(key: bisect.FigureKey, wanted: list[tuple[str, str | None]]) -> bool
     return not wanted or any(key.step == step and (kind is None or key.kind == kind) for step, kind in wanted)
 
 
-def _summary(builds: bisect.Builds, search: bisect.Search, changes: list[bisect.Change], seconds: float) -> dict:
-    measured = sorted(search.measured)
-    return {
-        "builds": [p.name for p in builds.points],
-        "measured": [{"build": builds.points[i].name, "failed": search.measured[i].failed,
-                      "not_applicable": search.measured[i].not_applicable, "run": search.measured[i].run}
-                     for i in measured],
-        "seconds": round(seconds, 1),
-        "changes": [_change(builds, change) for change in changes],
-    }
-
-
-def _change(builds: bisect.Builds, change: bisect.Change) -> dict:
-    commits = builds.between(change.held, change.changed)
-    return {"figure": str(change.key), "variant": change.key.variant, "size": change.key.size,
-            "step": change.key.step, "kind": change.key.kind,
-            "last_held": change.held.name, "held_value": change.held_value,
-            "first_changed": change.changed.name, "changed_value": change.changed_value,
-            "skipped": [p.name for p in change.skipped], "commits": commits,
-            "pull_requests": pull_requests(commits)}
-
-
-def render(summary: dict) -> str:
-    """The changes as a table, then per pair of builds the commits between them."""
-    if not summary["changes"]:
-        return (f"{summary['builds'][0]} -> {summary['builds'][-1]}: every figure the same; nothing to bisect")
-    rows = [[c["step"], c["kind"], f"{c['variant']} @ {c['size']}", c["last_held"], _value(c["held_value"]),
-             c["first_changed"], _value(c["changed_value"]), ", ".join(c["skipped"])] for c in summary["changes"]]
-    lines = [tabulate(rows, headers=["step", "figure", "where", "last held", "", "first changed", "", "skipped"],
-                      tablefmt="github")]
-    pairs = dict.fromkeys((c["last_held"], c["first_changed"]) for c in summary["changes"])
-    for held, changed in pairs:
-        commits = next(c["commits"] for c in summary["changes"] if (c["last_held"], c["first_changed"]) == (held, changed))
-        lines.append(f"\n{held} -> {changed}: " + (f"{len(commits)} commit(s)" if commits else
-                     "its commits: `git log --first-parent " f"{held}..{changed}` in a llama.cpp clone"))
-        lines += [f"  {subject}" for subject in commits]
-    return "\n".join(lines)
-
-
 def _keep(results: Path, summary: dict) -> Path:
     path = results / "bisect" / new_run_id() / SUMMARY_FILE
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(summary, indent=2) + "\n")
     return path
-
-
-def _value(value: int | None) -> str:
-    return "n/a" if value is None else f"{value:,}"
 
 
 def _size(tokens: int) -> str:

@@ -20,8 +20,8 @@ class Exit(IntEnum):
 MEANING = {
     Exit.OK: "done; nothing failed (with check --strict: every option ACTIVE or UNVERIFIED)",
     Exit.FINDING: "done, and it found a failure: a session or workload failed, a check verdict failed (UNSAFE or "
-                  "UNSUPPORTED; with --strict also DISABLED or INEFFECTIVE), compare found a regression, a build or "
-                  "a nightly benchmark failed",
+                  "UNSUPPORTED; with --strict also DISABLED or INEFFECTIVE), compare found a regression, bisect found "
+                  "a changed figure, a build or a nightly benchmark failed",
     Exit.USAGE: "the command line is wrong (argparse's usage error), or what it names is not there",
     Exit.CONFIG: "a file it reads is wrong: a profile, corpus, workload, asv config, llama-server binary or a "
                  "REUSEBENCH_ASV_* variable; the message names the file and field",

@@ -21,7 +21,7 @@ NIGHTLY_RESULTS = Path("results") / "llama"
 def cmd_nightly(args: argparse.Namespace) -> int:
     options = nightly.NightOptions(config=args.config, results=args.results, machine=args.machine, repo=args.repo,
                                    branches=tuple(args.branch or ()), max_commits=args.max_commits,
-                                   pull=not args.no_pull, dry_run=args.dry_run)
+                                   pull=not args.no_pull, dry_run=args.dry_run, bisect=not args.no_bisect)
     out = common.progress(args)
     try:
         night = nightly.run_night(options, out)
@@ -35,7 +35,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         return common.interrupted(lambda: f"interrupted: asv stopped; what it measured is under {args.results}/asv")
     if args.dry_run:
         return Exit.OK
-    print(f"nightly: {len(night.commits)} commit(s) measured in {night.seconds:.0f} s; site: {night.html / 'index.html'} "
+    print(f"nightly: {len(night.commits)} commit(s) measured in {night.seconds:.0f} s, {len(night.first_changes)} "
+          f"count(s) changed since the last night; site: {night.html / 'index.html'} "
           f"(`reusebench site --results {args.results} --serve`)", file=out)
     return Exit.FINDING if night.asv_status else Exit.OK
 
@@ -46,8 +47,9 @@ def add_nightly(sub: common.Subparsers) -> None:
         "The nightly for a GPU box (docs/nightly.md; a systemd timer ships in tools/systemd/). Under a lock on the "
         "results directory: pulls the llama.cpp clone, picks per branch the commits after the newest one measured "
         "(none measured: the newest; at most --max-commits), prints the plan and its cost, then asv builds each with "
-        "`reusebench build` and runs benchmarks/ on it, and publishes the site. Everything goes under --results: "
-        "asv/ (results), html/ (site), env/, records/, logs/, nightly.jsonl (one line per night). What runs is the "
+        "`reusebench build` and runs benchmarks/ on it; where a count changed since the last night, bisects the "
+        "commits between to the first that changed it; and publishes the site. Everything goes under --results: "
+        "asv/ (results), html/ (site), env/, records/, bisect/, logs/, nightly.jsonl (one line per night). What runs is the "
         "REUSEBENCH_ASV_* selection (docs/environment.md).")
     parser.add_argument("--config", type=Path, default=nightly.CHECKOUT / nightly.CONFIG_FILE,
                         help=f"the asv config to derive from (default: {nightly.CONFIG_FILE} in the reusebench checkout)")
@@ -60,6 +62,8 @@ def add_nightly(sub: common.Subparsers) -> None:
     parser.add_argument("--machine", default=platform.node(), help="asv's machine name (default: this host's name)")
     parser.add_argument("--no-pull", action="store_true", help="measure the clone as it is")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and its cost, then stop")
+    parser.add_argument("--no-bisect", action="store_true", help="where a count changed since the last night, do "
+                        "not bisect the commits between (by default the first one that changed it is named)")
     parser.set_defaults(func=cmd_nightly)
 
 

@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from reusebench.bisect import report
 from reusebench.config import asv_selection, profiles
 from reusebench.llama import binaries
-from reusebench.nightly import commits, config, lock
+from reusebench.nightly import bisection, commits, config, lock
 from reusebench.report import site
 from reusebench.run import runner
 from reusebench.run.selection import Selection
@@ -41,6 +42,7 @@ class NightOptions:
     dry_run: bool = False
     env: dict[str, str] = field(default_factory=dict)  # on top of this process's environment, for asv
     bench: str | None = None  # only the benchmarks this regular expression matches (asv run --bench)
+    bisect: bool = True  # where a count changed since the last night, find the first commit that changed it
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Night:
     asv_status: int | None
     html: Path
     seconds: float
+    first_changes: tuple[dict[str, Any], ...] = ()  # per count changed since the last night: its first commit
 
 
 def run_night(options: NightOptions, out: TextIO = sys.stderr) -> Night:
@@ -74,12 +77,17 @@ def run_night(options: NightOptions, out: TextIO = sys.stderr) -> Night:
             status = asv(cfg.path, env, out, "run", f"HASHFILE:{cfg.results / HASH_FILE}", "--machine", options.machine,
                           "--skip-existing-commits", "--show-stderr",
                           *(("--bench", options.bench) if options.bench else ()), log=_log_path(cfg))
+        found = bisection.first_changes(cfg.repo, cfg.branches, chosen, done, cfg.asv_results, options.machine, env,
+                                        cfg.results, out) if chosen and options.bisect else []
+        if found:
+            print(report.render(found, "last night", "tonight"), file=out, flush=True)
         publish(cfg.path, env, out)
-        night = Night(tuple(chosen), status, cfg.html, time.monotonic() - started)
+        night = Night(tuple(chosen), status, cfg.html, time.monotonic() - started, tuple(found))
         with open(cfg.results / LOG_FILE, "a") as log:
             log.write(json.dumps({"ended": datetime.now(UTC).isoformat(timespec="seconds"),
                                   "commits": list(chosen), "asv_run_status": status,
-                                  "seconds": round(night.seconds, 1)}) + "\n")
+                                  "seconds": round(night.seconds, 1), "first_changes": found}) + "\n")
+        bisection.write_page(cfg.html, _nights(cfg.results / LOG_FILE))
         return night
 
 
@@ -110,8 +118,12 @@ def estimate(chosen: Sequence[str], cfg: config.NightlyConfig, env: dict[str, st
     return "\n".join(lines)
 
 
+def _nights(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
+
+
 def _last_seconds_per_commit(log: Path) -> float | None:
-    nights = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
+    nights = _nights(log)
     measuring = [n for n in nights if n.get("commits")]
     return measuring[-1]["seconds"] / len(measuring[-1]["commits"]) if measuring else None
 

@@ -83,6 +83,12 @@ def compare(before: dict[Key, float | None], after: dict[Key, float | None]) -> 
     return sorted(changes, key=lambda c: order[c.kind])
 
 
+def count_changes(before: dict[Key, float | None], after: dict[Key, float | None]) -> list[Change]:
+    """The changes of counts alone (what a bisect can find): no time, no context, no failure on either side."""
+    return [c for c in compare(before, after)
+            if c.kind != "busy" and not is_noisy(c.key[0]) and c.before is not None and c.after is not None]
+
+
 def _known(value: float | None) -> bool:
     return value is not None and not math.isnan(value)
 
