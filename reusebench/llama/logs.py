@@ -44,8 +44,8 @@ EVENT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("slot_skipped_empty", r"- skipping, slot is empty"),
     ("slot_similarity_checked", r"- checking sim = {f_sim:f} \({lcp}/{n_tokens}\) > {threshold:f}"),
     ("slot_selected_by_id", r"selected slot by id \({requested}\)"),
-    ("slot_selected_by_lcp",
-     r"selected slot by LCP similarity, f_sim_best = {f_sim:f} \(> {threshold:f} thold\), f_keep = {f_keep:f}"),
+    ("slot_selected_by_lcp",  # "sim_best" in b10159 and older, "f_sim_best" by b10218
+     r"selected slot by LCP similarity, (?:f_)?sim_best = {f_sim:f} \(> {threshold:f} thold\), f_keep = {f_keep:f}"),
     ("slot_selected_by_lru", r"selected slot by LRU, t_last = {t_last}"),
     ("lora_cache_cleared", r"clearing cache for lora change\. {loras_before} loras -> {loras_after} loras"),
     ("processing_task", r"processing task, is_child = {is_child}"),
@@ -67,7 +67,7 @@ EVENT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("need_one_token",
      r"need to evaluate at least 1 token for each active slot \(n_past = {n_past}, task\.n_tokens\(\) = {n_tokens}\)"),
     ("n_past_set", r"n_past was set to {n_past}"),
-    ("cached_tokens", r"cached n_tokens = {n_tokens}, memory_seq_rm \[{seq_rm_from}, end\)"),
+    ("cached_tokens", r"(?:cached )?n_tokens = {n_tokens}, memory_seq_rm \[{seq_rm_from}, end\)"),  # "cached" since b9246
     ("checkpoint_created",
      r"created context checkpoint {index} of {max} \(pos_min = {pos_min}, pos_max = {pos_max}, "
      r"n_tokens = {n_tokens}, size = {size_mib:f} MiB\)"),
@@ -99,9 +99,10 @@ EVENT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("ram_cache_updating", r"updating prompt cache"),
     ("ram_prompt_saved",
      r"- saving prompt with length {n_tokens}, total state size = {size_mib:f} MiB(?: \(draft: {draft_mib:f} MiB\))?"),
-    ("ram_lookup", r"- looking for better prompt, base f_keep = {f_keep:f}, f_sim = {f_sim:f}"),
+    # "sim" in b10159 and older, "f_sim" by b10218 (the candidate lines came with it)
+    ("ram_lookup", r"- looking for better prompt, base f_keep = {f_keep:f}, (?:f_)?sim = {f_sim:f}"),
     ("ram_candidate", r"- prompt with length {n_tokens}, lcp = {lcp}, f_keep = {f_keep:f}, f_sim = {f_sim:f}"),
-    ("ram_prompt_found", r"- found better prompt with f_keep = {f_keep:f}, f_sim = {f_sim:f}"),
+    ("ram_prompt_found", r"- found better prompt with f_keep = {f_keep:f}, (?:f_)?sim = {f_sim:f}"),
     ("ram_entry_evicted_for_room",
      r"- making room for prompt cache entry, removing oldest entry \(size = {size_mib:f} MiB\)"),
     ("ram_entry_evicted_over_limit", r"- cache size limit reached, removing oldest entry \(size = {size_mib:f} MiB\)"),
