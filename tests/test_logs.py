@@ -1,5 +1,7 @@
 """reusebench.llama.logs against real llama-server logs (tests/data/logs, captured at -lv 4 from build 7e4c0a9 on the tiny
-models) and against the formats the reference documents but the captures did not show."""
+models, and b9873_hybrid from published build b9873, whose RAM cache and slot selection lines spell "sim" and
+"sim_best" where b11434 spells "f_sim" and "f_sim_best") and against the formats the reference documents but the
+captures did not show."""
 
 from __future__ import annotations
 
@@ -62,6 +64,11 @@ EXPECTED_SUMMARIES = {
     ("llama", "cut"): "cache-reuse shifted 1 chunk(s)",
     ("np_auto", "b"): "no reuse",
     ("mmproj", "n_cache_reuse"): "restored checkpoint at n_tokens=628",
+    # b9873: the checkpoint 4 tokens before the end was not made (within --checkpoint-min-step of the one 4 + 512
+    # before it, llama.cpp #25472), so a resend returns to 2,069 - 516 = 1,553
+    ("b9873_hybrid", "resend"): "restored checkpoint at n_tokens=1553",
+    ("b9873_hybrid", "back_to_first"): "found in RAM cache (f_keep=0.997, f_sim=1.000), restored checkpoint at n_tokens=1553",
+    ("b9873_hybrid", "next_turn"): "found in RAM cache (f_keep=1.000, f_sim=0.990)",
 }
 
 ALL_STEPS = [(name, step) for name in FIXTURES for step in _steps(name)]
