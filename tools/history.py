@@ -69,12 +69,19 @@ def tree(number: int) -> stand_in.ReleasedTree:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HISTORY_DIR)
-    parser.add_argument("--builds", type=int, default=int(os.environ.get("HISTORY_BUILDS", "30")))
+    parser.add_argument("--builds", type=int, default=int(os.environ.get("HISTORY_BUILDS", "30")),
+                        help="how many published builds the nightly measures (default 30, $HISTORY_BUILDS)")
+    parser.add_argument("--first", type=int, default=int(os.environ.get("HISTORY_FIRST", FIRST)),
+                        help=f"the oldest build (default b{FIRST}, $HISTORY_FIRST)")
+    parser.add_argument("--last", type=int, default=int(os.environ.get("HISTORY_LAST", LAST)),
+                        help=f"the newest build (default b{LAST}, $HISTORY_LAST)")
     args = parser.parse_args(argv)
+    if args.builds < 2:
+        parser.error("--builds: at least 2, the first and the last")
     started = time.monotonic()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    numbers = tuple(n for n in published.available() if FIRST <= n <= LAST)
+    numbers = tuple(published.window(published.available(), args.first, args.last, ("--first", "--last")))
     chosen = spread(numbers, args.builds)
     say(f"history: {len(chosen)} of {len(numbers)} published builds: {' '.join(f'b{n}' for n in chosen)}")
     commits, _ = stand_in.assemble(out / "llama.cpp", tuple(tree(n) for n in chosen), (), say)
@@ -85,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                build.JOBS_ENV: os.environ.get(build.JOBS_ENV, "2")}
         nightly.run_night(nightly.NightOptions(
             config=REPO / nightly.CONFIG_FILE, results=out, machine=machine, repo=out / "llama.cpp",
-            branches=("master",), max_commits=len(chosen), pull=False, env=env, bench=COUNTS))
+            branches=("master",), max_commits=len(chosen), pull=False, env=env, bench=COUNTS,
+            bisect=False))  # the history bisects every pair of neighbours itself, below
         probe = bisect.Probe(profile, (variant,), (sizes.parse_size(SIZE),), SCENARIOS, verify=True,
                              results=out / "records")
         for (older, newer), (before, after) in zip(zip(chosen, chosen[1:]), zip(commits, commits[1:])):

@@ -40,15 +40,16 @@ def parse_versions(listed: str) -> tuple[int, ...]:
     return tuple(sorted(int(m.group(1)) for word in listed.split(",") if (m := _VERSION.match(word.strip()))))
 
 
-def window(numbers: Sequence[int], good: int, bad: int) -> list[int]:
-    """The published builds from `good` to `bad`, both included; each must be published."""
-    for name, number in (("--good", good), ("--bad", bad)):
+def window(numbers: Sequence[int], good: int, bad: int, names: tuple[str, str] = ("--good", "--bad")) -> list[int]:
+    """The published builds from `good` to `bad`, both included; each must be published (an error names each by
+    `names`, the options that gave them)."""
+    for name, number in zip(names, (good, bad)):
         if number not in numbers:
             near = sorted(numbers, key=lambda n: abs(n - number))[:2]
             raise ValueError(f"{name} b{number}: not a published build ({PACKAGE} {number}.0.0); the nearest: "
                              f"{', '.join(f'b{n}' for n in sorted(near))}")
     if good >= bad:
-        raise ValueError(f"--good b{good} must be older than --bad b{bad}")
+        raise ValueError(f"{names[0]} b{good} must be older than {names[1]} b{bad}")
     return [n for n in numbers if good <= n <= bad]
 
 
