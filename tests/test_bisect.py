@@ -174,3 +174,31 @@ def test_the_history_spreads_its_builds_over_the_published_list() -> None:
     # asv needs dates; they follow the build numbers, so the graph's order is the builds' order
     assert history.tree(9093).date < history.tree(9094).date < history.tree(11434).date
     assert history.tree(11434).release == build.PINNED  # the newest is the default build's sdist
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # Ctrl-C while the second build is measured (raised by a stand-in measurement: a real one needs a build):
+    # exit 130, and bisect.json names the one build measured and says it was interrupted
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    git(clone, "init", "-q", "-b", "master")
+    for n in range(3):
+        (clone / "f").write_text(str(n))
+        git(clone, "add", "f")
+        git(clone, "commit", "-q", "-m", f"c{n}")
+    calls: list[str] = []
+
+    def measure_build(builds, point, probe, out):
+        calls.append(point.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return bisect.Measurement({KEY: 515})
+
+    monkeypatch.setattr(bisect, "measure_build", measure_build)
+    results = tmp_path / "results"
+    assert cli.main(["bisect", "--clone", str(clone), "--good", "HEAD~2", "--bad", "HEAD", "--results",
+                     str(results)]) == 130
+    kept = json.loads(next((results / "bisect").glob("*/bisect.json")).read_text())
+    assert kept["interrupted"] is True and [m["build"] for m in kept["measured"]] == [calls[0]]
+    assert "interrupted after 1 build(s) measured" in capsys.readouterr().err

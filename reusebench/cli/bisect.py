@@ -44,8 +44,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     except BisectError as exc:
         print(f"reusebench bisect: {exc}", file=sys.stderr)
         return Exit.FINDING
-    except KeyboardInterrupt:
-        return common.interrupted(lambda: f"interrupted after {len(search.measured)} build(s); every server stopped")
+    except KeyboardInterrupt:  # what was measured is kept: each build's run, and which builds gave what
+        partial = {**report.summary(builds, search, [], time.monotonic() - started), "interrupted": True}
+        return common.interrupted(lambda: f"interrupted after {len(search.measured)} build(s) measured; every server "
+                                  f"stopped; kept: {_keep(Path(args.results), partial)}")
     seconds = time.monotonic() - started
     summary = report.summary(builds, search, changes, seconds)
     kept = _keep(Path(args.results), summary)
