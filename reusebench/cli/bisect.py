@@ -15,6 +15,7 @@ from reusebench.bisect.search import BisectError
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import scenarios, sizes
+from reusebench.llama import build
 from reusebench.run.recording import new_run_id
 
 DEFAULT_PROFILE = "tiny-qwen35"  # report A's hybrid as a tiny model: counts as on the 30B, in seconds per build
@@ -29,9 +30,13 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                          sizes=tuple(args.size or (DEFAULT_SIZE,)),
                          scenarios=tuple(args.scenario or scenarios.SCENARIO_IDS), verify=not args.no_verify,
                          results=Path(args.results))
-    builds: bisect.Builds = (bisect.CloneBuilds(args.clone, args.good, args.bad) if args.clone else
-                             bisect.PublishedBuilds(_build_number(args.good, "--good"),
-                                                    _build_number(args.bad, "--bad")))
+    try:
+        builds: bisect.Builds = (bisect.CloneBuilds(args.clone, args.good, args.bad) if args.clone else
+                                 bisect.PublishedBuilds(_build_number(args.good, "--good"),
+                                                        _build_number(args.bad, "--bad")))
+    except build.BuildError as exc:  # the published builds could not be listed (PyPI out of reach)
+        print(f"reusebench bisect: {exc}", file=sys.stderr)
+        return Exit.FINDING
     points = builds.points
     print(f"bisect: {len(points)} builds from {points[0].name} to {points[-1].name}; profile {args.profile}, "
           f"{', '.join(map(_size, probe.sizes))}, {len(probe.scenarios)} scenario(s)", file=out, flush=True)
