@@ -31,22 +31,23 @@ def path(progress: Callable[[str], None] = print) -> Path:
     tool = server.with_name(TOOL)
     if tool.is_file():
         return tool
-    tree = build.build_tree(source, args)
-    if not all((tree / library).is_file() for library in LIBRARIES):
-        jobs = int(os.environ.get(build.JOBS_ENV) or os.cpu_count() or 1)
-        build.build_target(source, args, LIBRARY_TARGET, jobs=jobs, progress=progress,
-                           what=f"{source.label} for {TOOL}")
     compiler = shutil.which("c++") or shutil.which("g++")
     if compiler is None:
         raise build.BuildError(f"no C++ compiler to build {TOOL} (apt-get install g++)")
-    includes = [source.tree / "common", source.tree / "include", source.tree / "ggml" / "include", source.tree / "src",
-                source.tree / "vendor"]
-    partial = tool.with_name(f"{TOOL}.partial")
-    argv = [compiler, "-O1", "-std=c++17", "-DGGML_USE_CPU", *[f"-I{include}" for include in includes],
-            str(source.tree / "tests" / f"{TOOL}.cpp"), "-o", str(partial),
-            *[str(tree / library) for library in LIBRARIES], "-ldl", "-lm", "-fopenmp", "-lpthread"]
-    progress(f"compiling {TOOL} of {source.label} against its llama-server's libraries")
-    done = subprocess.run(argv, capture_output=True, text=True)
+    with build.staged(source) as copy:  # the server's build tree holds the libraries, of this tree while held
+        tree = build.build_tree(copy, args)
+        jobs = int(os.environ.get(build.JOBS_ENV) or os.cpu_count() or 1)
+        # up to date after the server's own build (ninja does nothing); after another tree's, its objects are
+        # the compiler cache's
+        build.build_target(copy, args, LIBRARY_TARGET, jobs=jobs, progress=progress, what=f"{source.label} for {TOOL}")
+        includes = [copy.tree / "common", copy.tree / "include", copy.tree / "ggml" / "include", copy.tree / "src",
+                    copy.tree / "vendor"]
+        partial = tool.with_name(f"{TOOL}.partial")
+        argv = [compiler, "-O1", "-std=c++17", "-DGGML_USE_CPU", *[f"-I{include}" for include in includes],
+                str(copy.tree / "tests" / f"{TOOL}.cpp"), "-o", str(partial),
+                *[str(tree / library) for library in LIBRARIES], "-ldl", "-lm", "-fopenmp", "-lpthread"]
+        progress(f"compiling {TOOL} of {source.label} against its llama-server's libraries")
+        done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise build.BuildError(f"compiling {TOOL} failed: {done.stderr.strip()[-1200:]}")
     partial.replace(tool)

@@ -19,6 +19,7 @@ the same build returns the cached binary.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -30,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,9 +203,17 @@ def build(source: Source, args: Sequence[str], *, flavor: str = "cpu", jobs: int
         return binary
     if not (source.tree / "CMakeLists.txt").is_file():
         raise BuildError(f"{source.tree}: no CMakeLists.txt; is it a llama.cpp tree?")
-    with staging.staged(source.tree, cache_root() / STAGED) as tree:
-        return _compile(dataclasses.replace(source, tree=tree), args, flavor=flavor, jobs=jobs, details=details,
+    with staged(source) as copy:
+        return _compile(copy, args, flavor=flavor, jobs=jobs, details=details,
                         info=arch_source.build_info(source.tree), progress=progress)
+
+
+@contextlib.contextmanager
+def staged(source: Source) -> Iterator[Source]:
+    """`source` in the staged copy every build compiles (`staging`), held until the block ends: build there, and
+    take what was built, before another build restages it."""
+    with staging.staged(source.tree, cache_root() / STAGED) as tree:
+        yield dataclasses.replace(source, tree=tree)
 
 
 def _compile(staged: Source, args: Sequence[str], *, flavor: str, jobs: int | None,
