@@ -26,6 +26,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from reusebench import records
 from reusebench.capability import build
 from reusebench.config import profiles
+from reusebench.machine import host
 from reusebench.report import replay_report
 from reusebench.run.recording import RunDir
 from reusebench.run.replay import Replay, ReplayMode, resolve_for_trace
@@ -65,13 +66,16 @@ def _replay() -> dict[str, Any]:
     with records.RecordWriter(run.records_path) as writer:
         Replay(trace_prompts(trace, blocks), blocks, resolve_for_trace(variant, build.of(variant.binary), trace), writer, run=run,
                trace_name=whole.name, mode=ReplayMode(), out=io.StringIO()).run()
+    # the last minute's load, as the replay ends: other work beside it makes its seconds noise
+    busy = host.under_load(host.capture().to_dict()) is not None
     kept = records.read_records(run.records_path)
     print(replay_report.render(kept), file=sys.stderr)
     (found,) = replay_report.figures(kept)
     if found.failed:
         raise RuntimeError(f"replay of {TRACE}: {found.failed} request(s) failed")
     return {"measured": found.measured, "expected": found.expected, "ideal": found.ideal,
-            "over ideal": found.measured - found.ideal, "prefill": found.prefill_s, "prefill over ideal": found.excess_s}
+            "over ideal": found.measured - found.ideal, "prefill": found.prefill_s, "prefill over ideal": found.excess_s,
+            "busy": int(busy)}
 
 
 def _setup_cache(self: object) -> dict[str, Any]:
@@ -99,6 +103,19 @@ class TraceReplay:
 
     def track_reprocessed_tokens(self, figures: dict[str, Any], name: str) -> float:
         return _figure(figures, name)
+
+
+class TraceReplayBusy:
+    """1 where other work loaded the machine as the replay ended (a 1-minute load average above one task per core
+    plus 0.5), else 0: the replay's seconds are noise then, and `reusebench compare` does not judge them. Context."""
+
+    unit = "flag"
+    version = "1"
+    timeout = 1800
+    setup_cache = _setup_cache
+
+    def track_busy(self, figures: dict[str, Any]) -> float:
+        return _figure(figures, "busy")
 
 
 class TraceReplaySeconds:

@@ -108,6 +108,7 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "service.WorkloadInterference.track_other_users_ms",
         "replay.TraceReplay.track_reprocessed_tokens",
         "replay.TraceReplaySeconds.track_prefill_seconds",
+        "replay.TraceReplayBusy.track_busy",
     }
     # One session per commit feeds every figure; the option check and the two workloads are their own runs.
     own_runs = ("verdicts.", "service.", "replay.")

@@ -5,10 +5,11 @@ verdict codes: the same build and inputs give the same count on every run), so a
 of one is real; a time moves with the machine, and the harness's own budget with where a
 stopped step's last batch lands (2,048 or 4,096 tokens from run to run), so those count
 as changed only beyond asv's own default factor, 10%, and beyond the spread the runs
-measured themselves (repeated first loads: the ranges must part by the factor); a time of
-a step that either run took on a busy machine (other work loading it: MachineBusy) is not
-judged at all, only counted; the GPU, page-cache and load figures explain the others and
-are never a regression themselves.
+measured themselves (repeated first loads: the ranges must part by the factor); a time
+either run took on a busy machine (other work loading it: a step's time where its step was,
+MachineBusy; any other time where any part of the run was, the replay's end included) is
+not judged at all, only counted; the GPU, page-cache and load figures explain the others
+and are never a regression themselves.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from tabulate import tabulate
 
 Key = tuple[str, tuple[str, ...]]  # (benchmark, parameter values as asv stores them)
 NOISE_FACTOR = 1.10  # asv compare's default --factor
-CONTEXT = ("gpu_state.FirstLoadGpuState.", "gpu_state.MachineBusy.", "gpu_state.FirstLoadSpread.")  # explain; not results
+CONTEXT = ("gpu_state.FirstLoadGpuState.", "gpu_state.MachineBusy.", "gpu_state.FirstLoadSpread.",
+           "replay.TraceReplayBusy.")  # explain the others; not results
 BUSY = "gpu_state.MachineBusy.track_busy"  # params: size, variant, step
+BUSY_FLAGS = (BUSY, "replay.TraceReplayBusy.track_busy")  # any of them set: the run met a busy machine
 FIRST_LOAD_STEP = "'first_load/cold'"
 # a time, and the min and max of its repeats where the run repeated it
 SPREADS = {"reuse.FirstLoad.track_prefill_seconds": ("gpu_state.FirstLoadSpread.track_min_seconds",
@@ -94,12 +97,13 @@ def _known(value: float | None) -> bool:
 
 
 def _busy(figures: dict[Key, float | None], key: Key) -> bool:
-    """Whether the run took this time's step on a busy machine (unknown in older results: not busy)."""
+    """Whether the run took this time on a busy machine: a step's time where its step was, any other time (the
+    harness's, the replay's, the workloads') where any part of the run was (unknown in older results: not busy)."""
     name, params = key
-    if not name.startswith(("reuse.FirstLoad.", "reuse.StepSeconds.")):
-        return False
-    step = params[2] if len(params) > 2 else FIRST_LOAD_STEP
-    return figures.get((BUSY, (*params[:2], step))) == 1.0
+    if name.startswith(("reuse.FirstLoad.", "reuse.StepSeconds.")):
+        step = params[2] if len(params) > 2 else FIRST_LOAD_STEP
+        return figures.get((BUSY, (*params[:2], step))) == 1.0
+    return any(flag in BUSY_FLAGS and value == 1.0 for (flag, _), value in figures.items())
 
 
 def _parted(before: dict[Key, float | None], after: dict[Key, float | None], key: Key) -> bool:
@@ -149,8 +153,8 @@ def render(changes: list[Change], before: str, after: str) -> str:
     lines = [tabulate([c.row() for c in judged], headers=["", "benchmark", "parameters", before[:12], after[:12],
                                                           "ratio"], tablefmt="github")] if judged else []
     if busy:
-        lines.append(f"{busy} time(s) not judged: other work loaded the machine during their steps (load average "
-                     "above one task per core plus 0.5, gpu_state.MachineBusy)")
+        lines.append(f"{busy} time(s) not judged: other work loaded the machine while they were taken (load average "
+                     "above one task per core plus 0.5: gpu_state.MachineBusy, replay.TraceReplayBusy)")
     lines.append(f"{before[:12]} -> {after[:12]}: {regressions} regression(s), {len(judged)} change(s)")
     return "\n\n".join(lines)
 
