@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from reusebench import cli
-from reusebench.llama import build, cuda
+from reusebench.llama import build, cuda, sources
 
 NVCC = """#!/bin/sh
 case "$1" in
@@ -149,7 +149,7 @@ def test_the_cuda_cmake_line_names_toolkit_architectures_rpath_and_driver_librar
 def test_build_cuda_without_a_driver_asks_for_the_major_and_the_architecture(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(cuda, "driver_state", lambda nvml=None: (None, 0))
-    monkeypatch.setattr(build, "fetch_pinned", lambda progress: pytest.fail("nothing is fetched before the checks"))
+    monkeypatch.setattr(sources, "fetch_pinned", lambda progress: pytest.fail("nothing is fetched before the checks"))
     assert cli.main(["build", "--flavor", "cuda"]) == 1
     assert capsys.readouterr().err.strip().endswith("pass --cuda 12 or --cuda 13, the CUDA major the GPU box's "
                                                     "driver supports (nvidia-smi shows it)")

