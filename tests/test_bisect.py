@@ -110,6 +110,12 @@ def test_bisect_refuses_what_it_cannot_name(capsys: pytest.CaptureFixture[str]) 
     assert "--figure 'reask/no such step': no step 'reask/no such step'" in capsys.readouterr().err
     assert cli.main(["bisect", "--good", "b1", "--bad", "b2", "--figure", "reask/new question:seconds"]) == 2
     assert "no figure 'seconds'; figures: tokens, deviation, mismatch" in capsys.readouterr().err
+    # `build` takes the same names for one published build, and refuses two sources
+    with pytest.raises(SystemExit):
+        cli.main(["build", "--published", "abc"])
+    assert "argument --published: a published build is a number, b11292 or 11292: got 'abc'" in capsys.readouterr().err
+    assert cli.main(["build", "--published", "b9981", "--tree", "."]) == 2
+    assert "--published and --tree name two sources: give one" in capsys.readouterr().err
 
 
 @pytest.mark.e2e

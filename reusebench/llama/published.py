@@ -17,6 +17,12 @@ FIRST = 9093  # the oldest published tree
 _VERSION = re.compile(r"^(\d+)\.0\.0$")
 
 
+def number(text: str) -> int | None:
+    """A build as people name it, "b11292" or "11292", as its number; None for anything else (a commit)."""
+    digits = text[1:] if text.startswith("b") else text
+    return int(digits) if digits.isdigit() else None
+
+
 def release(number: int) -> build.PinnedRelease:
     """Published build bN; its hash is whatever PyPI serves (kept beside the unpacked tree)."""
     if number == build.PINNED.build_number:
