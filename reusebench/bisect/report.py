@@ -39,7 +39,7 @@ def render(changes: list[dict[str, Any]], first: str, last: str) -> str:
         return f"{first} -> {last}: every figure the same; nothing to bisect"
     rows = [[c["step"], c["kind"], f"{c['variant']} @ {c['size']}", c["last_held"], _value(c["held_value"]),
              c["first_changed"], _value(c["changed_value"]), ", ".join(c["skipped"])] for c in changes]
-    lines = [tabulate(rows, headers=["step", "figure", "where", "last held", "", "first changed", "", "skipped"],
+    lines = [tabulate(rows, headers=["step", "figure", "where", "last held", "value", "first changed", "value", "skipped"],
                       tablefmt="github")]
     for held, changed in dict.fromkeys((c["last_held"], c["first_changed"]) for c in changes):
         commits = next(c["commits"] for c in changes if (c["last_held"], c["first_changed"]) == (held, changed))

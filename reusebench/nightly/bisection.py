@@ -60,7 +60,7 @@ def write_page(html_dir: Path, nights: list[dict[str, Any]]) -> Path:
                 night["ended"][:10], c["branch"], c["step"], c["kind"], f"{c['variant']} @ {c['size']}",
                 c["last_held"], _value(c["held_value"]), c["first_changed"], _value(c["changed_value"]))) +
                 f"<td>{commits}</td></tr>")
-    headers = ("night", "branch", "step", "figure", "where", "last held", "", "first changed", "", "commits")
+    headers = ("night", "branch", "step", "figure", "where", "last held", "value", "first changed", "value", "commits")
     page = html_dir / PAGE
     page.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>reusebench: first changed commits</title>"
