@@ -33,7 +33,7 @@ def test_version_names_the_package_and_the_pinned_llama_cpp(capsys: pytest.Captu
 
 def test_every_command_has_a_description_the_exit_table_and_q_v() -> None:
     found = commands()
-    assert len(found) == 20  # replay and whatif are the 18th and 19th, bisect the 20th
+    assert len(found) == 21  # replay and whatif are the 18th and 19th, bisect the 20th, fuzz the 21st
     for name, parser in found.items():
         text = parser.format_help()
         assert parser.description and len(parser.description) > 30, name

@@ -12,7 +12,7 @@ import reusebench
 
 PACKAGE = Path(reusebench.__file__).parent
 # bottom to top; a layer may import itself and the layers before it, never one after it
-LAYERS = ("records", "reader", "machine", "llama", "tiny", "real", "capability", "config", "reuse", "trace", "run", "whatif", "tap", "check", "advise",
+LAYERS = ("records", "reader", "machine", "llama", "tiny", "real", "capability", "config", "reuse", "trace", "run", "whatif", "fuzz", "tap", "check", "advise",
           "report", "bisect", "nightly", "cli")
 TOP = {"__init__": "records", "__main__": "cli", "listening": "records", "budget": "records"}  # the package's own files: what they may reach
 

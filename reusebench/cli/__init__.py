@@ -12,6 +12,7 @@ from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.cli.parser import build_parser
 from reusebench.config import asv_selection, corpus, profiles, workload
+from reusebench.fuzz.case import CaseFileError
 from reusebench.llama import binaries, process
 from reusebench.nightly import NightlyError
 from reusebench.report.site import SiteError
@@ -23,7 +24,7 @@ __all__ = ["build_parser", "main"]
 # a file the command reads is wrong (it names the file and field): apart from a wrong command line
 CONFIG_ERRORS = (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, binaries.BinaryError,
                  asv_selection.SelectionError, NightlyError, SiteError, model_memory.ModelLoadError, TraceError,
-                 VocabularyError)
+                 VocabularyError, CaseFileError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # options that do not go together, a name that is not there
         print(f"reusebench {args.command}: {exc}", file=sys.stderr)
         return Exit.USAGE
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM where the command keeps nothing of its own (setup, a probe)
+        return common.interrupted(lambda: f"reusebench {args.command}: interrupted; every server stopped")
     finally:
         process.stop_all()
         signal.signal(signal.SIGTERM, previous)

@@ -32,11 +32,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     for variant in variants:
         print(f"checking {variant.profile} / {variant.name} ...", file=out)
         say = lambda message: print(f"  {message}", file=out, flush=True)  # noqa: E731
+        server_build: build_mod.Build | None = None
         try:
-            server_build: build_mod.Build | None = build_mod.of(variant.binary, say)
-        except binaries.BinaryError:  # the verdicts say why it did not run
-            server_build = None
-        try:
+            try:  # probing a new build's rules takes a while: Ctrl-C there too keeps what was reached
+                server_build = build_mod.of(variant.binary, say)
+            except binaries.BinaryError:  # the verdicts say why it did not run
+                server_build = None
             verdicts = check.check_variant(variant, progress=say, build=server_build, only=args.option or ())
         except (check.CheckInterrupted, KeyboardInterrupt) as stopped:
             interrupted = True

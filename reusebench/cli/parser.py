@@ -12,6 +12,7 @@ from reusebench.cli import (
     build,
     check,
     common,
+    fuzz,
     inspect_model,
     nightly,
     replay,
@@ -31,7 +32,7 @@ whether the reused output equals output computed without reuse."""
 # each adds its command's subparser, with its arguments and `func`, the function that runs it
 COMMANDS: tuple[Callable[[common.Subparsers], None], ...] = (
     run.add_run, run.add_workload, replay.add_replay, whatif.add_whatif, tap.add_tap, report.add_report, check.add_check, report.add_view,
-    nightly.add_nightly, nightly.add_compare, bisect.add_bisect, nightly.add_site,
+    nightly.add_nightly, nightly.add_compare, bisect.add_bisect, fuzz.add_fuzz, nightly.add_site,
     advise.add_agreement, advise.add_advise, shipped.add_profiles, tap.add_log_filter, check.add_probe,
     build.add_build, shipped.add_models, inspect_model.add_inspect,
 )

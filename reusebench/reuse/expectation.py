@@ -18,10 +18,12 @@ step the model did not expect.
 A sliding-window model's window cache is replayed cell by cell (``reuse.swa``): which positions it still holds
 decides whether a prompt can keep its state without a checkpoint.
 
+The RAM cache's limits are held as the server holds them: its size in bytes (each entry's state and checkpoints,
+as measured for the model by ``capability.state_bytes``) and its token limit (the context, raised to what the size
+holds at the cache's bytes per token). Where the state's bytes were not measured, a size limit is not modelled.
+
 Not modelled: multimodal chunks in a prompt, aLoRA, speculative decoding, the memories ``ModelMemory.not_modelled``
-names (a window in a hybrid, a chunked or symmetric window, caches other than attention, window and recurrent), and the
-RAM cache's size and token limits (the tiny models' states are far below them; an eviction the model did not
-predict shows as UNEXPECTED).
+names (a window in a hybrid, a chunked or symmetric window, caches other than attention, window and recurrent).
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ class ServerModel:
         # Checkpoints for memory that cannot be rolled back: recurrent state, or a window's cache unless it is full.
         self.checkpointing = launch.ctx_checkpoints > 0 and memory.needs_checkpoints and not (
             memory.kind == "swa" and launch.swa_full)
+        # The RAM cache's limits: bytes, where the state's bytes were measured, and tokens, the server's context
+        self.ram_limit_bytes = launch.cache_ram_mib * 1024 * 1024 if launch.cache_ram_mib > 0 and memory.state else 0
+        self.ram_limit_tokens = swa.pad(launch.n_ctx) if launch.n_ctx and (
+            launch.cache_ram_mib < 0 or self.ram_limit_bytes) else 0
         self.restart()
 
     @property
@@ -99,7 +105,7 @@ class ServerModel:
         """A fresh server (or one that woke from sleep): empty slots and an empty RAM cache."""
         self.slots = [Slot(i, Held(computed_with=self.global_lora), self.global_lora)
                       for i in range(self.launch.n_slots)]
-        self.ram = PromptCache()
+        self.ram = PromptCache(self.ram_limit_bytes, self.ram_limit_tokens)
         self.task = 0
         self.last_slot = 0
         self.streams: list[swa.Cells] = []
@@ -258,21 +264,38 @@ class ServerModel:
             self._ram_save(slot)
             if self._ram_load(slot, tokens, scales):
                 why.append("found in RAM cache")
+            self.ram.update()
         return slot, why
 
-    def _ram_save(self, slot: Slot) -> None:
-        """The slot's state into the RAM cache, unless an entry holds it already; entries it extends go. On a build
-        whose entries keep their LoRA, only entries of the same LoRA count as the same or extended."""
+    def _ram_save(self, slot: Slot) -> bool:
+        """The slot's state into the RAM cache (``PromptCache.alloc``). On a build whose entries keep their LoRA,
+        only entries of the same LoRA count as the same or extended. Whether it was saved."""
         held = slot.held
         lora_aware = self.rules.ram_cache_keeps_lora
 
         def same(entry: CacheEntry) -> bool:
             return not lora_aware or entry.lora == slot.lora
 
-        if not held.tokens or self.ram.holds(held.tokens, same):
-            return
-        self.ram.drop_extended(held.tokens, same)
-        self.ram.add(CacheEntry(self._snapshot(slot), slot.lora))
+        if not held.tokens:
+            return False
+        snapshot = self._snapshot(slot)
+        return self.ram.alloc(CacheEntry(snapshot, slot.lora, self._entry_bytes(snapshot)), same)
+
+    def _entry_bytes(self, held: Held) -> int:
+        """A RAM entry's size as the cache counts it: the state's bytes and its checkpoints'."""
+        state = self.memory.state
+        if state is None:
+            return 0
+        return state.full(len(held.tokens), self._window_written(held), self.launch.n_streams) + sum(
+            c.bytes for c in held.checkpoints)
+
+    def _window_written(self, held: Held) -> int:
+        """The window cells a state write holds: those the last position attends to (a hybrid's window has no
+        cells model here: all of its last window's positions)."""
+        if self.streams or not self.memory.window:
+            return len(held.window)
+        n, window = len(held.tokens), self.memory.window
+        return n - (n - 1) // window * window if self.memory.chunked else min(n, window)
 
     def _ram_load(self, slot: Slot, tokens: Ids, scales: tuple[float, ...]) -> bool:
         """Take the entry that beats the slot on both kept share and covered share; it leaves the cache. On a build
@@ -295,7 +318,8 @@ class ServerModel:
             return
         for slot in self.slots:
             if slot is not busy:
-                self._ram_save(slot)
+                if self._ram_save(slot):
+                    self.ram.update()
                 if self.launch.kv_unified:
                     self._hold(slot, Held(computed_with=slot.lora))
 
@@ -414,9 +438,11 @@ class ServerModel:
             kept.pop(0)
         kept = [c for c in kept if c.n_tokens != n_tokens]
         cells = self._cells(slot)
+        state, streams = self.memory.state, self.launch.n_streams
         if cells is None:
-            made = Checkpoint.recurrent(n_tokens, self.task)
+            made = Checkpoint.recurrent(n_tokens, self.task, state.partial(0, streams) if state else 0)
         else:  # the window's lowest cell as the server records it, and what a partial state write holds
+            window = cells.state(slot.index, bool(self.rules.swa_state_window_only))
             made = Checkpoint(n_tokens, self.task, pos_min=cells.pos_min(slot.index), pos_max=n_tokens - 1,
-                              window=cells.state(slot.index, bool(self.rules.swa_state_window_only)))
+                              window=window, bytes=state.partial(len(window), streams) if state else 0)
         slot.held = replace(slot.held, checkpoints=(*kept, made))

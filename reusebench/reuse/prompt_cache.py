@@ -1,8 +1,10 @@
-"""The RAM prompt cache as the reuse model keeps it: its entries oldest first, and the three questions the server
-asks of them (``tools/server/server-task.cpp``, ``server_prompt_cache::alloc`` and ``load``):
+"""The RAM prompt cache as the reuse model keeps it: its entries oldest first, its limits, and the questions the
+server asks of them (``tools/server/server-task.cpp``, ``server_prompt_cache::alloc``, ``update`` and ``load``):
 
 - does an entry already hold this prompt (then it is not saved again)?
-- which entries does this prompt extend (they go when it is saved)?
+- does the new entry alone exceed the size limit (then it is not saved, and is lost)?
+- which entries does this prompt extend (they go when it is saved), and which oldest ones make room for it?
+- which oldest entries go after a save (``update``: over the size, then over the token limit)?
 - which entry beats the slot on both the share of it kept and the share of the prompt covered (``better``)?
 
 The server compares every entry, and so does this model for prompts held as tuples. A replayed trace's prompts
@@ -41,11 +43,15 @@ MANY = 32  # candidates from which ``better`` scans in numpy
 
 
 class PromptCache:
-    """Entries in the order the server keeps them: saved at the back, taken or evicted anywhere."""
+    """Entries in the order the server keeps them: saved at the back, taken or evicted anywhere. `limit_bytes`
+    (``--cache-ram`` MiB; 0: none, or the state's bytes unknown) and `limit_tokens` (the server's context; 0: not
+    held) are the server's limits."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit_bytes: int = 0, limit_tokens: int = 0) -> None:
+        self.limit_bytes, self.limit_tokens = limit_bytes, limit_tokens
         self._entries: dict[int, CacheEntry] = {}  # by a number that grows: dict order is the cache's order
         self._next = 0
+        self._bytes = self._tokens = 0  # the totals the cache's limits are held against
         self._by_prefix: dict[int, list[tuple[int, int]]] = defaultdict(list)  # (length, number), shortest first
         self._by_head: dict[int, set[int]] = defaultdict(set)  # all runs but the last -> numbers
         # (run prefix, the next run's first id) -> that run -> numbers
@@ -54,6 +60,48 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def n_tokens(self) -> int:
+        return self._tokens
+
+    def _evict_oldest(self) -> None:
+        self.take(next(iter(self._entries)))
+
+    def alloc(self, entry: CacheEntry, same: Callable[[CacheEntry], bool]) -> bool:
+        """Save `entry` unless an entry holds its tokens or it alone exceeds the size limit; the entries it extends
+        go, then the oldest until it fits. Whether it was saved."""
+        tokens = entry.held.tokens
+        if self.holds(tokens, same):
+            return False
+        limit = self.limit_bytes
+        if limit and entry.bytes > limit:  # "exceeds cache size limit, skipping": the state is lost
+            return False
+        self.drop_extended(tokens, same)
+        while limit and self._entries and self._bytes + entry.bytes > limit:  # "making room for prompt cache entry"
+            self._evict_oldest()
+        self.add(entry)
+        return True
+
+    def update(self) -> None:
+        """The oldest entries go while the cache is over its size, then while it holds more tokens than its token
+        limit, or than the size limit holds at its bytes per token where that is more (in single precision, as
+        the server computes it)."""
+        limit = self.limit_bytes
+        while limit and self._entries and self._bytes > limit:
+            self._evict_oldest()
+        if not self.limit_tokens:
+            return
+        tokens = self.limit_tokens
+        if limit:
+            per_token = max(np.float32(1.0), np.float32(self._bytes) / np.float32(max(1, self._tokens)))
+            tokens = max(tokens, int(np.float32(limit) / per_token))
+        while self._entries and self._tokens > tokens:
+            self._evict_oldest()
+
     def __iter__(self) -> Iterator[CacheEntry]:
         return iter(self._entries.values())
 
@@ -61,6 +109,8 @@ class PromptCache:
         number, self._next = self._next, self._next + 1
         self._entries[number] = entry
         tokens = entry.held.tokens
+        self._bytes += entry.bytes
+        self._tokens += len(tokens)
         if isinstance(tokens, Segments) and tokens.runs:
             keys, runs, firsts, length = tokens.prefix_keys, tokens.run_keys, tokens.firsts, len(tokens)
             for k, run in enumerate(runs):
@@ -72,6 +122,8 @@ class PromptCache:
         """The entry leaves the cache."""
         entry = self._entries.pop(number)
         tokens = entry.held.tokens
+        self._bytes -= entry.bytes
+        self._tokens -= len(tokens)
         if isinstance(tokens, Segments) and tokens.runs:
             keys, runs, firsts, length = tokens.prefix_keys, tokens.run_keys, tokens.firsts, len(tokens)
             for k, run in enumerate(runs):

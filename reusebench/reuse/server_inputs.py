@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from reusebench.capability.state_bytes import StateBytes
 from reusebench.config import options as options_mod
 from reusebench.llama import arch_source
 from reusebench.llama.facts import (
@@ -36,6 +37,7 @@ class Memory:
     window_layers: int = 0  # how many of its layers keep only the window
     not_modelled: str = ""  # why the rules below do not predict this memory's counts ("" when they do)
     chunked: bool = False  # its window is the current chunk of `window` tokens (llama4), not the last `window`
+    state: StateBytes | None = None  # a slot's state in bytes, as the RAM cache counts it; None: not measured
 
     @property
     def needs_checkpoints(self) -> bool:
@@ -44,9 +46,10 @@ class Memory:
         return self.kind != "attention"
 
 
-def memory_of(built: ModelMemory) -> Memory:
-    """The memory the server built (``llama.model_memory``), as the model's rules see it. A layout the rules do not
-    cover keeps its nearest kind, for the plan's estimates, and says why it is not modelled."""
+def memory_of(built: ModelMemory, state: StateBytes | None = None) -> Memory:
+    """The memory the server built (``llama.model_memory``), as the model's rules see it, with its state's bytes
+    where they were measured (``capability.state_bytes``). A layout the rules do not cover keeps its nearest kind,
+    for the plan's estimates, and says why it is not modelled."""
     if built.recurrent and built.attention_layers:
         kind = "hybrid"  # with a window too (lfm2): the recurrent state's position is the memory's lowest
     elif built.recurrent:
@@ -54,7 +57,7 @@ def memory_of(built: ModelMemory) -> Memory:
     else:
         kind = "swa" if built.window_layers else "attention"
     return Memory(kind, built.can_shift, built.window, built.window_layers, built.not_modelled,
-                  chunked=built.window_type == arch_source.CHUNKED)
+                  chunked=built.window_type == arch_source.CHUNKED, state=state)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,11 @@ class Launch:
     lora_adapters: int = 0
     n_ctx: int = 0  # --ctx-size; 0: not known, then a slot's context bounds nothing
     swa_full: bool = False
+
+    @property
+    def n_streams(self) -> int:
+        """KV cache streams: one shared by every slot with unified KV, else one each."""
+        return 1 if self.kv_unified else self.n_slots
 
     @property
     def slot_ctx(self) -> int:

@@ -21,10 +21,11 @@ class Checkpoint:
     pos_min: int = -1
     pos_max: int = -1
     window: tuple[int, ...] = ()
+    bytes: int = 0  # its partial state's size, as the RAM cache counts it (0: not measured)
 
     @classmethod
-    def recurrent(cls, n_tokens: int, task: int) -> Checkpoint:
-        return cls(n_tokens, task, pos_min=n_tokens - 1, pos_max=n_tokens - 1)
+    def recurrent(cls, n_tokens: int, task: int, size: int = 0) -> Checkpoint:
+        return cls(n_tokens, task, pos_min=n_tokens - 1, pos_max=n_tokens - 1, bytes=size)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,9 @@ class Slot:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """A RAM prompt-cache entry: what it holds, and the LoRA of the slot it was saved from."""
+    """A RAM prompt-cache entry: what it holds, the LoRA of the slot it was saved from, and its size as the cache
+    counts it (the state's bytes and its checkpoints'; 0: not measured)."""
 
     held: Held
     lora: tuple[float, ...]
+    bytes: int = 0

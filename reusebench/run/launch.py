@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reusebench.capability import Capabilities
+from reusebench.capability import Capabilities, state_bytes
 from reusebench.capability.build import Build
 from reusebench.config.profiles import Variant
 from reusebench.llama.model_memory import ModelMemory
@@ -106,7 +106,11 @@ def resolve(variant: Variant, build: Build, *, context: Context, metrics: bool =
         added.append("--metrics")
     save_path = variant.option("slot-save-path")
     built = memory or build.memory(variant.model)
-    spec = LaunchSpec(variant, build, server_inputs.memory_of(built), launch, tuple(added),
+    # the state's bytes decide what a RAM cache of a size limit keeps (-1 has none; 0 is no cache)
+    state = build.state_bytes(variant.model, built, {name: str(variant.option(name)) for name in state_bytes.CACHE_TYPES
+                                                     if variant.option(name) is not None}) \
+        if launch.cache_ram_mib > 0 else None
+    spec = LaunchSpec(variant, build, server_inputs.memory_of(built, state), launch, tuple(added),
                       slot_save_path=None if save_path is None else Path(str(save_path)),
                       sleep_idle_s=variant.number("sleep-idle-seconds"), verify=variant.verify and verify,
                       early_stop=early_stop)

@@ -42,9 +42,9 @@ def _predict_one(index: int) -> Prediction:
 
 
 def _notes(spec: LaunchSpec) -> tuple[str, ...]:
-    if spec.launch.cache_ram_mib > 0:
-        return (f"--cache-ram {spec.launch.cache_ram_mib}: the reuse model keeps no size limit for the RAM cache, so "
-                "it is predicted as -1 (no limit); a limit that the trace's states fill would evict more",)
+    if spec.launch.cache_ram_mib > 0 and spec.memory.state is None:
+        return (f"--cache-ram {spec.launch.cache_ram_mib}: this model's state was not measured in bytes, so the RAM "
+                "cache's size limit is not predicted; a limit that the trace's states fill would evict more",)
     return ()
 
 

@@ -1,0 +1,183 @@
+"""One case played on a real llama-server and on the reuse model side by side: every request's expected count
+beside the measured one, and the slot each chose.
+
+The model is fed each request before the server's answer is looked at (``reuse.expectation``), as a replay does;
+the answer is forced (one token outside the blocks, ``trace.prompts``), so what a slot holds afterwards is known
+to both. A step that differs carries what the server's log says of it (``llama.causes``: numbers and reasons,
+never text).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from reusebench import tiny
+from reusebench.capability.build import Build
+from reusebench.config.profiles import Variant
+from reusebench.fuzz import defects
+from reusebench.fuzz.case import Case, Send, SlotAction
+from reusebench.llama import binaries, task_log
+from reusebench.llama.causes import Cause
+from reusebench.llama.client import ClientError, LlamaClient
+from reusebench.llama.server import Server
+from reusebench.reuse.expectation import ServerModel
+from reusebench.reuse.segments import Segments
+from reusebench.reuse.server_state import Held
+from reusebench.run import launch
+from reusebench.run.service.calls import FORCED_BIAS
+from reusebench.trace.prompts import BlockIds, vocabulary
+
+CALL_TIMEOUT_S = 120.0
+CLAIM_WAIT_S = 30.0  # the log line of a finished request is written before its answer; this covers a stalled CPU
+THREADS = 2
+
+
+# What the server's log says a request went through (``llama.causes.Cause``): how much of the fuzz reached each path
+PATHS: tuple[tuple[str, Callable[[Cause], bool]], ...] = (
+    ("RAM restore", lambda c: c.ram_restored),
+    ("RAM eviction", lambda c: bool(c.ram_evicted_mib)),
+    ("RAM state too large", lambda c: c.ram_skipped_too_large),
+    ("checkpoint restore", lambda c: c.checkpoint_n_tokens is not None),
+    ("full re-processing", lambda c: c.forced_full),
+    ("cache-reuse shift", lambda c: bool(c.cache_reuse_chunks)),
+    ("checkpoint created", lambda c: bool(c.checkpoints_created)),
+)
+
+
+class CaseError(ValueError):
+    """A case this build cannot run (an option it lacks); the message names it."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One request as both sides saw it."""
+
+    number: int  # from 1, among the case's steps
+    expected: int
+    measured: int
+    expected_slot: int
+    measured_slot: int | None
+    expected_cause: str
+    measured_cause: str = ""
+    error: str = ""  # the server refused the request (its status only: an error message is text), or died
+    paths: tuple[str, ...] = ()  # the server's reuse paths it took, from its log (``PATHS``)
+    defect: str = ""  # the known server defect it met (``fuzz.defects``): not the model's difference
+
+    @property
+    def differs(self) -> bool:
+        if self.defect:
+            return False
+        return bool(self.error) or self.expected != self.measured or self.expected_slot != self.measured_slot
+
+    def describe(self) -> str:
+        if self.defect:
+            return f"step {self.number}: a known server defect, {self.defect} ({self.error})"
+        if self.error:
+            return f"step {self.number}: the server refused it ({self.error})"
+        slot = "" if self.expected_slot == self.measured_slot else (
+            f"; slot {self.measured_slot}, expected {self.expected_slot}")
+        return (f"step {self.number}: expected {self.expected:,} ({self.expected_cause}), measured "
+                f"{self.measured:,} ({self.measured_cause or 'the log says nothing'}){slot}")
+
+
+@dataclass
+class Outcome:
+    case: Case
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def difference(self) -> Step | None:
+        return next((s for s in self.steps if s.differs), None)
+
+    @property
+    def defect(self) -> str:
+        return next((s.defect for s in self.steps if s.defect), "")
+
+
+def variant_of(case: Case, binary: binaries.Binary) -> Variant:
+    """The case's launch as a profile variant of its tiny model, on `binary`."""
+    return Variant(profile="fuzz", name=case.family, binary=binary, model=tiny.model_path(case.model),
+                   model_spec=f"tiny:{case.model}", mmproj=None, lora=(),
+                   options={"threads": THREADS, **case.options}, sizes=(), scenarios=(), verify=False, n_predict=1)
+
+
+def check_options(case: Case, build: Build) -> None:
+    for name, value in case.options.items():
+        problem = binaries.option_problem(build.help, name, value)
+        if problem is not None:
+            raise CaseError(f"--{name}: {problem} ({build.path})")
+
+
+def play(case: Case, build: Build) -> Outcome:
+    """Every step of `case` on a fresh server of `build` and on a fresh model of it; stops at the first step
+    that differs (what follows it depends on it)."""
+    check_options(case, build)
+    variant = variant_of(case, build.binary)
+    spec = launch.resolve(variant, build, context=None, verify=False, early_stop=False)
+    model = spec.reuse_model()
+    blocks = BlockIds(vocabulary(variant.model), case.block_tokens)
+    outcome = Outcome(case)
+    with tempfile.TemporaryDirectory(prefix="reusebench-fuzz-") as slots_dir:
+        extra = ["--slot-save-path", slots_dir] if case.saves_slots else []
+        with spec.server(call_timeout_s=CALL_TIMEOUT_S, extra_args=extra) as server:  # stopped on any exit
+            tasks = task_log.TaskLog(server.process.raw_log_path)
+            files: dict[int, Held] = {}
+            for number, step in enumerate(case.steps, 1):
+                if isinstance(step, SlotAction):
+                    _slot_action(server.client, model, step, files)
+                    continue
+                played = _send(server.client, tasks, model, blocks, step, number)
+                if played.error and not server.process.is_running():
+                    played = _died(case, played, server)
+                outcome.steps.append(played)
+                if played.differs or played.defect:
+                    break
+    return outcome
+
+
+def _died(case: Case, step: Step, server: Server) -> Step:
+    """A request the server died on: its abort line, and the known defect that is, if one."""
+    died = defects.abort_line(server.process.raw_log_path) or f"exit status {server.process.returncode()}"
+    defect = defects.named(case, died)
+    return replace(step, error=f"the server died: {died}", defect=defect.name if defect else "")
+
+
+def _slot_action(client: LlamaClient, model: ServerModel, step: SlotAction, files: dict[int, Held]) -> None:
+    name = f"case-{step.file}.bin"
+    if step.action == "save":
+        files[step.file] = model.saved(step.slot)
+        client.slot_save(step.slot, name)
+    elif step.action == "restore":
+        model.restore(step.slot, files[step.file])
+        client.slot_restore(step.slot, name)
+    else:
+        model.erase(step.slot)
+        client.slot_erase(step.slot)
+
+
+def _send(client: LlamaClient, tasks: task_log.TaskLog, model: ServerModel, blocks: BlockIds, step: Send,
+          number: int) -> Step:
+    prompt = Segments(step.runs, blocks)
+    expected = model.complete(prompt)
+    expected_slot = model.last_slot
+    answer = blocks.vocabulary.answer
+    try:
+        completion = client.complete(blocks.tokens(prompt), n_predict=step.n_predict, n_probs=0,
+                                     timeout_s=CALL_TIMEOUT_S,
+                                     extra={"ignore_eos": True, "logit_bias": [[answer, FORCED_BIAS]]})
+    except ClientError as exc:
+        return Step(number, expected.prompt_n, -1, expected_slot, None, expected.cause,
+                    error=f"HTTP {exc.status}" if exc.status else "no answer")
+    model.answered(blocks.answer(step.n_predict))
+    task = tasks.claim(completion.id_slot, len(prompt), wait_s=CLAIM_WAIT_S)
+    logged = task.cause() if task is not None else None
+    cause = logged.summary if logged is not None else ""
+    paths = tuple(name for name, took in PATHS if logged is not None and took(logged))
+    if any(t != answer for t in completion.tokens):  # the slot holds another answer than the model was told
+        cause = f"{cause}; the answer was not the forced token"
+        return replace(Step(number, expected.prompt_n, completion.prompt_n, expected_slot, completion.id_slot,
+                            expected.cause, cause), error="answer not forced")
+    return Step(number, expected.prompt_n, completion.prompt_n, expected_slot, completion.id_slot, expected.cause,
+                cause, paths=paths)

@@ -1,0 +1,73 @@
+"""The fuzzer's search: hypothesis draws cases of one family, each is played on a real server
+(``fuzz.differential``), and the first case whose counts differ is shrunk to the smallest one that still differs.
+
+Hypothesis replays the smallest failing case last, so the case kept is the one it reports. Its example database
+is off: a case is kept as a file of ours (``tests/data/fuzz/``), and a seed makes a run repeatable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+
+from reusebench.capability.build import Build
+from reusebench.fuzz import strategies
+from reusebench.fuzz.differential import Outcome, play
+
+
+class _Differs(AssertionError):
+    pass
+
+
+@dataclass
+class Found:
+    """What a search of one family found."""
+
+    family: str
+    cases: int = 0  # cases played, shrinking included
+    generated: int = 0  # cases played before the first difference (all of them when none differed)
+    requests: int = 0
+    seconds: float = 0.0
+    shrunk: Outcome | None = None  # the smallest case that differs; None: no difference
+    paths: Counter[str] = field(default_factory=Counter)  # requests by the reuse paths the server's log shows
+    defects: Counter[str] = field(default_factory=Counter)  # cases that ended at a known server defect
+
+
+def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bool = True,
+           say: Callable[[str], None] = lambda _m: None) -> Found:
+    """Up to `cases` generated cases of `family` on `build`'s server; the first difference shrunk (`shrink`)."""
+    found = Found(family)
+    started = time.monotonic()
+    failing: list[Outcome] = []
+
+    @seed(seed_value)
+    @settings(max_examples=cases, database=None, deadline=None, print_blob=False, verbosity=Verbosity.quiet,
+              phases=(Phase.generate, Phase.shrink) if shrink else (Phase.generate,),
+              suppress_health_check=list(HealthCheck))
+    @given(strategies.cases(family))
+    def one(case):  # type: ignore[no-untyped-def]
+        outcome = play(case, build)
+        found.cases += 1
+        found.requests += len(outcome.steps)
+        found.paths.update(path for step in outcome.steps for path in step.paths)
+        if outcome.defect and not failing:
+            found.defects[outcome.defect] += 1
+        if not failing:
+            found.generated = found.cases
+        if found.cases % 25 == 0:
+            say(f"fuzz {family}: {found.cases} cases, {found.requests} requests, "
+                f"{time.monotonic() - started:.0f} s{', shrinking' if failing else ''}")
+        if outcome.difference is not None:
+            failing.append(outcome)
+            raise _Differs(outcome.difference.describe())
+
+    try:
+        one()
+    except _Differs:
+        found.shrunk = failing[-1]
+    found.seconds = time.monotonic() - started
+    return found
