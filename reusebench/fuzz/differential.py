@@ -10,6 +10,7 @@ never text).
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -32,6 +33,8 @@ from reusebench.trace.prompts import BlockIds, vocabulary
 CALL_TIMEOUT_S = 120.0
 CLAIM_WAIT_S = 30.0  # the log line of a finished request is written before its answer; this covers a stalled CPU
 THREADS = 2
+NO_ANSWER = "no answer"  # the connection ended without a status: the server may have died
+DEATH_WAIT_S = 60.0  # a request failed without an answer: how long the server may take to die of it
 
 
 # What the server's log says a request went through (``llama.causes.Cause``): how much of the fuzz reached each path
@@ -129,12 +132,21 @@ def play(case: Case, build: Build) -> Outcome:
                     _slot_action(server.client, model, step, files)
                     continue
                 played = _send(server.client, tasks, model, blocks, step, number)
-                if played.error and not server.process.is_running():
+                if played.error == NO_ANSWER and _dies(server):
                     played = _died(case, played, server)
                 outcome.steps.append(played)
                 if played.differs or played.defect:
                     break
     return outcome
+
+
+def _dies(server: Server) -> bool:
+    """Whether a server that failed a request is dying: an abort first prints a backtrace (llama.cpp runs gdb for
+    it), which takes seconds on a busy machine."""
+    deadline = time.monotonic() + DEATH_WAIT_S
+    while server.process.is_running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not server.process.is_running()
 
 
 def _died(case: Case, step: Step, server: Server) -> Step:
@@ -169,7 +181,7 @@ def _send(client: LlamaClient, tasks: task_log.TaskLog, model: ServerModel, bloc
                                      extra={"ignore_eos": True, "logit_bias": [[answer, FORCED_BIAS]]})
     except ClientError as exc:
         return Step(number, expected.prompt_n, -1, expected_slot, None, expected.cause,
-                    error=f"HTTP {exc.status}" if exc.status else "no answer")
+                    error=f"HTTP {exc.status}" if exc.status else NO_ANSWER)
     model.answered(blocks.answer(step.n_predict))
     task = tasks.claim(completion.id_slot, len(prompt), wait_s=CLAIM_WAIT_S)
     logged = task.cause() if task is not None else None
