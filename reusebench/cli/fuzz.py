@@ -43,6 +43,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     try:
         for family in families:
             result = search(family, server_build, cases=args.cases, seed_value=seed, shrink=not args.no_shrink,
+                            outputs=not args.no_outputs,
                                  say=lambda m: print(m, file=out, flush=True))
             found.append(result)
             _keep(run_dir, seed, found, time.monotonic() - started)
@@ -64,7 +65,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 def _play_files(paths: list[Path], server_build: capability_build.Build) -> int:
     differed = False
     for path in paths:
-        outcome = play(Case.read(path), server_build)
+        outcome = play(Case.read(path), server_build, outputs=True)
         differed |= outcome.difference is not None
         print(f"{path}: " + ("differs" if outcome.difference else f"{len(outcome.steps)} requests as expected"))
         print(_shrunk(outcome) if outcome.difference else "")
@@ -74,7 +75,8 @@ def _play_files(paths: list[Path], server_build: capability_build.Build) -> int:
 def _line(result: Found) -> str:
     verdict = "a difference, shrunk below" if result.shrunk else "no difference"
     paths = ", ".join(f"{name} {count}" for name, count in result.paths.most_common())
-    named = "".join(f"\n  cases that ended at a known server defect ({name}): {count}"
+    compared = ", ".join(f"{verdict} {count}" for verdict, count in result.outputs.most_common())
+    named = (f"\n  reused outputs against no reuse: {compared}" if compared else "") + "".join(f"\n  cases that ended at a known server defect ({name}): {count}"
                     for name, count in result.defects.items())
     return (f"{result.family}: {result.generated} generated cases, {result.requests} requests, "
             f"{result.seconds:.0f} s: {verdict}" + (f"\n  requests through: {paths}" if paths else "") + named)
@@ -91,7 +93,7 @@ def _keep(run_dir: Path, seed: int, found: list[Found], seconds: float, *, inter
     path.write_text(json.dumps({
         "seed": seed, "seconds": round(seconds), "interrupted": interrupted,
         "families": [{"family": r.family, "generated": r.generated, "cases": r.cases, "requests": r.requests,
-                      "seconds": round(r.seconds), "paths": dict(r.paths),
+                      "seconds": round(r.seconds), "paths": dict(r.paths), "outputs": dict(r.outputs),
                       "defects": dict(r.defects), "difference": r.shrunk.difference.describe()
                       if r.shrunk and r.shrunk.difference else None} for r in found]}, indent=2) + "\n")
     return path
@@ -106,7 +108,9 @@ def add_fuzz(sub: common.Subparsers) -> None:
         "checkpoints, their spacing, similarity, cache-reuse, batch sizes, --swa-full) and serial traffic (new "
         "documents, resends, growing chats, edits, re-asks, slot saves, restores and erases), play each case on a "
         "real llama-server and on the reuse model, and hold every request's measured count and slot against the "
-        "expected ones. The first case that differs is shrunk to the smallest that still differs and kept as a "
+        "expected ones, and every reused output against the same prompt computed without reuse on a second server "
+        "(beyond the noise, and not foreseen by the model, it is a wrong output: a finding about llama.cpp). The "
+        "first case that differs is shrunk to the smallest that still differs and kept as a "
         "case file (RESULTS/fuzz/ID/FAMILY.json); copied into tests/data/fuzz/ it is a test. Exit 1 when a "
         "difference was found.")
     parser.add_argument("--family", action="append", choices=list(FAMILIES), metavar="FAMILY",
@@ -116,6 +120,8 @@ def add_fuzz(sub: common.Subparsers) -> None:
     parser.add_argument("--seed", type=int, help="the generator's seed, to repeat a run (default: a new one, "
                         "printed)")
     parser.add_argument("--no-shrink", action="store_true", help="keep the first differing case as generated")
+    parser.add_argument("--no-outputs", action="store_true", help="counts only: do not compute each reused request "
+                        "again without reuse on a second server to compare the outputs")
     parser.add_argument("--case", action="append", type=Path, metavar="FILE",
                         help="play this case file instead of generating (repeatable)")
     parser.add_argument("--binary", default="default", help="the llama-server (default: the pinned build)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 
 from reusebench import tiny
@@ -21,11 +22,13 @@ from reusebench.fuzz import defects
 from reusebench.fuzz.case import Case, Send, SlotAction
 from reusebench.llama import binaries, task_log
 from reusebench.llama.causes import Cause
-from reusebench.llama.client import ClientError, LlamaClient
+from reusebench.llama.client import ClientError, Completion, LlamaClient
+from reusebench.llama.outputs import difference
 from reusebench.llama.server import Server
 from reusebench.reuse.expectation import ServerModel
 from reusebench.reuse.segments import Segments
 from reusebench.reuse.server_state import Held
+from reusebench.reuse.verification import WRONG, judge
 from reusebench.run import launch
 from reusebench.run.service.calls import FORCED_BIAS
 from reusebench.trace.prompts import BlockIds, vocabulary
@@ -33,6 +36,7 @@ from reusebench.trace.prompts import BlockIds, vocabulary
 CALL_TIMEOUT_S = 120.0
 CLAIM_WAIT_S = 30.0  # the log line of a finished request is written before its answer; this covers a stalled CPU
 THREADS = 2
+N_PROBS = 5  # each answer position's top probabilities: what a reused output is compared by
 NO_ANSWER = "no answer"  # the connection ended without a status: the server may have died
 DEATH_WAIT_S = 60.0  # a request failed without an answer: how long the server may take to die of it
 
@@ -63,18 +67,30 @@ class Step:
     expected_slot: int
     measured_slot: int | None
     expected_cause: str
+    wrong_expected: bool  # the model knows the reused state to be foreign or stale: a wrong output is no surprise
     measured_cause: str = ""
     error: str = ""  # the server refused the request (its status only: an error message is text), or died
     paths: tuple[str, ...] = ()  # the server's reuse paths it took, from its log (``PATHS``)
     defect: str = ""  # the known server defect it met (``fuzz.defects``): not the model's difference
+    output: str = ""  # the reused output against no reuse (``reuse.verification``); "" where not compared
+    output_delta: float = 0.0
+
+    @property
+    def wrong_output(self) -> bool:
+        """A reused output beyond the noise that the model did not expect: a finding about llama.cpp."""
+        return self.output == WRONG and not self.wrong_expected
 
     @property
     def differs(self) -> bool:
         if self.defect:
             return False
-        return bool(self.error) or self.expected != self.measured or self.expected_slot != self.measured_slot
+        return (bool(self.error) or self.expected != self.measured or self.expected_slot != self.measured_slot
+                or self.wrong_output)
 
     def describe(self) -> str:
+        if self.wrong_output:
+            return (f"step {self.number}: the reused output is WRONG: {self.output_delta:.3g} of the top "
+                    f"probability from no reuse ({self.measured_cause or self.expected_cause})")
         if self.defect:
             return f"step {self.number}: a known server defect, {self.defect} ({self.error})"
         if self.error:
@@ -113,31 +129,63 @@ def check_options(case: Case, build: Build) -> None:
             raise CaseError(f"--{name}: {problem} ({build.path})")
 
 
-def play(case: Case, build: Build) -> Outcome:
+def reference_args(case: Case, variant: Variant) -> list[str]:
+    """The no-reuse reference: one slot, no RAM cache, no checkpoints, the case's batch sizes and context."""
+    args = ["-m", str(variant.model), "-np", "1", "--cache-ram", "0", "--ctx-checkpoints", "0",
+            "--threads", str(THREADS), "--ctx-size", str(case.options["ctx-size"])]
+    for name in ("batch-size", "ubatch-size"):
+        if name in case.options:
+            args += [f"--{name}", str(case.options[name])]
+    return args
+
+
+def play(case: Case, build: Build, *, outputs: bool = False) -> Outcome:
     """Every step of `case` on a fresh server of `build` and on a fresh model of it; stops at the first step
-    that differs (what follows it depends on it)."""
+    that differs (what follows it depends on it). `outputs`: every request that reused something is computed
+    again without reuse on a second server, and the two outputs compared (``reuse.verification``)."""
     check_options(case, build)
     variant = variant_of(case, build.binary)
     spec = launch.resolve(variant, build, context=None, verify=False, early_stop=False)
     model = spec.reuse_model()
     blocks = BlockIds(vocabulary(variant.model), case.block_tokens)
     outcome = Outcome(case)
-    with tempfile.TemporaryDirectory(prefix="reusebench-fuzz-") as slots_dir:
+    with tempfile.TemporaryDirectory(prefix="reusebench-fuzz-") as slots_dir, ExitStack() as servers:
         extra = ["--slot-save-path", slots_dir] if case.saves_slots else []
-        with spec.server(call_timeout_s=CALL_TIMEOUT_S, extra_args=extra) as server:  # stopped on any exit
-            tasks = task_log.TaskLog(server.process.raw_log_path)
-            files: dict[int, Held] = {}
-            for number, step in enumerate(case.steps, 1):
-                if isinstance(step, SlotAction):
-                    _slot_action(server.client, model, step, files)
-                    continue
-                played = _send(server.client, tasks, model, blocks, step, number)
-                if played.error == NO_ANSWER and _dies(server):
-                    played = _died(case, played, server)
-                outcome.steps.append(played)
-                if played.differs or played.defect:
-                    break
+        server = servers.enter_context(spec.server(call_timeout_s=CALL_TIMEOUT_S, extra_args=extra))
+        reference = servers.enter_context(Server.of(build.path, reference_args(case, variant),
+                                                    call_timeout_s=CALL_TIMEOUT_S)) if outputs else None
+        tasks = task_log.TaskLog(server.process.raw_log_path)
+        files: dict[int, Held] = {}
+        for number, step in enumerate(case.steps, 1):
+            if isinstance(step, SlotAction):
+                _slot_action(server.client, model, step, files)
+                continue
+            played, completion = _send(server.client, tasks, model, blocks, step, number)
+            if played.error == NO_ANSWER and _dies(server):
+                played = _died(case, played, server)
+            if reference is not None and completion is not None and completion.cache_n > 0:
+                played = _judged(played, completion, reference.client, blocks, step)
+            outcome.steps.append(played)
+            if played.differs or played.defect:
+                break
     return outcome
+
+
+def _judged(step: Step, reused: Completion, reference: LlamaClient, blocks: BlockIds, sent: Send) -> Step:
+    """The reused output against the same prompt computed without reuse, both answers forced to the same tokens,
+    so every position's distribution is compared (``llama.outputs.difference``; the tiny models' noise floor)."""
+    again = reference.complete(reused_prompt(blocks, sent), n_predict=sent.n_predict, n_probs=N_PROBS,
+                               cache_prompt=False, timeout_s=CALL_TIMEOUT_S, extra=_forced(blocks))
+    found = difference(reused, again)
+    return replace(step, output=judge(found, 0.0) or WRONG, output_delta=found.delta)
+
+
+def reused_prompt(blocks: BlockIds, sent: Send) -> list[int]:
+    return blocks.tokens(Segments(sent.runs, blocks))
+
+
+def _forced(blocks: BlockIds) -> dict[str, object]:
+    return {"ignore_eos": True, "logit_bias": [[blocks.vocabulary.answer, FORCED_BIAS]]}
 
 
 def _dies(server: Server) -> bool:
@@ -170,18 +218,17 @@ def _slot_action(client: LlamaClient, model: ServerModel, step: SlotAction, file
 
 
 def _send(client: LlamaClient, tasks: task_log.TaskLog, model: ServerModel, blocks: BlockIds, step: Send,
-          number: int) -> Step:
+          number: int) -> tuple[Step, Completion | None]:
     prompt = Segments(step.runs, blocks)
     expected = model.complete(prompt)
     expected_slot = model.last_slot
     answer = blocks.vocabulary.answer
     try:
-        completion = client.complete(blocks.tokens(prompt), n_predict=step.n_predict, n_probs=0,
-                                     timeout_s=CALL_TIMEOUT_S,
-                                     extra={"ignore_eos": True, "logit_bias": [[answer, FORCED_BIAS]]})
+        completion = client.complete(blocks.tokens(prompt), n_predict=step.n_predict, n_probs=N_PROBS,
+                                     timeout_s=CALL_TIMEOUT_S, extra=_forced(blocks))
     except ClientError as exc:
-        return Step(number, expected.prompt_n, -1, expected_slot, None, expected.cause,
-                    error=f"HTTP {exc.status}" if exc.status else NO_ANSWER)
+        return Step(number, expected.prompt_n, -1, expected_slot, None, expected.cause, wrong_expected=False,
+                    error=f"HTTP {exc.status}" if exc.status else NO_ANSWER), None
     model.answered(blocks.answer(step.n_predict))
     task = tasks.claim(completion.id_slot, len(prompt), wait_s=CLAIM_WAIT_S)
     logged = task.cause() if task is not None else None
@@ -189,7 +236,7 @@ def _send(client: LlamaClient, tasks: task_log.TaskLog, model: ServerModel, bloc
     paths = tuple(name for name, took in PATHS if logged is not None and took(logged))
     if any(t != answer for t in completion.tokens):  # the slot holds another answer than the model was told
         cause = f"{cause}; the answer was not the forced token"
-        return replace(Step(number, expected.prompt_n, completion.prompt_n, expected_slot, completion.id_slot,
-                            expected.cause, cause), error="answer not forced")
+        return Step(number, expected.prompt_n, completion.prompt_n, expected_slot, completion.id_slot,
+                    expected.cause, expected.wrong_output, cause, error="answer not forced"), completion
     return Step(number, expected.prompt_n, completion.prompt_n, expected_slot, completion.id_slot, expected.cause,
-                cause, paths=paths)
+                expected.wrong_output, cause, paths=paths), completion

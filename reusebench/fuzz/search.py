@@ -35,11 +35,13 @@ class Found:
     shrunk: Outcome | None = None  # the smallest case that differs; None: no difference
     paths: Counter[str] = field(default_factory=Counter)  # requests by the reuse paths the server's log shows
     defects: Counter[str] = field(default_factory=Counter)  # cases that ended at a known server defect
+    outputs: Counter[str] = field(default_factory=Counter)  # reused outputs by verdict (identical, within noise...)
 
 
-def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bool = True,
+def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bool = True, outputs: bool = True,
            say: Callable[[str], None] = lambda _m: None) -> Found:
-    """Up to `cases` generated cases of `family` on `build`'s server; the first difference shrunk (`shrink`)."""
+    """Up to `cases` generated cases of `family` on `build`'s server; the first difference shrunk (`shrink`);
+    `outputs`: reused outputs compared with no reuse too (``differential.play``)."""
     found = Found(family)
     started = time.monotonic()
     failing: list[Outcome] = []
@@ -50,10 +52,11 @@ def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bo
               suppress_health_check=list(HealthCheck))
     @given(strategies.cases(family))
     def one(case):  # type: ignore[no-untyped-def]
-        outcome = play(case, build)
+        outcome = play(case, build, outputs=outputs)
         found.cases += 1
         found.requests += len(outcome.steps)
         found.paths.update(path for step in outcome.steps for path in step.paths)
+        found.outputs.update(step.output for step in outcome.steps if step.output)
         if outcome.defect and not failing:
             found.defects[outcome.defect] += 1
         if not failing:
