@@ -1,12 +1,14 @@
 """The fuzzer's search: hypothesis draws cases of one family, each is played on a real server
 (``fuzz.differential``), and the first case whose counts differ is shrunk to the smallest one that still differs.
 
-Hypothesis replays the smallest failing case last, so the case kept is the one it reports. Its example database
-is off: a case is kept as a file of ours (``tests/data/fuzz/``), and a seed makes a run repeatable.
+Hypothesis replays the smallest failing case last, so the case kept is the one it reports. Shrinking is bounded
+(``SHRINK_BUDGET`` cases played); a case that failed once is not played again. Its example database is off: a
+case is kept as a file of ours (``tests/data/fuzz/``), and a seed makes a run repeatable.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -17,6 +19,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from reusebench.capability.build import Build
 from reusebench.fuzz import strategies
 from reusebench.fuzz.differential import Outcome, play
+
+SHRINK_BUDGET = 150  # cases played to shrink a difference (a server start each): then the smallest so far is kept
 
 
 class _Differs(AssertionError):
@@ -44,7 +48,8 @@ def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bo
     `outputs`: reused outputs compared with no reuse too (``differential.play``)."""
     found = Found(family)
     started = time.monotonic()
-    failing: list[Outcome] = []
+    failing: list[Outcome] = []  # in the order they failed: the last is the one hypothesis replays as the smallest
+    known: dict[str, Outcome] = {}  # every failing case by its JSON
 
     @seed(seed_value)
     @settings(max_examples=cases, database=None, deadline=None, print_blob=False, verbosity=Verbosity.quiet,
@@ -52,6 +57,12 @@ def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bo
               suppress_health_check=list(HealthCheck))
     @given(strategies.cases(family))
     def one(case):  # type: ignore[no-untyped-def]
+        key = json.dumps(case.to_json(), sort_keys=True)
+        if key in known:  # a case that failed already fails again, without a server: the final replay among them
+            failing.append(known[key])
+            raise _Differs(key)
+        if failing and found.cases - found.generated >= SHRINK_BUDGET:
+            return  # shrinking has had its servers: the smallest failing case so far is the one kept
         outcome = play(case, build, outputs=outputs)
         found.cases += 1
         found.requests += len(outcome.steps)
@@ -66,6 +77,7 @@ def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bo
                 f"{time.monotonic() - started:.0f} s{', shrinking' if failing else ''}")
         if outcome.difference is not None:
             failing.append(outcome)
+            known[key] = outcome
             raise _Differs(outcome.difference.describe())
 
     try:
