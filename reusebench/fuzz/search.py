@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis.errors import Flaky, FlakyFailure
 
 from reusebench.capability.build import Build
 from reusebench.fuzz import strategies
@@ -25,6 +26,12 @@ SHRINK_BUDGET = 150  # cases played to shrink a difference (a server start each)
 
 class _Differs(AssertionError):
     pass
+
+
+def _fail(outcome: Outcome, failing: list[Outcome]) -> None:
+    """One place that raises: hypothesis tells failures apart by where they were raised."""
+    failing.append(outcome)
+    raise _Differs(outcome.difference.describe() if outcome.difference else "")
 
 
 @dataclass
@@ -59,8 +66,7 @@ def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bo
     def one(case):  # type: ignore[no-untyped-def]
         key = json.dumps(case.to_json(), sort_keys=True)
         if key in known:  # a case that failed already fails again, without a server: the final replay among them
-            failing.append(known[key])
-            raise _Differs(key)
+            _fail(known[key], failing)
         if failing and found.cases - found.generated >= SHRINK_BUDGET:
             return  # shrinking has had its servers: the smallest failing case so far is the one kept
         outcome = play(case, build, outputs=outputs)
@@ -76,13 +82,12 @@ def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bo
             say(f"fuzz {family}: {found.cases} cases, {found.requests} requests, "
                 f"{time.monotonic() - started:.0f} s{', shrinking' if failing else ''}")
         if outcome.difference is not None:
-            failing.append(outcome)
             known[key] = outcome
-            raise _Differs(outcome.difference.describe())
+            _fail(outcome, failing)
 
     try:
         one()
-    except _Differs:
+    except (_Differs, Flaky, FlakyFailure):  # flaky: a case failed, then passed when played again; the last kept
         found.shrunk = failing[-1]
     found.seconds = time.monotonic() - started
     return found

@@ -93,7 +93,7 @@ class ServerModel:
             memory.kind == "swa" and launch.swa_full)
         # The RAM cache's limits: bytes, where the state's bytes were measured, and tokens, the server's context
         self.ram_limit_bytes = launch.cache_ram_mib * 1024 * 1024 if launch.cache_ram_mib > 0 and memory.state else 0
-        self.ram_limit_tokens = swa.pad(launch.n_ctx) if launch.n_ctx and (
+        self.ram_limit_tokens = launch.total_ctx if launch.n_ctx and (
             launch.cache_ram_mib < 0 or self.ram_limit_bytes) else 0
         self.restart()
 

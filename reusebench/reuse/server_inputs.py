@@ -86,6 +86,12 @@ class Launch:
         return 1 if self.kv_unified else self.n_slots
 
     @property
+    def total_ctx(self) -> int:
+        """The context the server holds in all (``llama_n_ctx``): each stream's padded slot context, once with
+        unified KV. -c 768 with 2 slots of their own is 2 x 512 = 1,024."""
+        return self.slot_ctx * self.n_streams
+
+    @property
     def slot_ctx(self) -> int:
         """A slot's context as the server sizes it: all of it with unified KV, else its share, padded to 256."""
         n_ctx = swa.pad(self.n_ctx)
