@@ -60,7 +60,7 @@ def probe_args(binary: Binary, model: Path) -> list[str]:
 
 
 @functools.lru_cache(maxsize=16)
-def _binary_key(path: Path, size: int, mtime_ns: int) -> str:
+def binary_key(path: Path, size: int, mtime_ns: int) -> str:
     """The executable's hash (``cache.Executable.key``), once per file as it is: a run resolves a launch per session,
     and each would hash the same binary again."""
     return cache.executable(Binary(path)).key()
@@ -70,7 +70,7 @@ def of_model(binary: Binary, model: Path, say: Callable[[str], None] = lambda _m
     """`model`'s memory as `binary` builds it: kept, else one start of the server now."""
     try:
         stat = binary.path.stat()
-        key = _binary_key(binary.path, stat.st_size, stat.st_mtime_ns)
+        key = binary_key(binary.path, stat.st_size, stat.st_mtime_ns)
     except (OSError, ServerError) as error:
         raise ModelLoadError(f"{binary.path}: cannot start to read {model.name}'s memory: {error}") from error
     path = _path(key, model)

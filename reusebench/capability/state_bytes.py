@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from reusebench.capability import cache
+from reusebench.capability import cache, model_memory
 from reusebench.capability.model_memory import PROBE_CTX, START_TIMEOUT_S, ModelLoadError
 from reusebench.llama import gguf_check
 from reusebench.llama.binaries import Binary
@@ -102,7 +102,9 @@ def _key(binary_key: str, model: Path, cache_types: Mapping[str, str]) -> str:
 def of_model(binary: Binary, model: Path, memory: ModelMemory, cache_types: Mapping[str, str],
              say: Callable[[str], None] = lambda _m: None) -> StateBytes | None:
     """`model`'s state bytes as `binary` counts them with these KV cache types: kept, else measured now."""
-    path = cache.cache_dir() / "state-bytes" / f"{_key(cache.executable(binary).key(), model, cache_types)}.json"
+    stat = binary.path.stat()
+    binary_hash = model_memory.binary_key(binary.path, stat.st_size, stat.st_mtime_ns)  # hashed once per file
+    path = cache.cache_dir() / "state-bytes" / f"{_key(binary_hash, model, cache_types)}.json"
     try:
         data = json.loads(path.read_text())
         if data.get("version") == FILE_VERSION:
