@@ -160,28 +160,26 @@ def play(case: Case, build: Build, *, outputs: bool = False) -> Outcome:
             if isinstance(step, SlotAction):
                 _slot_action(server.client, model, step, files)
                 continue
-            played, completion = _send(server.client, tasks, model, blocks, step, number)
+            ids = blocks.tokens(Segments(step.runs, blocks))  # what both servers are sent
+            played, completion = _send(server.client, tasks, model, blocks, step, number, ids)
             if played.error == NO_ANSWER and _dies(server):
                 played = _died(case, played, server)
             if reference is not None and completion is not None and completion.cache_n > 0:
-                played = _judged(played, completion, reference.client, blocks, step)
+                played = _judged(played, completion, reference.client, blocks, step, ids)
             outcome.steps.append(played)
             if played.differs or played.defect:
                 break
     return outcome
 
 
-def _judged(step: Step, reused: Completion, reference: LlamaClient, blocks: BlockIds, sent: Send) -> Step:
+def _judged(step: Step, reused: Completion, reference: LlamaClient, blocks: BlockIds, sent: Send,
+            ids: list[int]) -> Step:
     """The reused output against the same prompt computed without reuse, both answers forced to the same tokens,
     so every position's distribution is compared (``llama.outputs.difference``; the tiny models' noise floor)."""
-    again = reference.complete(reused_prompt(blocks, sent), n_predict=sent.n_predict, n_probs=N_PROBS,
+    again = reference.complete(ids, n_predict=sent.n_predict, n_probs=N_PROBS,
                                cache_prompt=False, timeout_s=CALL_TIMEOUT_S, extra=_forced(blocks))
     found = difference(reused, again)
     return replace(step, output=judge(found, 0.0) or WRONG, output_delta=found.delta)
-
-
-def reused_prompt(blocks: BlockIds, sent: Send) -> list[int]:
-    return blocks.tokens(Segments(sent.runs, blocks))
 
 
 def _forced(blocks: BlockIds) -> dict[str, object]:
@@ -218,13 +216,13 @@ def _slot_action(client: LlamaClient, model: ServerModel, step: SlotAction, file
 
 
 def _send(client: LlamaClient, tasks: task_log.TaskLog, model: ServerModel, blocks: BlockIds, step: Send,
-          number: int) -> tuple[Step, Completion | None]:
+          number: int, ids: list[int]) -> tuple[Step, Completion | None]:
     prompt = Segments(step.runs, blocks)
     expected = model.complete(prompt)
     expected_slot = model.last_slot
     answer = blocks.vocabulary.answer
     try:
-        completion = client.complete(blocks.tokens(prompt), n_predict=step.n_predict, n_probs=N_PROBS,
+        completion = client.complete(ids, n_predict=step.n_predict, n_probs=N_PROBS,
                                      timeout_s=CALL_TIMEOUT_S, extra=_forced(blocks))
     except ClientError as exc:
         return Step(number, expected.prompt_n, -1, expected_slot, None, expected.cause, wrong_expected=False,
