@@ -185,3 +185,22 @@ def test_tests_stopped_by_sigterm_leave_no_server(tmp_path: Path):
         if (tmp_path / "pid").exists() and process_group_alive(int((tmp_path / "pid").read_text())):
             os.killpg(int((tmp_path / "pid").read_text()), signal.SIGKILL)  # what the assert below reports
     assert not left
+
+
+def test_a_starter_killed_outright_takes_its_server_with_it(tmp_path: Path):
+    # SIGKILL runs no handler and no atexit (asv ending a benchmark, the OOM killer): the kernel's parent-death
+    # signal is what stops the server then
+    script = ("import os, signal, sys\nfrom pathlib import Path\nfrom test_process import make_server\n"
+              f"server = make_server().start()\nPath({str(tmp_path / 'pid')!r}).write_text(str(server.pid))\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": f"{Path(__file__).parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    starter = subprocess.run([sys.executable, "-c", script], env=env, timeout=SLOW_MACHINE_S)
+    assert starter.returncode == -signal.SIGKILL
+    pgid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + SLOW_MACHINE_S  # it stops at once; only a server that never stops reaches this
+    while process_group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = process_group_alive(pgid)
+    if left:
+        os.killpg(pgid, signal.SIGKILL)  # what the assert below reports
+    assert not left

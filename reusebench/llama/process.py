@@ -4,19 +4,24 @@ The server always binds 127.0.0.1 on a free port, runs in its own process group
 with a random API key, and logs at ``-lv 4`` into a private file (checkpoint and
 RAM-cache decisions are logged only at that level).
 Every started server is registered so that an error, a timeout or Ctrl-C anywhere
-still stops it: nothing outlives the run.
+still stops it, and on Linux the kernel sends it SIGTERM when the process that started
+it dies without a word (SIGKILL, the OOM killer, asv ending a benchmark): nothing
+outlives the run.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import logging
 import os
 import secrets
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +39,18 @@ LOG_TAIL_LINES = 20
 BIND_ATTEMPTS = 3
 
 _live: set[ServerProcess] = set()
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None  # looked up before fork
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the server's child, before exec: SIGTERM when the starting thread's process dies. The kernel ties it to
+    the thread that forked, so it is set only for servers the main thread starts (see ``_start_once``)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # an ignored SIGTERM would stay ignored across exec
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died between the fork and the prctl
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class ServerError(RuntimeError):
@@ -141,6 +158,8 @@ class ServerProcess:
             raise ServerError(f"llama-server binary missing or not executable: {self.binary}")
         self.port = self.requested_port or free_port()
         self._start_offset = self.log_size()
+        parent = os.getpid()
+        tied = _prctl is not None and threading.current_thread() is threading.main_thread()
         with open(self.raw_log_path, "ab") as log:
             self.popen = subprocess.Popen(
                 self.argv(),
@@ -149,6 +168,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,  # own process group: stop() kills it whole
+                preexec_fn=(lambda: _die_with_parent(parent)) if tied else None,
             )
         _live.add(self)
         self.starts += 1
