@@ -136,3 +136,29 @@ def test_a_broken_case_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixtu
                                 "steps": [{"send": [[1, 16]], "n_predict": 1}, {"rewind": 0}]}))
     assert cli.main(["fuzz", "--case", str(path)]) == 3
     assert f"{path}: step 2: expected send, save, restore or erase" in capsys.readouterr().err
+
+
+def test_the_window_family_holds_on_the_real_gemma_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # what holds on the tiny window model holds on Gemma 3 270M (a 512-token window on five of six layers):
+    # two generated cases, every count as the model predicts
+    assert cli.main(["fuzz", "--family", "window", "--model", "real:gemma3-270m", "--cases", "2", "--seed", str(SEED),
+                     "--results", str(tmp_path)]) == 0
+    summary = json.loads(next(tmp_path.rglob("fuzz.json")).read_text())
+    assert summary["model"] == "gemma-3-270m-q4_k_m.gguf"
+    assert summary["families"][0]["generated"] == 2 and summary["families"][0]["difference"] is None
+    assert "on gemma-3-270m-q4_k_m.gguf (counts only)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["--model", "real:gemma3-270m"], "--model takes one --family"),
+    (["--family", "window", "--model", "/no/such.gguf"], "argument --model: no model file '/no/such.gguf'"),
+    (["--family", "window", "--model", "real:nemo"], "unknown real model 'nemo'"),
+])
+def test_a_model_in_place_of_the_tiny_one_is_checked_first(argv: list[str], error: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        status = cli.main(["fuzz", *argv])
+    except SystemExit as usage:  # argparse's: the option's own value is wrong
+        status = usage.code
+    assert status == 2
+    assert error in capsys.readouterr().err

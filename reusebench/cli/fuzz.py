@@ -34,19 +34,22 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     families = args.family or list(FAMILIES)
+    if args.model is not None and len(families) != 1:
+        raise ValueError("--model takes one --family: the memory family of that model (its counts only)")
     run_dir = Path(args.results) / "fuzz" / new_run_id()
     run_dir.mkdir(parents=True)
-    print(f"fuzz: {args.cases} cases per family, {', '.join(families)}; seed {seed}; {server_build.path}",
+    on = f" on {args.model.name} (counts only)" if args.model else ""
+    print(f"fuzz: {args.cases} cases per family, {', '.join(families)}{on}; seed {seed}; {server_build.path}",
           file=out, flush=True)
     found: list[Found] = []
     started = time.monotonic()
     try:
         for family in families:
             result = search(family, server_build, cases=args.cases, seed_value=seed, shrink=not args.no_shrink,
-                            outputs=not args.no_outputs,
-                                 say=lambda m: print(m, file=out, flush=True))
+                            outputs=not args.no_outputs and args.model is None, model_file=args.model,
+                            say=lambda m: print(m, file=out, flush=True))
             found.append(result)
-            _keep(run_dir, seed, found, time.monotonic() - started)
+            _keep(run_dir, seed, args.model, found, time.monotonic() - started)
             print(_line(result), flush=True)
             if result.shrunk is not None:
                 path = run_dir / f"{family}.json"
@@ -54,10 +57,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                 print(f"{_shrunk(result.shrunk)}\n  kept: {path} (copy it to {CASES_DIR}/ to make it a test)",
                       flush=True)
     except KeyboardInterrupt:
-        summary = _keep(run_dir, seed, found, time.monotonic() - started, interrupted=True)
+        summary = _keep(run_dir, seed, args.model, found, time.monotonic() - started, interrupted=True)
         return common.interrupted(lambda: f"interrupted after {len(found)} famil(ies); every server stopped; "
                                   f"kept: {summary}")
-    summary = _keep(run_dir, seed, found, time.monotonic() - started)
+    summary = _keep(run_dir, seed, args.model, found, time.monotonic() - started)
     print(f"\nsummary: {summary}", file=out)
     return Exit.FINDING if any(r.shrunk for r in found) else Exit.OK
 
@@ -88,14 +91,32 @@ def _shrunk(outcome: Outcome) -> str:
     return f"{outcome.case.describe()}\n  {difference.describe()}"
 
 
-def _keep(run_dir: Path, seed: int, found: list[Found], seconds: float, *, interrupted: bool = False) -> Path:
+def _keep(run_dir: Path, seed: int, model: Path | None, found: list[Found], seconds: float, *,
+          interrupted: bool = False) -> Path:
     path = run_dir / SUMMARY_FILE
     path.write_text(json.dumps({
-        "seed": seed, "seconds": round(seconds), "interrupted": interrupted,
+        "seed": seed, "model": model.name if model else None, "seconds": round(seconds), "interrupted": interrupted,
         "families": [{"family": r.family, "generated": r.generated, "cases": r.cases, "requests": r.requests,
                       "seconds": round(r.seconds), "paths": dict(r.paths), "outputs": dict(r.outputs),
                       "defects": dict(r.defects), "difference": r.shrunk.difference.describe()
                       if r.shrunk and r.shrunk.difference else None} for r in found]}, indent=2) + "\n")
+    return path
+
+
+def _gguf(text: str) -> Path:
+    """An argparse type: `real:NAME` (installed by `reusebench models --real`) or a GGUF file that is there."""
+    from reusebench import real
+    from reusebench.llama.gguf_check import check_gguf
+
+    try:
+        if real.is_real_spec(text):
+            return real.model_path(text.removeprefix(real.SPEC_PREFIX))
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise argparse.ArgumentTypeError(f"no model file {text!r}")
+        check_gguf(path)
+    except ValueError as error:  # an unknown or missing real model, a file that is no GGUF
+        raise argparse.ArgumentTypeError(str(error)) from None
     return path
 
 
@@ -124,6 +145,9 @@ def add_fuzz(sub: common.Subparsers) -> None:
                         "again without reuse on a second server to compare the outputs")
     parser.add_argument("--case", action="append", type=Path, metavar="FILE",
                         help="play this case file instead of generating (repeatable)")
+    parser.add_argument("--model", type=_gguf, metavar="FILE",
+                        help="a GGUF of the one --family's memory in place of its tiny model: a file or real:NAME "
+                        "(real:gemma3-270m for window); counts only: the outputs' noise floor is a tiny model's")
     parser.add_argument("--binary", default="default", help="the llama-server (default: the pinned build)")
     parser.add_argument("--results", default="results", help="results directory (default: results)")
     parser.set_defaults(func=cmd_fuzz)

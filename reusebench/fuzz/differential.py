@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from reusebench import tiny
 from reusebench.capability.build import Build
@@ -115,10 +116,11 @@ class Outcome:
         return next((s.defect for s in self.steps if s.defect), "")
 
 
-def variant_of(case: Case, binary: binaries.Binary) -> Variant:
-    """The case's launch as a profile variant of its tiny model, on `binary`."""
-    return Variant(profile="fuzz", name=case.family, binary=binary, model=tiny.model_path(case.model),
-                   model_spec=f"tiny:{case.model}", mmproj=None, lora=(),
+def variant_of(case: Case, binary: binaries.Binary, model_file: Path | None = None) -> Variant:
+    """The case's launch as a profile variant of its tiny model (or `model_file`, a GGUF of the same family), on
+    `binary`."""
+    return Variant(profile="fuzz", name=case.family, binary=binary, model=model_file or tiny.model_path(case.model),
+                   model_spec=str(model_file) if model_file else f"tiny:{case.model}", mmproj=None, lora=(),
                    options={"threads": THREADS, **case.options}, sizes=(), scenarios=(), verify=False, n_predict=1)
 
 
@@ -139,12 +141,13 @@ def reference_args(case: Case, variant: Variant) -> list[str]:
     return args
 
 
-def play(case: Case, build: Build, *, outputs: bool = False) -> Outcome:
+def play(case: Case, build: Build, *, outputs: bool = False, model_file: Path | None = None) -> Outcome:
     """Every step of `case` on a fresh server of `build` and on a fresh model of it; stops at the first step
     that differs (what follows it depends on it). `outputs`: every request that reused something is computed
-    again without reuse on a second server, and the two outputs compared (``reuse.verification``)."""
+    again without reuse on a second server, and the two outputs compared (``reuse.verification``; a tiny
+    model's noise floor, so not for `model_file`, a GGUF in place of the tiny one: its counts only)."""
     check_options(case, build)
-    variant = variant_of(case, build.binary)
+    variant = variant_of(case, build.binary, model_file)
     spec = launch.resolve(variant, build, context=None, verify=False, early_stop=False)
     model = spec.reuse_model()
     blocks = BlockIds(vocabulary(variant.model), case.block_tokens)

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.errors import Flaky, FlakyFailure
@@ -50,9 +51,10 @@ class Found:
 
 
 def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bool = True, outputs: bool = True,
-           say: Callable[[str], None] = lambda _m: None) -> Found:
+           model_file: Path | None = None, say: Callable[[str], None] = lambda _m: None) -> Found:
     """Up to `cases` generated cases of `family` on `build`'s server; the first difference shrunk (`shrink`);
-    `outputs`: reused outputs compared with no reuse too (``differential.play``)."""
+    `outputs`: reused outputs compared with no reuse too; `model_file`: a GGUF of the family in place of its tiny
+    one (``differential.play``)."""
     found = Found(family)
     started = time.monotonic()
     failing: list[Outcome] = []  # in the order they failed: the last is the one hypothesis replays as the smallest
@@ -69,7 +71,7 @@ def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bo
             _fail(known[key], failing)
         if failing and found.cases - found.generated >= SHRINK_BUDGET:
             return  # shrinking has had its servers: the smallest failing case so far is the one kept
-        outcome = play(case, build, outputs=outputs)
+        outcome = play(case, build, outputs=outputs, model_file=model_file)
         found.cases += 1
         found.requests += len(outcome.steps)
         found.paths.update(path for step in outcome.steps for path in step.paths)

@@ -47,6 +47,7 @@ _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("lin
 def _die_with_parent(parent: int) -> None:
     """In the server's child, before exec: SIGTERM when the starting thread's process dies. The kernel ties it to
     the thread that forked, so it is set only for servers the main thread starts (see ``_start_once``)."""
+    assert _prctl is not None
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # an ignored SIGTERM would stay ignored across exec
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # the parent died between the fork and the prctl
