@@ -11,10 +11,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, seed, settings
 
 from reusebench import cli, tiny
 from reusebench.capability import build as capability_build
 from reusebench.capability import state_bytes
+from reusebench.fuzz import strategies
 from reusebench.fuzz.case import FAMILIES, Case, Send
 from reusebench.fuzz.differential import play
 from reusebench.fuzz.search import search
@@ -162,3 +164,24 @@ def test_a_model_in_place_of_the_tiny_one_is_checked_first(argv: list[str], erro
         status = usage.code
     assert status == 2
     assert error in capsys.readouterr().err
+
+
+def test_an_older_build_gets_only_the_options_its_help_lists() -> None:
+    # b9093 (2026-05) has no --checkpoint-min-step: a launch for it never carries one, where the pinned build's do
+    pinned = set(capability_build.of(binaries.resolve_binary("default", source="tests")).help)
+    older = pinned - {"checkpoint-min-step"}
+    assert "checkpoint-min-step" in _options_drawn(pinned)
+    assert _options_drawn(older) <= older
+
+
+def _options_drawn(listed: set[str]) -> set[str]:
+    seen: set[str] = set()
+
+    @seed(SEED)
+    @settings(max_examples=200, database=None, deadline=None)
+    @given(strategies.cases("hybrid", listed, slot_actions=False))
+    def draw(case: Case) -> None:
+        seen.update(case.options)
+
+    draw()
+    return seen

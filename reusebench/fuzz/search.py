@@ -64,7 +64,7 @@ def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bo
     @settings(max_examples=cases, database=None, deadline=None, print_blob=False, verbosity=Verbosity.quiet,
               phases=(Phase.generate, Phase.shrink) if shrink else (Phase.generate,),
               suppress_health_check=list(HealthCheck))
-    @given(strategies.cases(family))
+    @given(strategies.cases(family, build.help))
     def one(case):  # type: ignore[no-untyped-def]
         key = json.dumps(case.to_json(), sort_keys=True)
         if key in known:  # a case that failed already fails again, without a server: the final replay among them

@@ -9,6 +9,8 @@ saves, restores and erases.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from hypothesis import strategies as st
 
 from reusebench.config.options import OptionValue
@@ -25,15 +27,16 @@ KINDS = ("new", "resend", "grow", "edit", "reask", "drop", "insert", "save", "re
 SLOT_ACTIONS = ("save", "restore", "erase")
 
 
-def launch_options(family: str) -> st.SearchStrategy[dict[str, OptionValue]]:
-    """The options of one launch (without --ctx-size, which follows from the traffic)."""
+def launch_options(family: str, listed: Collection[str]) -> st.SearchStrategy[dict[str, OptionValue]]:
+    """The options of one launch (without --ctx-size, which follows from the traffic), of those the build's
+    --help lists (`listed`: an older build lacks some)."""
 
     @st.composite
     def draw_options(draw: st.DrawFn) -> dict[str, OptionValue]:
         options: dict[str, OptionValue] = {}
 
         def pick(name: str, values: list[OptionValue | None]) -> None:
-            value = draw(st.sampled_from(values), label=name)
+            value = draw(st.sampled_from(values if name in listed else [None]), label=name)
             if value is not None:
                 options[name] = value
 
@@ -146,14 +149,15 @@ def context(options: dict[str, OptionValue], steps: tuple[Step, ...], stretch: i
     return swa.pad((longest + BLOCK_TOKENS) * n_slots(options)) * stretch
 
 
-def cases(family: str, *, slot_actions: bool = True) -> st.SearchStrategy[Case]:
-    """A case of `family`: a launch, then traffic for its slots, then the context it needs."""
+def cases(family: str, listed: Collection[str], *, slot_actions: bool = True) -> st.SearchStrategy[Case]:
+    """A case of `family`: a launch of the options in `listed` (a build's --help), then traffic for its slots,
+    then the context it needs."""
     if family not in FAMILIES:
         raise ValueError(f"family {family!r} is not one of {', '.join(FAMILIES)}")
 
     @st.composite
     def draw_case(draw: st.DrawFn) -> Case:
-        options = draw(launch_options(family))
+        options = draw(launch_options(family, listed))
         steps = draw(traffic(n_slots(options), slot_actions))
         options["ctx-size"] = context(options, steps, draw(st.sampled_from([1, 2]), label="context stretch"))
         return Case(family, options, steps, BLOCK_TOKENS)
