@@ -24,7 +24,7 @@ from reusebench.run.selection import Selection
 
 REPORT_A_SIZE = 2048  # report A's steps in the tests: small enough for two cores, past every checkpoint offset
 REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
-SLOW_MACHINE_S = 500.0  # what a call or a wait in a test may take on a loaded machine: under pytest's 600 s timeout
+SLOW_MACHINE_S = 1000.0  # what a call or a wait in a test may take on a loaded machine: under pytest's 1,200 s timeout
 
 
 def children(pid: int, name: str) -> list[int]:
