@@ -10,6 +10,7 @@ the command ends before the moment comes, the example tells nothing and another 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -36,6 +37,7 @@ COMMANDS = {  # each starts at least one llama-server; small enough to run in se
     "replay": ["replay", *TRACE, "--profile", "tiny-qwen35"],
     "whatif": ["whatif", *TRACE, "--profile", "tiny-qwen35", "--try", "cache-ram=0", "--verify", "1", "--rate", "1000"],
     "tap": ["tap", "--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0"],
+    "fuzz": ["fuzz", "--family", "hybrid", "--cases", "40", "--seed", "1", "--no-outputs"],
 }
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXAMPLES = 2  # per command: a CI run; the seed makes them the same every time
@@ -126,6 +128,9 @@ def test_a_signal_at_any_moment_stops_the_command_cleanly(name: str, tmp_path_fa
         assert relaying or "interrupted" in err.lower(), err[-2000:]
         for records in results.rglob("records.jsonl"):  # whole lines only: nothing measured is cut in half
             assert all(line.endswith("}") for line in records.read_text().splitlines())
+        for summary in results.rglob("fuzz.json"):  # the family it was in is kept with the cases it played
+            kept = json.loads(summary.read_text())
+            assert kept["interrupted"] and [f["interrupted"] for f in kept["families"]] in ([], [True]), kept
 
     one()
 

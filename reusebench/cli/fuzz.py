@@ -56,10 +56,12 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                 path.write_text(json.dumps(result.shrunk.case.to_json(), indent=2) + "\n")
                 print(f"{_shrunk(result.shrunk)}\n  kept: {path} (copy it to {CASES_DIR}/ to make it a test)",
                       flush=True)
+            if result.interrupted:
+                raise KeyboardInterrupt  # its cases kept above; the stop is the one of Ctrl-C anywhere else
     except KeyboardInterrupt:
         summary = _keep(run_dir, seed, args.model, found, time.monotonic() - started, interrupted=True)
-        return common.interrupted(lambda: f"interrupted after {len(found)} famil(ies); every server stopped; "
-                                  f"kept: {summary}")
+        return common.interrupted(lambda: f"interrupted after {sum(r.cases for r in found)} cases; every server "
+                                  f"stopped; kept: {summary}")
     summary = _keep(run_dir, seed, args.model, found, time.monotonic() - started)
     print(f"\nsummary: {summary}", file=out)
     return Exit.FINDING if any(r.shrunk for r in found) else Exit.OK
@@ -76,7 +78,8 @@ def _play_files(paths: list[Path], server_build: capability_build.Build) -> int:
 
 
 def _line(result: Found) -> str:
-    verdict = "a difference, shrunk below" if result.shrunk else "no difference"
+    verdict = "a difference, shrunk below" if result.shrunk else "no difference" + (
+        " (interrupted)" if result.interrupted else "")
     paths = ", ".join(f"{name} {count}" for name, count in result.paths.most_common())
     compared = ", ".join(f"{verdict} {count}" for verdict, count in result.outputs.most_common())
     named = (f"\n  reused outputs against no reuse: {compared}" if compared else "") + "".join(f"\n  cases that ended at a known server defect ({name}): {count}"
@@ -97,7 +100,7 @@ def _keep(run_dir: Path, seed: int, model: Path | None, found: list[Found], seco
     path.write_text(json.dumps({
         "seed": seed, "model": model.name if model else None, "seconds": round(seconds), "interrupted": interrupted,
         "families": [{"family": r.family, "generated": r.generated, "cases": r.cases, "requests": r.requests,
-                      "seconds": round(r.seconds), "paths": dict(r.paths), "outputs": dict(r.outputs),
+                      "seconds": round(r.seconds), "interrupted": r.interrupted, "paths": dict(r.paths), "outputs": dict(r.outputs),
                       "defects": dict(r.defects), "difference": r.shrunk.difference.describe()
                       if r.shrunk and r.shrunk.difference else None} for r in found]}, indent=2) + "\n")
     return path

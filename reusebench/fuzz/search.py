@@ -48,6 +48,7 @@ class Found:
     paths: Counter[str] = field(default_factory=Counter)  # requests by the reuse paths the server's log shows
     defects: Counter[str] = field(default_factory=Counter)  # cases that ended at a known server defect
     outputs: Counter[str] = field(default_factory=Counter)  # reused outputs by verdict (identical, within noise...)
+    interrupted: bool = False  # Ctrl-C or SIGTERM ended it: the cases played so far
 
 
 def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bool = True, outputs: bool = True,
@@ -91,5 +92,8 @@ def search(family: str, build: Build, *, cases: int, seed_value: int, shrink: bo
         one()
     except (_Differs, Flaky, FlakyFailure):  # flaky: a case failed, then passed when played again; the last kept
         found.shrunk = failing[-1]
+    except KeyboardInterrupt:  # the cases played are kept, and the smallest difference so far
+        found.interrupted = True
+        found.shrunk = failing[-1] if failing else None
     found.seconds = time.monotonic() - started
     return found
