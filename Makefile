@@ -19,7 +19,7 @@ CONTROL_SIZES ?= --size 32K
 # --full-prefills times every step to its end (the default stops a step whose output nothing needs at its count)
 RUN_FLAGS ?=
 
-.PHONY: lint setup llama-server qemu chromium site-assets bench nightly nightly-demo history test models archs real-model clean-results \
+.PHONY: lint check setup llama-server qemu chromium site-assets bench nightly nightly-demo history test models archs real-model clean-results \
 	cuda-build-check gpu-check-bundle gpu-check
 
 setup: $(STAMP) llama-server
@@ -116,6 +116,11 @@ gpu-check:
 
 test: lint setup qemu chromium site-assets real-model
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=10
+
+# The contributor's tier: lint, types, every test that starts no server (unmarked; conftest fails one that does)
+# and one end-to-end smoke (a real run: first load and a restore from a slot file on the tiny hybrid).
+check: lint setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -m "not e2e or smoke"
 
 lint: $(STAMP)
 	$(BIN)/ruff check reusebench tests benchmarks tools

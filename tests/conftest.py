@@ -66,6 +66,18 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, terminated)
 
 
+@pytest.fixture(autouse=True)
+def _servers_only_in_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked e2e may not start llama-server (a capability probe on a cold cache included): `make
+    check` runs the unmarked ones as the tier that starts no server, so a wrong mark fails here, not by a slow
+    check."""
+    if request.node.get_closest_marker("e2e") is None:
+        def refused(self: ServerProcess) -> ServerProcess:
+            raise AssertionError(f"{request.node.nodeid} starts llama-server ({' '.join(self.args[:2])}): mark it "
+                                 "e2e")
+        monkeypatch.setattr(ServerProcess, "start", refused)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     leaked = child_llama_servers()
     if leaked:

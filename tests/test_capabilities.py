@@ -70,6 +70,7 @@ def test_a_launcher_is_probed_as_the_executable_it_starts_not_with_its_flags(cap
     assert [p.stem for p in capability_cache.glob("*.json")] == [cache.Executable(default_llama_server()).key()]
 
 
+@pytest.mark.e2e
 def test_a_binary_that_cannot_be_probed_gets_the_pinned_rules_and_says_why(capability_cache: Path,
                                                                            tmp_path: Path) -> None:
     broken = tmp_path / "llama-server"

@@ -88,6 +88,7 @@ def test_q_silences_the_progress_and_keeps_the_results(capsys: pytest.CaptureFix
     assert capsys.readouterr() == (said.out, "")
 
 
+@pytest.mark.e2e
 def test_v_shows_each_llama_server_start_and_stop(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     logger = logging.getLogger("reusebench")
     try:

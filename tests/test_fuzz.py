@@ -36,6 +36,7 @@ def server_build() -> capability_build.Build:
     return capability_build.of(binaries.resolve_binary("default", source="tests"))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_a_short_fuzz_finds_no_difference(server_build: capability_build.Build, family: str) -> None:
     found = search(family, server_build, cases=SHORT_FUZZ, seed_value=SEED)
@@ -43,6 +44,7 @@ def test_a_short_fuzz_finds_no_difference(server_build: capability_build.Build, 
     assert found.shrunk is None, f"{found.shrunk.case.describe()}\n{found.shrunk.difference.describe()}"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("path", sorted(CASES.glob("*.json")), ids=lambda p: p.stem)
 def test_every_kept_case_plays_as_expected(server_build: capability_build.Build, path: Path) -> None:
     """Every request as the model predicts; a case kept for a server defect ("defect") still meets it, at its last
@@ -53,6 +55,7 @@ def test_every_kept_case_plays_as_expected(server_build: capability_build.Build,
     assert len(outcome.steps) == sum(isinstance(s, Send) for s in outcome.case.steps)
 
 
+@pytest.mark.e2e
 def test_a_planted_rule_is_found_and_shrunk(server_build: capability_build.Build,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A model that predicts one token too many for prompts over 40 tokens: the first case that sends one differs,
@@ -71,6 +74,7 @@ def test_a_planted_rule_is_found_and_shrunk(server_build: capability_build.Build
     assert found.shrunk.difference.measured + 1 == found.shrunk.difference.expected
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("model", "length", "window"), [("gemma3", 300, 128), ("arch-lfm2", 100, 32),
                                                           ("qwen35", 77, 0), ("llama", 50, 0)])
 def test_state_bytes_equal_a_slot_files(server_build: capability_build.Build, model: str, length: int,
@@ -123,6 +127,7 @@ def test_the_ram_cache_keeps_its_token_limit() -> None:
     assert len(sized) == 3 and sized.n_tokens == 300
 
 
+@pytest.mark.e2e
 def test_a_kept_case_file_plays_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     case = Case("hybrid-no-shift", {"ctx-size": 512, "cache-ram": 1}, (Send(((1, 16), (2, 16)), 2),
                                                                        Send(((1, 16), (2, 16)), 2)), 16)
@@ -132,6 +137,7 @@ def test_a_kept_case_file_plays_from_the_command_line(tmp_path: Path, capsys: py
     assert "2 requests as expected" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_a_broken_case_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "case.json"
     path.write_text(json.dumps({"family": "attention", "options": {}, "block_tokens": 16,
@@ -140,6 +146,7 @@ def test_a_broken_case_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert f"{path}: step 2: expected send, save, restore or erase" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_the_window_family_holds_on_the_real_gemma_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # what holds on the tiny window model holds on Gemma 3 270M (a 512-token window on five of six layers):
     # two generated cases, every count as the model predicts
@@ -151,6 +158,7 @@ def test_the_window_family_holds_on_the_real_gemma_3(tmp_path: Path, capsys: pyt
     assert "on gemma-3-270m-q4_k_m.gguf (counts only)" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("argv", "error"), [
     (["--model", "real:gemma3-270m"], "--model takes one --family"),
     (["--family", "window", "--model", "/no/such.gguf"], "argument --model: no model file '/no/such.gguf'"),
@@ -166,6 +174,7 @@ def test_a_model_in_place_of_the_tiny_one_is_checked_first(argv: list[str], erro
     assert error in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_an_older_build_gets_only_the_options_its_help_lists() -> None:
     # b9093 (2026-05) has no --checkpoint-min-step: a launch for it never carries one, where the pinned build's do
     pinned = set(capability_build.of(binaries.resolve_binary("default", source="tests")).help)

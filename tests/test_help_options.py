@@ -79,6 +79,7 @@ def test_a_wrong_value_type_fails_the_profile_load_naming_file_and_field(tmp_pat
         caught.value)
 
 
+@pytest.mark.e2e
 def test_check_reports_the_same_problem_as_unsupported(tmp_path: Path, fake_binary: binaries.Binary) -> None:
     (tmp_path / "model.bin").write_bytes(b"")
     path = tmp_path / "p.yaml"

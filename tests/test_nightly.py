@@ -51,6 +51,7 @@ def test_a_night_picks_what_came_after_the_newest_measured_commit_newest_first_c
     assert commits.to_measure(tmp_path / "repo", ["master", "fix"], set(), 6) == [*made, fix]
 
 
+@pytest.mark.e2e
 def test_the_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     made = history(tmp_path / "repo", 2)
     results = tmp_path / "nightly"
@@ -68,6 +69,7 @@ def test_the_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path, capsys: py
     assert sorted(p.name for p in results.iterdir()) == [nightly.CONFIG_FILE, lock.LOCK_FILE]  # no asv/, no html/
 
 
+@pytest.mark.e2e
 def test_the_plan_times_a_night_by_the_last_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     history(tmp_path / "repo", 4)
     results = tmp_path / "nightly"
@@ -80,6 +82,7 @@ def test_the_plan_times_a_night_by_the_last_one(tmp_path: Path, capsys: pytest.C
     assert capsys.readouterr().out.splitlines()[-1] == "time: about 20 min, at the last night's 600 s per commit here"
 
 
+@pytest.mark.e2e
 def test_a_second_nightly_on_the_same_results_does_nothing_and_exits_4(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     history(tmp_path / "repo", 1)

@@ -100,6 +100,7 @@ def test_settings_cover_the_profile_and_the_reuse_defaults_in_probe_order() -> N
     assert settings["flash-attn"] == (check.Setting("flash-attn", "off", "off"), None)  # no probe: listed last
 
 
+@pytest.mark.e2e
 def test_launch_adds_a_probe_sized_context_and_metrics() -> None:
     variant = profiles.load_profile("tiny-granitehybrid").variants[0]
     args, added = launch_args(variant, build.of(variant.binary))
@@ -109,6 +110,7 @@ def test_launch_adds_a_probe_sized_context_and_metrics() -> None:
     assert args[-2:] == added
 
 
+@pytest.mark.e2e
 def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def no_launch(*args: object, **kwargs: object) -> None:
         raise AssertionError("a server was started for a profile the binary rejects")
@@ -126,6 +128,7 @@ def test_unknown_options_are_unsupported_before_any_launch(unknown_profile: Path
     assert "not launched" in evidence(verdicts["cache-ram"])
 
 
+@pytest.mark.e2e
 def test_cli_check_json_exits_1_on_unsupported_and_keeps_its_verdicts_with_a_page(
         unknown_profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["check", "--profile", str(unknown_profile), "--json", "--results", str(tmp_path)]) == 1

@@ -33,6 +33,7 @@ def full(session: plan.SessionPlan) -> list[str]:
     return [f"{c.scenario}/{c.step}" for c in session.calls if c.prefill > K32 // 2]
 
 
+@pytest.mark.e2e
 def test_report_a_on_the_hybrid_prefills_four_documents_with_early_stop_and_six_without():
     early = report_a("tiny-qwen35", "mmproj=on,cache-reuse=256", early_stop=True)
     timed = report_a("tiny-qwen35", "mmproj=on,cache-reuse=256", early_stop=False)
@@ -48,6 +49,7 @@ def test_report_a_on_the_hybrid_prefills_four_documents_with_early_stop_and_six_
     assert round(early.prefill / K32) == 4 and round(timed.prefill / K32) == 7
 
 
+@pytest.mark.e2e
 def test_the_control_reuses_half_the_edited_document_so_nothing_stops():
     # Pure attention keeps the KV of the document's first half: the edit reuses it, so its output is checked
     # against a no-reuse reference, and a checked step never stops.
@@ -56,6 +58,7 @@ def test_the_control_reuses_half_the_edited_document_so_nothing_stops():
     assert control.calls == report_a("tiny-llama", "default", early_stop=False).calls
 
 
+@pytest.mark.e2e
 def test_dry_run_prints_the_plan_and_starts_no_server(capsys, tmp_path, monkeypatch):
     # the build's rules and the model's memory are learned from short starts the first time, then kept: here first
     variant = profiles.load_profile("tiny-qwen35").variant("mmproj=on,cache-reuse=256")

@@ -381,6 +381,7 @@ def test_probe_costs_the_conversation_only_without_a_ram_cache(probe):
 
 
 @pytest.mark.e2e
+@pytest.mark.smoke
 def test_restore_disk_alone_saves_its_own_slot(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """`reusebench run --scenario first_load --scenario restore_disk`: no interleave saved the slot it restores."""
     status = cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=off,cache-reuse=0", "--size", "2K",

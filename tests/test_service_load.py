@@ -29,6 +29,8 @@ from reusebench.run.service.calls import Calls
 
 from conftest import children, heed_ctrl_c
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[1]
 SMALL = "service-small"
 

@@ -151,6 +151,7 @@ def test_a_try_the_binary_lacks_is_named_with_the_binary(tmp_path: Path) -> None
         combos.combinations(lacking, binaries.help_table(older_binary), [combos.parse_try("ctx-checkpoints=8,32")])
 
 
+@pytest.mark.e2e
 def test_a_combination_whose_slot_cannot_hold_the_longest_request_is_left_out(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the first 40 requests at 1/16: the longest is 5,475 tokens with its answer; a 1,024-token context cannot hold it
