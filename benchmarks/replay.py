@@ -27,8 +27,10 @@ from reusebench import records
 from reusebench.capability import build
 from reusebench.config import profiles
 from reusebench.machine import host
+from reusebench.records import RunKind
 from reusebench.report import replay_report
-from reusebench.run.recording import RunDir
+from reusebench.run import provenance
+from reusebench.run.opening import open_run
 from reusebench.run.replay import Replay, ReplayMode, resolve_for_trace
 from reusebench.trace.mooncake import TraceSelection
 from reusebench.trace.prompts import BlockIds, trace_prompts, vocabulary
@@ -59,13 +61,16 @@ def _replay() -> dict[str, Any]:
         why = f"profile {PROFILE} does not apply to this build: {missing[variant.name]}"
         print(f"benchmarks: {why}", file=sys.stderr)
         return {NOT_APPLICABLE: why}
-    variant = profiles.load_profile(PROFILE).variant(variant.name)  # now checked against the binary's --help
+    profile = profiles.load_profile(PROFILE)  # now checked against the binary's --help
+    variant = profile.variant(variant.name)
     whole, trace = TraceSelection(TRACE, SCALE, limit=_requests(REQUESTS)).load()
     blocks = BlockIds(vocabulary(variant.model), trace.block_tokens)
-    run = RunDir.create(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")))
-    with records.RecordWriter(run.records_path) as writer:
-        Replay(trace_prompts(trace, blocks), blocks, resolve_for_trace(variant, build.of(variant.binary), trace), writer, run=run,
-               trace_name=whole.name, mode=ReplayMode(), out=io.StringIO()).run()
+    spec = resolve_for_trace(variant, build.of(variant.binary), trace)
+    stamp = provenance.of_launches(profile, [spec], RunKind.REPLAY, {"trace": whole.name, "requests": len(trace.requests),
+                                                                     "scale": trace.scale, "mode": ReplayMode().name})
+    with open_run(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")), stamp) as (run, writer):
+        Replay(trace_prompts(trace, blocks), blocks, spec, writer, run=run, trace_name=whole.name, mode=ReplayMode(),
+               out=io.StringIO()).run()
     # the last minute's load, as the replay ends: other work beside it makes its seconds noise
     busy = host.under_load(host.capture().to_dict()) is not None
     kept = records.read_records(run.records_path)

@@ -31,10 +31,13 @@ from typing import Any
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench import records
+from reusebench.capability import build
 from reusebench.config import profiles, workload
+from reusebench.records import RunKind
 from reusebench.report import service_report, service_runs
-from reusebench.run.recording import RunDir
-from reusebench.run.service import service_run
+from reusebench.run import provenance
+from reusebench.run.opening import open_run
+from reusebench.run.service import resolve_for_workload, service_run
 
 from . import common
 
@@ -67,12 +70,12 @@ def _run_workload(name: str, repeat: int = 1) -> dict[str, Any]:
         why = f"workload {name} does not apply to this build: {missing[variant.name]}"
         print(f"benchmarks: {why}", file=sys.stderr)
         return {NOT_APPLICABLE: why}
-    profiles.load_profile(load.profile)  # now checked against the binary's --help
-    run = RunDir.create(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")))
-    with records.RecordWriter(run.records_path) as writer:
+    profile = profiles.load_profile(load.profile)  # now checked against the binary's --help
+    spec = resolve_for_workload(profile.variant(variant.name), build.of(variant.binary), load)
+    stamp = provenance.of_launches(profile, [spec], RunKind.WORKLOAD, {"workload": name, "repeat": repeat})
+    with open_run(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")), stamp) as (run, writer):
         for number in range(1, repeat + 1):
-            result = service_run(load, variant, writer, run=run,
-                                 repeat=number if repeat > 1 else None).run()
+            result = service_run(load, spec, writer, run=run, repeat=number if repeat > 1 else None).run()
             failed = [r.error for r in result.records if r.error]
             if failed:
                 raise RuntimeError(f"workload {name}: {len(failed)} call(s) failed, the first: {failed[0]}")

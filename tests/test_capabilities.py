@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.capability import PINNED_RULES, Capabilities, cache
+from reusebench.capability import PINNED_RULES, Capabilities, build, cache
 from reusebench.config import profiles
 from reusebench.config.workload import load_workload
 from reusebench.llama.binaries import Binary
@@ -19,7 +19,7 @@ from reusebench.records import RecordWriter, Role
 from reusebench.run import runner
 from reusebench.run.recording import RunDir
 from reusebench.run.selection import Selection
-from reusebench.run.service import service_run
+from reusebench.run.service import resolve_for_workload, service_run
 
 from conftest import default_llama_server
 
@@ -122,7 +122,8 @@ def test_a_workload_predicts_with_its_own_binary_s_rules_not_the_pinned_build_s(
     workload = load_workload("report-b-service")
     variant = profiles.load_profile(workload.profile).variants[0]
     with RecordWriter(tmp_path / "records.jsonl") as writer:
-        run = service_run(workload, variant, writer, run=RunDir("w", tmp_path))
+        run = service_run(workload, resolve_for_workload(variant, build.of(variant.binary), workload), writer,
+                          run=RunDir("w", tmp_path))
         assert run.spec.capabilities.slot_file_checkpoints is True
         assert run.spec.reuse_model().rules.slot_file_checkpoints is True
         run.handle.close()

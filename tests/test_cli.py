@@ -14,6 +14,7 @@ import pytest
 from reusebench import cli
 from reusebench.cli import common, exits
 from reusebench.llama import build
+from reusebench.run import provenance
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,6 +102,8 @@ def test_v_shows_each_llama_server_start_and_stop(tmp_path, capsys: pytest.Captu
     stopped = [line for line in err.splitlines() if line.startswith("reusebench.llama.process: stopped llama-server")]
     assert started and len(started) == len(stopped)
     assert "--api-key" not in err  # the key it generated stays out of what it shows
+    (run,) = (tmp_path / "runs").iterdir()
+    assert provenance.read(run).kind == "check" and (run / "check.json").is_file()
 
 
 def test_a_config_error_exits_3_naming_the_file(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:

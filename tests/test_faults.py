@@ -69,9 +69,9 @@ def run_session(tmp_path: Path, fault: Fault, ids: tuple[str, ...], *,
         spec = launch.resolve(control, Build(control.binary, PINNED, binaries.help_table(control.binary)),
                               context=launch.session_context(SIZE))
         s = Session(spec, SIZE, corpus.load_spec("tiny-words"), RunShared(writer, RunDir("fault", tmp_path), sampler, out),
-                    on_failure=on_failure, progress_hook=fault)
+                    selected=scenarios.select(ids), on_failure=on_failure, progress_hook=fault)
         fault.session = s
-        s.run(scenarios.select(ids))
+        s.run()
     return s, records.read_records(path), out.getvalue()
 
 

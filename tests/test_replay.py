@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 
 from reusebench import records
+from reusebench.capability import build
 from reusebench.cli import main
 from reusebench.config import profiles, workload
 from reusebench.records import Role
+from reusebench.report import replay_report
+from reusebench.run import provenance
 from reusebench.run.recording import RunDir
-from reusebench.run.service import calls, service_run
+from reusebench.run.service import calls, resolve_for_workload, service_run
 from reusebench.tap import InFront
 
 from conftest import child_llama_servers
@@ -39,7 +42,10 @@ def test_serial_replay_measures_what_the_model_expects_on_every_request(
     assert (found["requests"], found["prompt_tokens"], found["ideal"]) == (80, 63_337, 60_809)
     assert (found["failed"], found["differ"], found["not_forced"]) == (0, 0, 0)
     assert found["measured"] == found["expected"] >= found["ideal"]
+    assert found["excess_by_class"] == found["expected_by_class"] == {}  # one slot kept all the trace shares
     (run,) = (tmp_path / "runs").iterdir()
+    stamp = provenance.read(run)
+    assert (stamp.kind, stamp.selection["trace"], stamp.selection["requests"]) == ("replay", "mooncake-conversation.jsonl.gz", 80)
     kept = [r for r in records.read_records(run / "records.jsonl") if r.role == Role.MEASURE]
     assert [r.prompt_n for r in kept] == [r.expected for r in kept]
     assert all(r.extra["answer_forced"] for r in kept)
@@ -64,6 +70,15 @@ def test_whatif_s_best_combinations_are_measured_as_predicted(
     assert [row[1].strip() for row in table[:1]] == ["as it is"]
     assert {row[1].strip() for row in table[1:]} == {"--parallel 2 --cache-ram 0", "--parallel 2 --cache-ram -1"}
     assert [row[4].strip() for row in table] == ["equal"] * 3, "\n".join(out)
+    # the prediction's run and the verification's, each stamped with its kind and every launch it names
+    stamps = {run: provenance.read(run) for run in (tmp_path / "runs").iterdir()}
+    (whatif,) = [s for s in stamps.values() if s.kind == "whatif"]
+    (verified,) = [run for run, s in stamps.items() if s.selection.get("for") == "verifying the prediction"]
+    assert stamps[verified].kind == "replay" and len(stamps[verified].launches) == len(whatif.launches) == 3
+    # the tokens over the ideal by where they were served from: the model's classes are the log's, launch by launch
+    replays = replay_report.figures(records.read_records(verified / "records.jsonl"))
+    assert [f.excess_by_class for f in replays] == [f.expected_by_class for f in replays]
+    assert sum(sum(f.excess_by_class.values()) for f in replays) > 0
 
 
 def test_a_trace_the_tap_wrote_replays_and_goes_through_whatif(tmp_path: Path,
@@ -74,7 +89,8 @@ def test_a_trace_the_tap_wrote_replays_and_goes_through_whatif(tmp_path: Path,
     via = InFront(tmp_path / "taps", long_prefill_tokens=load.long_prefill_tokens, key_file=tmp_path / "tap.key",
                   trace=trace)
     with records.RecordWriter(tmp_path / "records.jsonl") as writer:
-        result = service_run(load, variant, writer, run=RunDir("t", tmp_path), via=via, out=io.StringIO()).run()
+        result = service_run(load, resolve_for_workload(variant, build.of(variant.binary), load), writer,
+                             run=RunDir("t", tmp_path), via=via, out=io.StringIO()).run()
     lines = trace.read_text().splitlines()
     assert len(lines) == len([r for r in result.records if not r.error]) > 0  # one line per answered request
     assert main(["replay", str(trace), "--profile", "tiny-llama", "--results", str(tmp_path / "r"), "--json"]) == 0

@@ -22,7 +22,7 @@ from reusebench.capability import PINNED
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama.client import Completion
 from reusebench.records import Record, Role, read_records
-from reusebench.run import runner
+from reusebench.run import provenance, runner
 from reusebench.run.selection import Selection
 
 SIZE = 2048
@@ -388,6 +388,11 @@ def test_restore_disk_alone_saves_its_own_slot(tmp_path: Path, capsys: pytest.Ca
                        "--scenario", "first_load", "--scenario", "restore_disk", "--results", str(tmp_path)])
     assert status == 0, capsys.readouterr().err
     (run_dir,) = (tmp_path / "runs").iterdir()
+    stamp = provenance.read(run_dir)
+    assert (stamp.kind, stamp.selection["scenarios"], stamp.selection["sizes"]) == (
+        "scenarios", ["first_load", "restore_disk"], [SIZE])
+    model = profiles.load_profile("tiny-qwen35").variant("mmproj=off,cache-reuse=0").model
+    assert stamp.launches["mmproj=off,cache-reuse=0"][:2] == ["-m", str(model)]  # the launch as it was resolved
     written = read_records(run_dir / "records.jsonl")
     setup = [(r.scenario, r.step) for r in written if r.role == Role.SETUP]
     assert setup[:2] == [("restore_disk", "document + first question"), ("restore_disk", "save slot")]

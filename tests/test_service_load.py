@@ -19,12 +19,21 @@ from pathlib import Path
 import pytest
 
 from reusebench import cli, records
+from reusebench.capability import build
 from reusebench.config import profiles, users, workload
 from reusebench.llama import task_log
 from reusebench.records import Record, Role
 from reusebench.report import service_report, service_runs
+from reusebench.run import provenance
 from reusebench.run.recording import RunDir
-from reusebench.run.service import ScheduleDeviation, ServiceRun, WorkloadResult, schedule, service_run
+from reusebench.run.service import (
+    ScheduleDeviation,
+    ServiceRun,
+    WorkloadResult,
+    resolve_for_workload,
+    schedule,
+    service_run,
+)
 from reusebench.run.service.calls import Calls
 
 from conftest import children, heed_ctrl_c
@@ -41,7 +50,8 @@ Ran = tuple[list[Record], ServiceRun, WorkloadResult]
 def driver(load: workload.Workload, run_dir: Path, free_running: bool = False) -> ServiceRun:
     variant = profiles.load_profile(load.profile).variants[0]
     writer = records.RecordWriter(run_dir / "records.jsonl")
-    return service_run(load, variant, writer, run=RunDir("t", run_dir), free_running=free_running,
+    return service_run(load, resolve_for_workload(variant, build.of(variant.binary), load), writer, run=RunDir("t", run_dir),
+                       free_running=free_running,
                        out=io.StringIO())
 
 
@@ -175,6 +185,10 @@ def test_the_serial_schedule_gives_the_same_counts_on_every_run(tmp_path: Path) 
     the same cause, so every count figure is the same."""
     assert cli.main(["workload", SMALL, "--repeat", "2", "--results", str(tmp_path)]) == 0
     (run_dir,) = (tmp_path / "runs").iterdir()
+    stamp = provenance.read(run_dir)
+    assert (stamp.kind, stamp.selection["workload"], stamp.selection["repeat"]) == ("workload", SMALL, 2)
+    (launch,) = stamp.launches.values()
+    assert "--ctx-size" in launch  # the launch as resolved for the workload's users, not as the profile wrote it
     first, second = service_runs.runs(records.read_records(run_dir / "records.jsonl"))
 
     def seen(run: list[Record]) -> list[tuple]:

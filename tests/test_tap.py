@@ -19,13 +19,15 @@ import httpx
 import pytest
 
 from reusebench import listening, records, tiny
+from reusebench.capability import build
 from reusebench.config import profiles, users, workload
 from reusebench.llama.process import ServerProcess
 from reusebench.llama.task_log import TaskLog
 from reusebench.records import Record, Role
 from reusebench.report import service_report
+from reusebench.run import provenance
 from reusebench.run.recording import RunDir
-from reusebench.run.service import service_run
+from reusebench.run.service import resolve_for_workload, service_run
 from reusebench.tap import InFront, Tap, TapOptions
 
 from conftest import default_llama_server, heed_ctrl_c
@@ -66,7 +68,8 @@ def through_tap(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Record],
     via = InFront(tmp / "taps", long_prefill_tokens=load.long_prefill_tokens, key_file=tmp / "tap.key")
     writer = records.RecordWriter(tmp / "records.jsonl")
     with writer:
-        service_run(load, variant, writer, run=RunDir("t", tmp), via=via, out=io.StringIO()).run()
+        service_run(load, resolve_for_workload(variant, build.of(variant.binary), load), writer, run=RunDir("t", tmp),
+                    via=via, out=io.StringIO()).run()
     (tapped,) = via.runs
     return records.read_records(tmp / "records.jsonl"), read_clean(tapped / "records.jsonl")
 
@@ -289,6 +292,7 @@ def test_a_tap_stopped_mid_stream_loses_no_record(server_and_log, tmp_path: Path
         if tap.poll() is None:
             tap.kill()
     (run,) = (tmp_path / "results" / "runs").iterdir()
+    assert provenance.read(run).kind == "tap"  # its run.json names what it is, though it launched nothing
     kept = read_clean(run / "records.jsonl")  # every line whole
     assert kept[0].role == Role.MEASURE and kept[0].status == 200 and kept[0].prompt_n == 61 and not kept[0].error
     if kill == signal.SIGTERM:  # the request in flight recorded as interrupted, the summary last

@@ -15,8 +15,10 @@ from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import profiles
 from reusebench.llama import binaries
-from reusebench.report import view
-from reusebench.run.recording import RunDir
+from reusebench.records import RunKind
+from reusebench.report import run_kinds, view
+from reusebench.run import provenance
+from reusebench.run.opening import stamped_run
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -54,12 +56,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             textwrap.fill(line, width, subsequent_indent="  ") for line in rules.lines()]
         texts.append(check.render_report(variant, server_build, verdicts, width=width) + "\n\n" + "\n".join(rule_lines))
     print(json.dumps(found, indent=2) if args.json else "\n\n".join(texts))
-    page = view.write_check_page(RunDir.create(Path(args.results)).path, found)
+    stamp = provenance.stamp(profile, variants, kind=RunKind.CHECK, selection={"options": list(args.option or ()),
+                                                                               "strict": args.strict})
+    page = view.write_check_page(stamped_run(Path(args.results), stamp).path, found)
     view.write_index(Path(args.results))
     if interrupted:  # what was reached is kept, and says it is incomplete
         not_started = [v.name for v in variants[len(found):]]
         return common.interrupted(lambda: f"interrupted: every server stopped; the verdicts reached are in "
-                                  f"{page.parent / view.CHECK_FILE} and {page}, marked incomplete"
+                                  f"{page.parent / run_kinds.CHECK_FILE} and {page}, marked incomplete"
                                   + (f"; variants not checked: {', '.join(not_started)}" if not_started else ""))
     print(f"page: {page}", file=out)
     return Exit.FINDING if failing else Exit.OK

@@ -17,7 +17,7 @@ from reusebench import records
 from reusebench.cli import exits
 from reusebench.config import sizes
 from reusebench.llama import process
-from reusebench.report import replay_report, run_report, service_runs, view
+from reusebench.report import replay_report, run_kinds, run_report, service_runs, view
 
 RESULTS_DIR = Path("results")
 # what ArgumentParser.add_subparsers returns; every command module adds its parsers to it
@@ -159,7 +159,8 @@ def write_run_report(run_dir: Path, title: str, scenario_records: Sequence[recor
     """
     if scenario_records is None:
         read = records.read_records(run_dir / "records.jsonl")
-        text = replay_report.render(read) if replay_report.is_replay(read) else service_runs.render_runs(read)
+        replay = run_kinds.of_run(run_dir) is records.RunKind.REPLAY
+        text = replay_report.render(read) if replay else service_runs.render_runs(read)
     else:
         text = run_report.render_text(scenario_records)
     (run_dir / "report.md").write_text(f"# reusebench {title}\n\n{text}\n")

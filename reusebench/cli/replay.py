@@ -16,8 +16,10 @@ from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import profiles
 from reusebench.config.profiles import Variant
+from reusebench.records import RunKind
 from reusebench.report import replay_report
-from reusebench.run.recording import RunDir
+from reusebench.run import provenance
+from reusebench.run.opening import Interrupted, open_run
 from reusebench.run.replay import Replay, ReplayMode, ScheduleDeviation, resolve_for_trace
 from reusebench.trace import mooncake
 from reusebench.trace.mooncake import Trace, TraceSelection
@@ -59,6 +61,12 @@ def variant_of(args: argparse.Namespace) -> Variant:
     return profile.variant(args.variant) if args.variant else profile.variants[0]
 
 
+def trace_selection(whole: Trace, trace: Trace, mode: str) -> dict[str, object]:
+    """What a replay's run.json says it replayed: the trace by name, its cut and scale, the mode."""
+    return {"trace": whole.name, "requests": len(trace.requests), "scale": trace.scale,
+            "block_tokens": trace.block_tokens, "mode": mode}
+
+
 def blocks_for(variant: Variant, trace: Trace) -> BlockIds:
     return BlockIds(vocabulary(variant.model), trace.block_tokens)
 
@@ -87,23 +95,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return Exit.OK
     if args.profile is None:
         raise ValueError("--profile is needed to replay (only --stats reads the trace alone)")
-    variant = variant_of(args)
+    profile = profiles.load_profile(args.profile)
+    variant = profile.variant(args.variant) if args.variant else profile.variants[0]
     blocks = blocks_for(variant, trace)
     spec = resolve_for_trace(variant, build.of(variant.binary), trace)
     prompts = trace_prompts(trace, blocks)
     mode = ReplayMode(timed=args.timed, speed=args.speed)
-    run = RunDir.create(Path(args.results))
+    stamp = provenance.of_launches(profile, [spec], RunKind.REPLAY, trace_selection(whole, trace, mode.name))
     out = common.progress(args)
-    print(f"run {run.run_id}: {len(prompts)} requests of {whole.name} at 1/{trace.scale} ({trace.block_tokens}-token "
-          f"blocks) on {variant.profile} [{variant.name}], {mode.name}; records -> {run.records_path}", file=out)
-    print(f"the whole file: {stats_line(whole)}", file=out)
     started = time.monotonic()
     try:
-        with records.RecordWriter(run.records_path) as writer:
+        with open_run(Path(args.results), stamp) as (run, writer):
+            print(f"run {run.run_id}: {len(prompts)} requests of {whole.name} at 1/{trace.scale} ({trace.block_tokens}"
+                  f"-token blocks) on {variant.profile} [{variant.name}], {mode.name}; records -> {run.records_path}",
+                  file=out)
+            print(f"the whole file: {stats_line(whole)}", file=out)
             Replay(prompts, blocks, spec, writer, run=run, trace_name=whole.name, mode=mode, out=out).run()
-    except KeyboardInterrupt:
-        return common.interrupted(lambda: f"interrupted: every server stopped; "
-                                  f"{len(records.read_records(run.records_path))} records kept in {run.records_path}")
+    except Interrupted as stopped:
+        return common.interrupted(stopped.summary)
     except ScheduleDeviation as exc:
         print(f"reusebench replay: the server left the serial order, so its counts would depend on timing: {exc}; "
               f"records kept in {run.records_path}", file=sys.stderr)

@@ -10,7 +10,8 @@ from pathlib import Path
 from reusebench import records
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
-from reusebench.report import run_report, view
+from reusebench.records import RunKind
+from reusebench.report import run_kinds, run_report, view
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -22,7 +23,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         return Exit.USAGE
     measured = records.read_many(paths)
     width = None if args.wide else common.TERMINAL_COLUMNS
-    print(run_report.summary_json(measured) if args.json else run_report.render_text(measured, width))
+    kinds = {path.parent.name: run_kinds.of_run(path.parent) for path in paths}  # a run's id names its directory
+    print(run_report.summary_json(measured) if args.json else run_report.render_text(measured, width, kinds))
     return Exit.OK
 
 
@@ -46,11 +48,11 @@ def cmd_view(args: argparse.Namespace) -> int:
         print(f"reusebench view: no runs under {results / 'runs'}", file=sys.stderr)
         return Exit.USAGE
     for run_dir in run_dirs:
-        if (run_dir / view.CHECK_FILE).is_file():
-            print(view.write_check_page(run_dir, json.loads((run_dir / view.CHECK_FILE).read_text())))
+        if run_kinds.of_run(run_dir) is RunKind.CHECK:
+            print(view.write_check_page(run_dir, json.loads((run_dir / run_kinds.CHECK_FILE).read_text())))
             continue
         if not (run_dir / "records.jsonl").is_file():
-            print(f"reusebench view: {run_dir}: no records.jsonl or {view.CHECK_FILE}", file=sys.stderr)
+            print(f"reusebench view: {run_dir}: no records.jsonl or {run_kinds.CHECK_FILE}", file=sys.stderr)
             return Exit.USAGE
         print(view.write_run_page(run_dir))
     # the list goes beside `runs/`: the results directory the run is in, else --results

@@ -8,14 +8,16 @@ import time
 from pathlib import Path
 
 from reusebench import records
+from reusebench.capability import build
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import profiles, scenarios, workload
+from reusebench.records import RunKind
 from reusebench.report import run_report, service_runs
-from reusebench.run import plan, runner, session
-from reusebench.run.recording import RunDir
+from reusebench.run import plan, provenance, runner, session
+from reusebench.run.opening import Interrupted, open_run
 from reusebench.run.selection import Repeats, Selection
-from reusebench.run.service import ScheduleDeviation, service_run
+from reusebench.run.service import ScheduleDeviation, resolve_for_workload, service_run
 from reusebench.tap import InFront
 
 
@@ -34,7 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         result = runner.run_profile(profile, selection, results_dir=Path(args.results), out=common.progress(args))
-    except runner.Interrupted as exc:
+    except Interrupted as exc:
         return common.interrupted(exc.summary)
     except KeyboardInterrupt:  # before its sessions started
         return common.interrupted(lambda: f"interrupted: every server stopped; records kept under "
@@ -94,28 +96,30 @@ def cmd_workload(args: argparse.Namespace) -> int:
     profile = profiles.load_profile(args.profile or load.profile)
     named = args.variant or load.variant
     variant = profile.variant(named) if named else profile.variants[0]
-    run = RunDir.create(Path(args.results))
-    run_id, run_dir, records_path = run.run_id, run.path, run.records_path
+    spec = resolve_for_workload(variant, build.of(variant.binary), load)
+    stamp = provenance.of_launches(profile, [spec], RunKind.WORKLOAD, {
+        "workload": load.name, "repeat": args.repeat, "free_running": args.free_running,
+        "through_tap": args.through_tap})
     out = common.progress(args)
-    print(f"run {run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> {records_path}",
-          file=out)
     started = time.monotonic()
     via = InFront(Path(args.results), long_prefill_tokens=load.long_prefill_tokens) if args.through_tap else None
     try:
-        with records.RecordWriter(records_path) as writer:
+        with open_run(Path(args.results), stamp) as (run, writer):
+            print(f"run {run.run_id}: workload {load.name} on {profile.name} [{variant.name}], records -> "
+                  f"{run.records_path}", file=out)
             for repeat in range(1, args.repeat + 1):
                 if args.repeat > 1:
                     print(f"run {repeat} of {args.repeat}", file=out)
-                service_run(load, variant, writer, run=run, free_running=args.free_running,
+                service_run(load, spec, writer, run=run, free_running=args.free_running,
                             repeat=repeat if args.repeat > 1 else None, via=via, out=out).run()
-    except KeyboardInterrupt:
-        return common.interrupted(lambda: f"interrupted: every server stopped; "
-                                  f"{len(records.read_records(records_path))} records kept in {records_path}")
+    except Interrupted as stopped:
+        return common.interrupted(stopped.summary)
     except ScheduleDeviation as exc:
         print(f"reusebench: workload {load.name}: the server left the serial schedule, so its counts would depend on "
-              f"timing: {exc}; {len(records.read_records(records_path))} records kept in {records_path}",
+              f"timing: {exc}; {len(records.read_records(run.records_path))} records kept in {run.records_path}",
               file=sys.stderr)
         return Exit.FINDING
+    run_id, run_dir, records_path = run.run_id, run.path, run.records_path
     written = common.write_run_report(run_dir, f"workload {load.name}, run {run_id}")
     tapped = {path.name: common.write_run_report(path, f"tap, run {path.name}").text for path in via.runs} if via else {}
     if args.json:

@@ -14,7 +14,11 @@ from reusebench.capability import build
 from reusebench.cli import common
 from reusebench.cli import replay as replay_cli
 from reusebench.cli.exits import Exit
-from reusebench.report import replay_report, view, whatif_report
+from reusebench.config import profiles
+from reusebench.records import RunKind
+from reusebench.report import replay_report, run_kinds, view, whatif_report
+from reusebench.run import provenance
+from reusebench.run.opening import Interrupted, open_run, stamped_run
 from reusebench.run.recording import RunDir
 from reusebench.run.replay import Replay, ReplayMode
 from reusebench.trace.mooncake import Trace
@@ -34,13 +38,20 @@ def tried(text: str) -> combos.Tried:
         raise argparse.ArgumentTypeError(str(error).removeprefix(f"--try {text}: ")) from None
 
 
-def _replay(outcomes: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, run: RunDir, trace_name: str,
-            args: argparse.Namespace) -> list[records.Record]:
-    with records.RecordWriter(run.records_path) as writer:
+def _replay(outcomes: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, trace: Trace,
+            args: argparse.Namespace, why: str) -> tuple[RunDir, list[records.Record]]:
+    """A serial replay of each outcome's launch, all in one new run; (the run, its records). Ctrl-C stops it with
+    every server stopped and what was recorded kept."""
+    profile = profiles.load_profile(args.profile)
+    stamp = provenance.of_launches(profile, [o.spec for o in outcomes], RunKind.REPLAY, {
+        **replay_cli.trace_selection(trace, trace, ReplayMode().name), "for": why})
+    with open_run(Path(args.results), stamp) as (run, writer):
+        print(f"{why}: {len(outcomes)} launch(es), a serial replay of {len(prompts)} requests each (run "
+              f"{run.run_id})", file=common.progress(args))
         for o in outcomes:
-            Replay(prompts, blocks, o.spec, writer, run=run, trace_name=trace_name, mode=ReplayMode(),
+            Replay(prompts, blocks, o.spec, writer, run=run, trace_name=trace.name, mode=ReplayMode(),
                    out=common.progress(args)).run()
-    return records.read_records(run.records_path)
+    return run, records.read_records(run.records_path)
 
 
 def _rate(args: argparse.Namespace, as_it_is: Outcome, prompts: list[TracePrompt], blocks: BlockIds,
@@ -51,11 +62,9 @@ def _rate(args: argparse.Namespace, as_it_is: Outcome, prompts: list[TracePrompt
     found = last_replay(Path(args.results), variant.profile, variant.name)
     if found is not None:
         return found
-    run = RunDir.create(Path(args.results))
     short = prompts[:RATE_REQUESTS]
-    print(f"no replay of {variant.profile} [{variant.name}] under {args.results}: measuring the prefill rate with "
-          f"{len(short)} requests (run {run.run_id})", file=common.progress(args))
-    _replay([as_it_is], short, blocks, run, trace.name, args)
+    run, _ = _replay([as_it_is], short, blocks, trace, args, f"no replay of {variant.profile} [{variant.name}] "
+                     f"under {args.results}: measuring the prefill rate")
     common.write_run_report(run.path, f"replay of {trace.name} for a prefill rate, run {run.run_id}")
     measured = from_records(run.records_path, variant.profile, variant.name)
     if measured is None:
@@ -65,13 +74,11 @@ def _rate(args: argparse.Namespace, as_it_is: Outcome, prompts: list[TracePrompt
 
 def _verify(best: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, trace: Trace,
             args: argparse.Namespace) -> int:
-    run = RunDir.create(Path(args.results))
-    print(f"\nverifying {len(best)} launches by a serial replay of {len(prompts)} requests each (run {run.run_id})",
-          file=common.progress(args))
     try:
-        measured = _replay(best, prompts, blocks, run, trace.name, args)
-    except KeyboardInterrupt:
-        return common.interrupted(lambda: f"interrupted: every server stopped; records kept in {run.records_path}")
+        print(file=common.progress(args))
+        run, measured = _replay(best, prompts, blocks, trace, args, "verifying the prediction")
+    except Interrupted as stopped:
+        return common.interrupted(stopped.summary)
     written = common.write_run_report(run.path, f"whatif verification on {trace.name}, run {run.run_id}")
     by_session = {f.session: f for f in replay_report.figures(measured)}
     table, differ = [], False
@@ -105,15 +112,17 @@ def cmd_whatif(args: argparse.Namespace) -> int:
                   f"{len(found)} launches predicted in {took:.1f} s, serially in trace order")
     as_it_is = outcomes[0]
     rate = _rate(args, as_it_is, prompts, blocks, trace)
-    run = RunDir.create(Path(args.results))
-    (run.path / view.WHATIF_FILE).write_text(whatif_report.render_json(outcomes, rate, trace={
+    stamp = provenance.of_launches(profiles.load_profile(args.profile), [o.spec for o in outcomes], RunKind.WHATIF,
+                                   replay_cli.trace_selection(whole, trace, "predicted"))
+    run = stamped_run(Path(args.results), stamp)  # predicted with no server: nothing recorded, whatif.json ranks
+    (run.path / run_kinds.WHATIF_FILE).write_text(whatif_report.render_json(outcomes, rate, trace={
         "name": whole.name, "requests": len(prompts), "scale": trace.scale}))
     page = run.path / view.PAGE
     page.write_text(whatif_report.render_page(outcomes, rate, title=f"reusebench whatif {run.run_id}",
                                               trace_line=trace_line))
     view.write_index(Path(args.results))
     if args.json:
-        print((run.path / view.WHATIF_FILE).read_text())
+        print((run.path / run_kinds.WHATIF_FILE).read_text())
     else:
         print(whatif_report.render_text(outcomes, rate, trace_line=trace_line))
     print(f"\npage: {page}", file=common.progress(args))

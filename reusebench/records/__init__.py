@@ -20,6 +20,7 @@ and the reader applies those verdicts back to the measured records.
 from __future__ import annotations
 
 from reusebench.records.reading import failed_sessions, read_many, read_records
+from reusebench.records.run_kind import RunKind
 from reusebench.records.schema import (
     DEFAULT_LORA,
     SCHEMA_VERSION,
@@ -36,6 +37,7 @@ from reusebench.records.schema import (
     text_hash,
     tokens_hash,
 )
+from reusebench.records.served import Served, served, served_by_log
 from reusebench.records.verdicts import (
     EXPECTED_TOLERANCE,
     HIT_TOLERANCE,
@@ -61,6 +63,8 @@ __all__ = [
     "Record",
     "RecordWriter",
     "Role",
+    "RunKind",
+    "Served",
     "apply_verification",
     "deviation",
     "failed_sessions",
@@ -73,6 +77,8 @@ __all__ = [
     "read_many",
     "read_records",
     "resolve_verifications",
+    "served",
+    "served_by_log",
     "slot_answer",
     "step_id",
     "text_hash",

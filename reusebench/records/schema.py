@@ -165,6 +165,7 @@ class Extra(TypedDict, total=False):
     ram_cache: bool
     ideal: int | None  # the sums over the requests sent
     expected: int | None
+    expected_by_class: dict[str, int]  # the expected tokens over the ideal, by where served (``Served``'s words)
 
 
 SLOT_ANSWER_KEYS = ("n_saved", "n_written", "n_restored", "n_read", "n_erased", "n_polls", "timings")

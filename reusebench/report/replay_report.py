@@ -16,26 +16,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from reusebench.records import Record, Role
-
-SCENARIO = "replay"
-MISS_CLASSES = ("slot kept", "RAM cache", "checkpoint", "evicted", "not held")
-
-
-def is_replay(rs: Sequence[Record]) -> bool:
-    return any(r.scenario == SCENARIO for r in rs)
-
-
-def miss_class(r: Record, ram_cache: bool) -> str:
-    """Where a request that re-processed more than the ideal was served from, by its log."""
-    cause = r.cause or {}
-    if cause.get("forced_full") or cause.get("checkpoint_n_tokens") is not None:
-        return "checkpoint"
-    if cause.get("ram_restored"):
-        return "RAM cache"
-    if cause.get("selection") == "lcp":
-        return "slot kept"
-    return "evicted" if ram_cache else "not held"
+from reusebench.records import Record, Role, RunKind, Served, served_by_log
 
 
 @dataclass
@@ -51,7 +32,8 @@ class ReplayFigures:
     measured: int = 0
     prefill_s: float = 0.0
     excess_s: float = 0.0  # the prefill seconds of the tokens over the ideal, at each request's own rate
-    excess_by_class: Counter[str] = field(default_factory=Counter)
+    excess_by_class: Counter[Served] = field(default_factory=Counter)  # tokens over the ideal, by where served
+    expected_by_class: Counter[Served] = field(default_factory=Counter)  # the same, as the reuse model predicted
     differ: list[Record] = field(default_factory=list)  # measured != expected
     not_forced: int = 0  # answers the server did not give as forced: the model was told another slot
     failed: int = 0
@@ -61,7 +43,8 @@ class ReplayFigures:
         return {"session": self.session, "mode": self.mode, "requests": self.requests,
                 "prompt_tokens": self.prompt_tokens, "ideal": self.ideal, "expected": self.expected,
                 "measured": self.measured, "prefill_s": round(self.prefill_s, 3), "excess_s": round(self.excess_s, 3),
-                "excess_by_class": dict(self.excess_by_class), "differ": len(self.differ),
+                "excess_by_class": dict(self.excess_by_class), "expected_by_class": dict(self.expected_by_class),
+                "differ": len(self.differ),
                 "first_difference": self.differ[0].turn if self.differ else None, "not_forced": self.not_forced,
                 "failed": self.failed, "skipped_too_long": self.skipped_too_long}
 
@@ -69,7 +52,7 @@ class ReplayFigures:
 def figures(rs: Sequence[Record]) -> list[ReplayFigures]:
     by_session: dict[str, list[Record]] = defaultdict(list)
     for r in rs:
-        if r.scenario == SCENARIO:
+        if r.scenario == RunKind.REPLAY:
             by_session[r.session].append(r)
     return [_figures(name, session) for name, session in by_session.items()]
 
@@ -78,7 +61,9 @@ def _figures(name: str, rs: list[Record]) -> ReplayFigures:
     summary = next((r for r in rs if r.role == Role.SESSION), None)
     extra = summary.extra if summary else {}
     found = ReplayFigures(name, str(extra.get("mode", rs[0].extra.get("mode", ""))),
-                          skipped_too_long=extra.get("skipped_too_long", 0))
+                          skipped_too_long=extra.get("skipped_too_long", 0),
+                          expected_by_class=Counter({Served(k): v for k, v in
+                                                     extra.get("expected_by_class", {}).items()}))
     ram_cache = bool(extra.get("ram_cache", True))
     for r in rs:
         if r.role != Role.MEASURE:
@@ -95,7 +80,7 @@ def _figures(name: str, rs: list[Record]) -> ReplayFigures:
         found.prefill_s += seconds
         excess = r.prompt_n - (r.ideal or 0)
         if excess > 0:
-            found.excess_by_class[miss_class(r, ram_cache)] += excess
+            found.excess_by_class[served_by_log(r.cause, ram_cache)] += excess
             found.excess_s += seconds * excess / r.prompt_n
         if r.expected is not None and r.expected != r.prompt_n:
             found.differ.append(r)
@@ -114,8 +99,8 @@ def render(rs: Sequence[Record]) -> str:
                 ["over the ideal", f"{f.measured - f.ideal:,} ({_share(f.measured - f.ideal, f.prompt_tokens)} of "
                  "the prompt tokens)"],
                 ["prefill seconds", f"{f.prefill_s:.1f} s, of which over the ideal {f.excess_s:.1f} s"]]
-        rows += [[f"  over the ideal: {name}", f"{f.excess_by_class[name]:,}"] for name in MISS_CLASSES
-                 if f.excess_by_class[name]]
+        rows += [[f"  over the ideal: {name}", f"{f.excess_by_class[name]:,} (expected {f.expected_by_class[name]:,})"]
+                 for name in Served if f.excess_by_class[name] or f.expected_by_class[name]]
         lines = [f"### {f.session} ({f.mode})", "", tabulate(rows, tablefmt="github", headers=["", ""]), ""]
         if f.differ:
             first = f.differ[0]

@@ -9,16 +9,15 @@ from __future__ import annotations
 import json
 import textwrap
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tabulate import tabulate
 
-from reusebench.config import workload
 from reusebench.config.sizes import size_label
 from reusebench.machine import spread
-from reusebench.records import Record, Role, deviation, outcome, was_interrupted
-from reusebench.report import replay_report, service_runs
+from reusebench.records import Record, Role, RunKind, deviation, outcome, was_interrupted
+from reusebench.report import replay_report, run_kinds, service_runs
 
 
 def correctness(r: Record) -> str:
@@ -241,21 +240,19 @@ def _percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "n/a"
 
 
-def render_text(records: Iterable[Record], width: int | None = None) -> str:
-    """Scenario runs as tables (`width`: that fit so many columns; None: every column), workload runs (records
-    that name a user) as service reports, trace replays as theirs."""
+def render_text(records: Iterable[Record], width: int | None = None,
+                kinds: Mapping[str, RunKind] | None = None) -> str:
+    """Scenario runs as tables (`width`: that fit so many columns; None: every column), workload and tap runs as
+    service reports, trace replays as theirs: each run by its kind (`kinds`, from run.json; else from its
+    records)."""
     records = list(records)
-    replays = {r.run_id for r in records if r.scenario == replay_report.SCENARIO}
-    service = {r.run_id for r in records if r.user is not None} - replays
-    scenario_records = [r for r in records if r.run_id not in service | replays]
+    kind = run_kinds.by_run_id(records, kinds)
+    scenario_records = [r for r in records if kind[r.run_id] is RunKind.SCENARIOS]
     tables = variant_tables(scenario_records, width) + repeat_tables(scenario_records)
-    tapped = {r.run_id for r in records if r.scenario == workload.TAPPED}
-    for run_id in dict.fromkeys(r.run_id for r in records if r.run_id in service | replays):
+    for run_id in dict.fromkeys(r.run_id for r in records if kind[r.run_id] is not RunKind.SCENARIOS):
         one = [r for r in records if r.run_id == run_id]
-        if run_id in replays:
-            tables.append((f"replay run {run_id}", replay_report.render(one)))
-        else:
-            tables.append((f"{'tap' if run_id in tapped else 'workload'} run {run_id}", service_runs.render_runs(one)))
+        render = replay_report.render if kind[run_id] is RunKind.REPLAY else service_runs.render_runs
+        tables.append((f"{kind[run_id].value} run {run_id}", render(one)))
     return "\n\n".join(f"## {title}\n\n{table}" for title, table in tables)
 
 

@@ -27,14 +27,13 @@ from reusebench import records
 from reusebench.budget import prefill_budgets
 from reusebench.config.sizes import size_label
 from reusebench.machine.host import under_load
-from reusebench.records import Record, Role
-from reusebench.report import replay_report, replay_view, run_report, service_report
+from reusebench.records import Record, Role, RunKind, run_kind
+from reusebench.report import replay_view, run_kinds, run_report, service_report
+from reusebench.report.run_kinds import CHECK_FILE, WHATIF_FILE
 from reusebench.reuse import verification
 from reusebench.run import provenance
 
 PAGE = "index.html"
-WHATIF_FILE = "whatif.json"  # a whatif's run directory: its ranked predictions
-CHECK_FILE = "check.json"  # a check's run directory: its verdicts, as `check --json` prints them
 BAR_WIDTH, BAR_HEIGHT, BAR_GAP = 360, 9, 3
 BARS = (("re-processed", "prompt_n", "#c0392b"), ("ideal", "ideal", "#27ae60"), ("expected", "expected", "#2c3e50"))
 STYLE = """
@@ -59,7 +58,7 @@ def write_run_page(run_dir: Path) -> Path:
     its path."""
     run_records = records.read_records(run_dir / "records.jsonl")
     page = run_dir / PAGE
-    page.write_text(render_run(run_dir.name, run_records, provenance.read(run_dir)))
+    page.write_text(render_run(run_dir.name, run_records, provenance.read(run_dir), run_kinds.of_run(run_dir)))
     return page
 
 
@@ -110,18 +109,18 @@ def write_index(results_dir: Path) -> Path:
     for run_dir in sorted((results_dir / "runs").glob("*/"), reverse=True):
         if not (run_dir / PAGE).is_file():
             continue
-        if (run_dir / WHATIF_FILE).is_file():
+        kind = run_kinds.of_run(run_dir)
+        if kind is RunKind.WHATIF:
             found = json.loads((run_dir / WHATIF_FILE).read_text())
-            what, profiles = "whatif", found["trace"]["name"]
+            what, profiles = kind.value, found["trace"]["name"]
             sessions, count = len(found["ranked"]), found["trace"]["requests"]
-        elif (run_dir / CHECK_FILE).is_file():
+        elif kind is RunKind.CHECK:
             reports = json.loads((run_dir / CHECK_FILE).read_text())
             what, profiles = "option check", ", ".join(dict.fromkeys(r["profile"] for r in reports))
             sessions, count = len(reports), sum(len(r["verdicts"]) for r in reports)
         else:
             rs = records.read_records(run_dir / "records.jsonl")
-            what = ("replay" if replay_report.is_replay(rs) else "workload" if any(r.user is not None for r in rs)
-                    else "scenarios")
+            what = kind.value
             profiles = ", ".join(dict.fromkeys(r.profile for r in rs))
             sessions, count = len({r.session for r in rs}), len(rs)
         rows.append(f'<tr><td><a href="runs/{_e(run_dir.name)}/{PAGE}">{_e(run_dir.name)}</a></td><td>{what}</td>'
@@ -133,16 +132,18 @@ def write_index(results_dir: Path) -> Path:
     return index
 
 
-def render_run(run_id: str, run_records: Sequence[Record], stamp: provenance.Stamp | None = None) -> str:
-    """A scenario run (per session, its steps as bars) or a workload run (per run of it, the service view), with
-    what it launched where its stamp says."""
+def render_run(run_id: str, run_records: Sequence[Record], stamp: provenance.Stamp | None = None,
+               kind: RunKind | None = None) -> str:
+    """A scenario run (per session, its steps as bars), a workload's or a tap's (per run of it, the service view)
+    or a replay, by its `kind` (default: from its records), with what it launched where its stamp says."""
     sessions: dict[str, list[Record]] = defaultdict(list)
     for r in run_records:
         sessions[r.session].append(r)
-    if replay_report.is_replay(run_records):
+    kind = kind or run_kind.guessed(run_records)
+    if kind is RunKind.REPLAY:
         return _page(f"reusebench run {run_id}", f"<h1>reusebench replay {_e(run_id)}</h1>{_launches(stamp)}"
                      f"{replay_view.legend()}{replay_view.render(run_records)}")
-    workload = any(r.user is not None for r in run_records)
+    workload = kind in (RunKind.WORKLOAD, RunKind.TAP)
     parts = [f"<h1>reusebench {'workload ' if workload else ''}run {_e(run_id)}</h1>",
              _launches(stamp), _timeline_legend() if workload else _legend()]
     for name, rs in sessions.items():

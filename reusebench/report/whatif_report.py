@@ -11,7 +11,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from reusebench.trace.predict import MISS_CLASSES
+from reusebench.records import Served
 from reusebench.whatif.prediction import Outcome
 from reusebench.whatif.rate import PrefillRate
 
@@ -37,7 +37,7 @@ def rows(outcomes: Sequence[Outcome], rate: PrefillRate) -> list[dict[str, Any]]
         assert p is not None
         found.append({"rank": rank, "combination": o.combination.label, "setting": dict(o.combination.setting),
                       "reprocessed": p.reprocessed, "ideal": p.ideal, "over_ideal": p.excess,
-                      "over_ideal_by_class": {name: p.excess_by_class[name] for name, _ in MISS_CLASSES
+                      "over_ideal_by_class": {name.value: p.excess_by_class[name] for name in Served
                                               if p.excess_by_class[name]},
                       "prefill_s": round(rate.seconds_for(p.reprocessed), 3),
                       "gain_s": None if base_tokens is None else round(rate.seconds_for(base_tokens - p.reprocessed), 3),

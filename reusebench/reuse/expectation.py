@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 from reusebench.capability import Capabilities
 from reusebench.llama.facts import F_KEEP_SAVE, end_checkpoint_offsets
+from reusebench.records import Served, served
 from reusebench.reuse import swa
 from reusebench.reuse.prompt_cache import PromptCache
 from reusebench.reuse.segments import Segments, common_prefix, shared_run
@@ -52,6 +53,7 @@ class Expected:
     cache_n: int
     cause: str
     wrong_output: bool = False  # reused state was computed for other tokens or another LoRA
+    served: Served = Served.NOT_HELD  # where the reused state came from, in the log's vocabulary
 
 
 def user_starts(tokens: Sequence[int], delimiter: Sequence[int]) -> tuple[int, ...]:
@@ -69,6 +71,7 @@ class _Kept(NamedTuple):
     why: str
     stale: bool = False  # the kept state holds removed tokens or another prompt's
     as_is: bool = False  # the live state itself, not a checkpoint's: its window may have a hole
+    checkpoint: bool = False  # a checkpoint restored, or none before the divergence (forced full)
 
 
 def _ids(tokens: Sequence[int]) -> Ids:
@@ -197,7 +200,8 @@ class ServerModel:
         tokens = _ids(tokens)
         self.task += 1
         scales = self.scales(lora)
-        slot, why = self._select(tokens, scales)
+        slot, why, similar = self._select(tokens, scales)
+        ram_restored = bool(why)
         cleared = bool(lora) and scales != slot.lora  # a non-empty lora that differs clears the slot
         if cleared:
             self._hold(slot, Held(computed_with=scales))
@@ -205,7 +209,8 @@ class ServerModel:
         slot.lora = scales
         self._save_idle_slots(slot)
         use_cache = self.launch.cache_prompt if cache_prompt is None else cache_prompt
-        n_past, reason, stale, kept_as_is = self._n_past(slot, tokens) if use_cache else _Kept(0, "cache_prompt off")
+        n_past, reason, stale, kept_as_is, from_checkpoint = self._n_past(slot, tokens) if use_cache else _Kept(
+            0, "cache_prompt off")
         if not (cleared and n_past == 0):
             why.append(reason)
         held = slot.held
@@ -224,7 +229,9 @@ class ServerModel:
         marked = user_starts if self.rules.user_message_checkpoints else ()
         self._prefill(slot, tokens, n_past, frozenset(marked))
         slot.t_last = self.task
-        return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong)
+        return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong,
+                        served(checkpoint=from_checkpoint, ram_restored=ram_restored, similar_slot=similar,
+                               ram_cache=self.launch.cache_ram_mib != 0))
 
     def answered(self, generated: Sequence[int]) -> None:
         """The reply: generated tokens are fed back as they are sampled, all but the last one."""
@@ -239,8 +246,9 @@ class ServerModel:
 
     # -- slot selection and the RAM cache ------------------------------------------------------------
 
-    def _select(self, tokens: Ids, scales: tuple[float, ...]) -> tuple[Slot, list[str]]:
-        """By similarity above the threshold, else least recently used; either may go through the RAM cache."""
+    def _select(self, tokens: Ids, scales: tuple[float, ...]) -> tuple[Slot, list[str], bool]:
+        """By similarity above the threshold, else least recently used; either may go through the RAM cache.
+        (The slot, why: the RAM cache's word when it loaded an entry, whether similarity picked it.)"""
         chosen, update, why = None, False, []
         if self.launch.slot_prompt_similarity != 0:
             best = 0.0
@@ -252,6 +260,7 @@ class ServerModel:
                     best, chosen = f_sim, index
             if chosen is not None:
                 update = best * len(tokens) / len(self.slots[chosen].held.tokens) < F_KEEP_SAVE
+        similar = chosen is not None
         if chosen is None:
             for index, slot in enumerate(self.slots):
                 if chosen is None or slot.t_last <= self.slots[chosen].t_last:
@@ -265,7 +274,7 @@ class ServerModel:
             if self._ram_load(slot, tokens, scales):
                 why.append("found in RAM cache")
             self.ram.update()
-        return slot, why
+        return slot, why, similar
 
     def _ram_save(self, slot: Slot) -> bool:
         """The slot's state into the RAM cache (``PromptCache.alloc``). On a build whose entries keep their LoRA,
@@ -359,8 +368,8 @@ class ServerModel:
                 whose = " (another prompt's, kept across the restore)" if checkpoint.foreign else ""
                 return _Kept(min(pos_next, len(held.tokens), checkpoint.n_tokens),
                              f"{how} checkpoint at n_tokens={checkpoint.n_tokens}{whose}",
-                             stale or shifted > 0 or checkpoint.foreign)
-        return _Kept(0, "forced full re-processing (no checkpoint before divergence)")
+                             stale or shifted > 0 or checkpoint.foreign, checkpoint=True)
+        return _Kept(0, "forced full re-processing (no checkpoint before divergence)", checkpoint=True)
 
     def _shift_chunks(self, slot: Slot, tokens: Ids, n_past: int, last_pos: int) -> tuple[int, int]:
         """--cache-reuse: chunks of at least N cached tokens that reappear later move to their new place (the gap

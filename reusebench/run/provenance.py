@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,8 @@ from typing import Any
 from reusebench.capability import Capabilities
 from reusebench.config import profiles
 from reusebench.llama import build
-from reusebench.records import file_sha256
+from reusebench.records import Record, RunKind, file_sha256, run_kind
+from reusebench.run.launch import LaunchSpec
 
 STAMP_FILE = "run.json"
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +37,9 @@ class Stamp:
     capabilities: dict[str, dict[str, Any]] = field(default_factory=dict)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant name -> its launch options as written
     corpus: str | None = None  # the corpus spec its documents came from; None in a stamp from before it was kept
+    kind: str | None = None  # RunKind; None in a stamp from before it was kept (``kind_of`` reads the records)
+    launches: dict[str, list[str]] = field(default_factory=dict)  # variant name -> its resolved launch arguments
+    selection: dict[str, Any] = field(default_factory=dict)  # what the command chose: sizes, scenarios, a trace
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,22 +82,37 @@ def binary_build(binary: Path) -> str:
         return f"{binary}: {error.strerror}"
 
 
-def stamp(profile: profiles.Profile, variants: Iterable[str] | None = None,
-          rules: Mapping[Path, Capabilities] | None = None, corpus: str | None = None) -> Stamp:
-    """The stamp of running `variants` (default: all) of `profile` from this checkout now, with each binary's
-    capabilities where `rules` has them, and the corpus its documents come from."""
-    chosen = [profile.variant(name) for name in variants] if variants is not None else list(profile.variants)
+def stamp(profile: profiles.Profile | None, variants: Iterable[str | profiles.Variant] | None = None,
+          rules: Mapping[Path, Capabilities] | None = None, corpus: str | None = None, *,
+          kind: RunKind = RunKind.SCENARIOS, launches: Mapping[str, Sequence[str]] | None = None,
+          selection: Mapping[str, Any] | None = None) -> Stamp:
+    """The stamp of running `variants` (names of `profile`'s, or variants themselves, such as whatif's
+    combinations; default: all) of `profile` (None: the tap's, which launches nothing) from this checkout now, with
+    each binary's capabilities where `rules` has them, the corpus its documents come from, the run's kind, each
+    variant's resolved launch and what the command selected."""
+    chosen = [] if profile is None else [profile.variant(v) if isinstance(v, str) else v for v in variants] \
+        if variants is not None else list(profile.variants)
     builds: dict[Path, str] = {}  # one hash per binary, however many variants share it
     for variant in chosen:
         if variant.binary.path not in builds:
             builds[variant.binary.path] = binary_build(variant.binary.path)
     commit, dirty = reusebench_commit()
     rules = rules or {}
-    return Stamp(commit, dirty, str(profile.path.resolve()), profile_sha256(profile),
+    return Stamp(commit, dirty, "" if profile is None else str(profile.path.resolve()),
+                 "" if profile is None else profile_sha256(profile),
                  {variant.name: builds[variant.binary.path] for variant in chosen},
                  {variant.name: rules[variant.binary.path].to_dict() for variant in chosen
                   if variant.binary.path in rules},
-                 {variant.name: dict(variant.options) for variant in chosen}, corpus)
+                 {variant.name: dict(variant.options) for variant in chosen}, corpus, kind.value,
+                 {name: list(args) for name, args in (launches or {}).items()}, dict(selection or {}))
+
+
+def of_launches(profile: profiles.Profile, specs: Sequence[LaunchSpec], kind: RunKind,
+                selection: Mapping[str, Any]) -> Stamp:
+    """The stamp of a run of `profile`'s launches (a workload's, a replay's, whatif's): their variants, the rules
+    each binary's probes showed and the resolved launch lines."""
+    return stamp(profile, [s.variant for s in specs], {s.variant.binary.path: s.capabilities for s in specs},
+                 kind=kind, launches={s.variant.name: s.args for s in specs}, selection=selection)
 
 
 def write(run_dir: Path, run_stamp: Stamp) -> None:
@@ -104,6 +123,12 @@ def read(run_dir: Path) -> Stamp | None:
     """The stamp a run left, or None for a run from before stamps."""
     path = run_dir / STAMP_FILE
     return Stamp(**json.loads(path.read_text())) if path.is_file() else None
+
+
+def kind_of(run_dir: Path, run_records: Iterable[Record] = ()) -> RunKind:
+    """What the run is: as its run.json names it, else (a run from before kinds were kept) from its records."""
+    found = read(run_dir)
+    return RunKind(found.kind) if found is not None and found.kind else run_kind.guessed(run_records)
 
 
 def differences(recorded: Stamp, now: Stamp) -> list[str]:

@@ -19,19 +19,20 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TextIO
 
 from reusebench.capability.build import Build
 from reusebench.config.profiles import Variant
-from reusebench.llama import binaries, task_log
+from reusebench.llama import task_log
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.model_memory import ModelMemory
-from reusebench.records import Extra, Record, RecordWriter, Role, interrupted
+from reusebench.records import Extra, RecordWriter, Role, RunKind
 from reusebench.reuse.expectation import Expected
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run import launch
 from reusebench.run.launch import LaunchSpec
+from reusebench.run.loop import RunLoop, RunResult
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.service.calls import Call, Calls, Request
 from reusebench.run.service.serial import ScheduleDeviation, check_alone
@@ -39,7 +40,7 @@ from reusebench.trace.mooncake import Trace
 from reusebench.trace.predict import Prediction, fits, predict
 from reusebench.trace.prompts import BlockIds, TracePrompt
 
-SCENARIO = "replay"
+SCENARIO = RunKind.REPLAY.value  # the scenario its records name
 REQUEST_TIMEOUT_S = 600.0
 MAX_IN_FLIGHT = 64  # timed mode: threads sending at once, whatever the trace's overlap
 PROGRESS_EVERY = 25
@@ -66,74 +67,61 @@ class ReplayMode:
         return f"timed at {self.speed:g}x" if self.timed else "serial"
 
 
-@dataclass
-class ReplayResult:
-    records: list[Record] = field(default_factory=list)
+@dataclass(kw_only=True)
+class ReplayResult(RunResult):
     prediction: Prediction | None = None
     skipped_too_long: int = 0
-    wall_s: float = 0.0
-    stopped_by: str = "every request sent"
 
 
-class Replay:
-    """One trace against one launch; ``run`` returns when every request is sent or the run stops."""
+class Replay(RunLoop):
+    """One trace against one launch, through the run loop; ``run`` returns when every request is sent or the run
+    stops."""
 
     def __init__(self, prompts: list[TracePrompt], blocks: BlockIds, spec: LaunchSpec, writer: RecordWriter, *,
                  run: RunDir, trace_name: str, mode: ReplayMode, out: TextIO = sys.stderr) -> None:
-        self.prompts, self.blocks, self.spec, self.mode, self.out = prompts, blocks, spec, mode, out
+        self.prompts, self.blocks, self.mode = prompts, blocks, mode
         variant = spec.variant
-        self.session = f"{SCENARIO}/{trace_name}/{variant.profile}/{variant.name}"
         self.handle = spec.server(call_timeout_s=REQUEST_TIMEOUT_S)
-        self.recorder = Recorder(writer, Source.of(variant), run=run, session=self.session,
-                                 size=max((p.request.input_length for p in prompts), default=0),
-                                 extra=Extra(trace=trace_name, mode=mode.name))
-        self.calls = Calls(self.recorder, task_log.TaskLog(self.handle.process.raw_log_path), PerfectCache(),
+        session = f"{SCENARIO}/{trace_name}/{variant.profile}/{variant.name}"
+        recorder = Recorder(writer, Source.of(variant), run=run, session=session,
+                            size=max((p.request.input_length for p in prompts), default=0),
+                            extra=Extra(trace=trace_name, mode=mode.name))
+        super().__init__(spec, self.handle, recorder, session=session, log_name=SCENARIO, out=out)
+        self.calls = Calls(recorder, task_log.TaskLog(self.handle.process.raw_log_path), PerfectCache(),
                            SCENARIO, n_predict=1, timeout_s=REQUEST_TIMEOUT_S, claim_wait_s=30.0 if not mode.timed
                            else 5.0)
-        self.result = ReplayResult()
+        self.result: ReplayResult = ReplayResult()
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None  # timed: the threads sending, and their clients
         self._clients: list[LlamaClient] = []
-        self._started = 0.0
+        model_ctx = spec.launch.slot_ctx
+        self.result.prediction = predict(prompts, spec.reuse_model(), blocks, model_ctx)
+        self.sent = [p for p in prompts if fits(p, model_ctx)]
+        self.result.skipped_too_long = len(prompts) - len(self.sent)
 
-    def run(self) -> ReplayResult:
-        started_at = time.time()
-        self._started = time.monotonic()
-        model_ctx = self.spec.launch.slot_ctx
-        self.result.prediction = predict(self.prompts, self.spec.reuse_model(), self.blocks, model_ctx)
-        sent = [p for p in self.prompts if fits(p, model_ctx)]
-        self.result.skipped_too_long = len(self.prompts) - len(sent)
+    def _drive(self) -> None:
         if self.result.skipped_too_long:
-            self.say(f"{self.result.skipped_too_long} request(s) longer than a slot's {model_ctx:,} tokens: not sent")
+            self.say(f"{self.result.skipped_too_long} request(s) longer than a slot's {self.spec.launch.slot_ctx:,} "
+                     "tokens: not sent")
+        assert self.result.prediction is not None
         expected = {p.index: e for p, e in zip(self.prompts, self.result.prediction.expected, strict=True)}
-        try:
-            self.handle.start()
-            self.recorder.learn_build(binaries.build_label(self.spec.variant.binary,
-                                                           self.handle.client.props().get("build_info")))
-            self._started = time.monotonic()
-            self.say(f"{len(sent)} requests, {self.mode.name}")
-            requests = [self._request(p, expected[p.index]) for p in sent]
-            if self.mode.timed:
-                self._timed(sent, requests)
-            else:
-                self._serial(requests)
-        except BaseException as exc:
-            self._stop.set()
-            self.result.stopped_by = interrupted() if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
-            raise
-        finally:
-            self.result.wall_s = time.monotonic() - self._started
-            try:
-                self.recorder.keep_log(self.handle.process.raw_log_path, SCENARIO)
-            finally:
-                self.handle.close()
-                if self._pool is not None:  # in flight when it stopped: they end now the server is gone
-                    self._pool.shutdown(wait=True)
-                for client in self._clients:
-                    client.close()
-                self.result.records = list(self.calls.records)
-                self._summary(started_at, len(sent))
-        return self.result
+        self._started = time.monotonic()
+        self.say(f"{len(self.sent)} requests, {self.mode.name}")
+        requests = [self._request(p, expected[p.index]) for p in self.sent]
+        if self.mode.timed:
+            self._timed(self.sent, requests)
+        else:
+            self._serial(requests)
+
+    def _stop_sending(self) -> None:
+        self._stop.set()
+
+    def _closed(self) -> None:
+        if self._pool is not None:  # in flight when it stopped: they end now the server is gone
+            self._pool.shutdown(wait=True)
+        for client in self._clients:
+            client.close()
+        self.result.records = list(self.calls.records)
 
     def _request(self, p: TracePrompt, expected: Expected | None) -> Request:
         return Request(user="trace", turn=p.index + 1, kind=f"line {p.request.line}", role=Role.MEASURE,
@@ -200,17 +188,15 @@ class Replay:
         elapsed = time.monotonic() - self._started
         self.say(f"{done}/{total} requests in {elapsed:.0f} s")
 
-    def _summary(self, started_at: float, sent: int) -> None:
+    def _summary(self, started_at: float) -> None:
         prediction = self.result.prediction
         self.recorder.summary(SCENARIO, started_at, self.result.wall_s, {
-            "mode": self.mode.name, "stopped_by": self.result.stopped_by, "requests": sent,
+            "mode": self.mode.name, "stopped_by": self.result.stopped_by, "requests": len(self.sent),
             "skipped_too_long": self.result.skipped_too_long, "block_tokens": self.blocks.block_tokens,
             "slot_context": self.spec.launch.slot_ctx, "ram_cache": self.spec.launch.cache_ram_mib != 0,
             "ideal": prediction.ideal if prediction else None,
-            "expected": prediction.reprocessed if prediction else None})
-
-    def say(self, text: str) -> None:
-        print(f"[{self.session}] {text}", file=self.out, flush=True)
+            "expected": prediction.reprocessed if prediction else None,
+            "expected_by_class": {k.value: v for k, v in prediction.excess_by_class.items()} if prediction else {}})
 
 
 __all__ = ["REQUEST_TIMEOUT_S", "Replay", "ReplayMode", "ReplayResult", "ScheduleDeviation", "resolve_for_trace"]

@@ -24,11 +24,12 @@ from reusebench.config.sizes import size_label
 from reusebench.llama import gguf_check
 from reusebench.machine import spread
 from reusebench.machine.gpu import GpuSampler
+from reusebench.records import RunKind
 from reusebench.reuse import server_inputs
 from reusebench.run import launch, plan, provenance
 from reusebench.run import selection as selection_mod
 from reusebench.run.launch import LaunchSpec
-from reusebench.run.recording import RunDir
+from reusebench.run.opening import open_run
 from reusebench.run.selection import Chosen, Repeats, Selection
 from reusebench.run.session import RunShared, Session, SessionResult, session_name
 
@@ -43,17 +44,6 @@ class ProfileResult:
     @property
     def records_path(self) -> Path:
         return self.run_dir / "records.jsonl"
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during a run: the sessions stopped their servers; every record written is kept."""
-
-    def __init__(self, records_path: Path, kept: int) -> None:
-        super().__init__()
-        self.records_path, self.kept = records_path, kept
-
-    def summary(self) -> str:
-        return f"interrupted: every server stopped; {self.kept} records kept in {self.records_path}"
 
 
 SamplerFactory = Callable[[], GpuSampler]
@@ -87,31 +77,34 @@ def run_profile(profile: profiles.Profile, selection: Selection = selection_mod.
     sessions = resolve_sessions(chosen, builds, selection)
     planned = plan_sessions(sessions, corpus_spec, repeats=selection.repeats)
     refuse_beyond_context(_longest(sessions, planned))
-    run = RunDir.create(results_dir)
     names = list(dict.fromkeys(variant.name for variant, _, _ in chosen))
-    provenance.write(run.path, provenance.stamp(profile, names, {path: build.capabilities for path, build in
-                                                                builds.items()}, corpus_spec.name))
-    print(f"run {run.run_id}: profile {profile.name}, {len(names)} variant(s), corpus {corpus_spec.name}, "
-          f"records -> {run.records_path}", file=out)
-    print(plan.render_plan(planned), file=out, flush=True)
-    estimate = plan.Estimate(planned, out)
+    stamp = provenance.stamp(profile, names, {path: build.capabilities for path, build in builds.items()},
+                             corpus_spec.name, kind=RunKind.SCENARIOS,
+                             launches={s.spec.variant.name: s.spec.args for s in sessions},
+                             selection={"sizes": sorted({s.size for s in sessions}),
+                                        "scenarios": list(dict.fromkeys(sc.id for s in sessions for sc in s.scenarios)),
+                                        "verify": selection.verify, "early_stop": selection.early_stop,
+                                        "repeats": None if selection.repeats is None else selection.repeats.count})
     failed = 0
-    try:
-        with records.RecordWriter(run.records_path) as writer, sampler_factory() as sampler:
-            if sampler.unavailable:
-                print(f"GPU state will be null: {sampler.unavailable}", file=out)
-            shared = RunShared(writer, run, sampler, out, estimate)
+    with open_run(results_dir, stamp) as (run, writer), sampler_factory() as sampler:
+        print(f"run {run.run_id}: profile {profile.name}, {len(names)} variant(s), corpus {corpus_spec.name}, "
+              f"records -> {run.records_path}", file=out)
+        print(plan.render_plan(planned), file=out, flush=True)
+        if sampler.unavailable:
+            print(f"GPU state will be null: {sampler.unavailable}", file=out)
+        shared = RunShared(writer, run, sampler, out, plan.Estimate(planned, out))
 
-            def session(spec: LaunchSpec, size: int, repeat: int | None = None) -> Session:
-                return Session(spec, size, corpus_spec, shared, repeat=repeat, on_failure=selection.on_failure)
+        def session(spec: LaunchSpec, size: int, selected: Sequence[scenarios.Scenario],
+                    repeat: int | None = None) -> Session:
+            return Session(spec, size, corpus_spec, shared, selected=selected, repeat=repeat,
+                           on_failure=selection.on_failure)
 
-            for spec, size, selected in sessions:
-                if selection.repeats is None:
-                    failed += session(spec, size).run(selected).error is not None
-                else:
-                    failed += _repeat_first_load(functools.partial(session, spec, size), selection.repeats, out)
-    except KeyboardInterrupt:  # each session stopped its server on the way out; the writer flushed every record
-        raise Interrupted(run.records_path, len(records.read_records(run.records_path))) from None
+        for spec, size, selected in sessions:
+            if selection.repeats is None:
+                failed += session(spec, size, selected).run().error is not None
+            else:
+                failed += _repeat_first_load(functools.partial(session, spec, size, _repeated(selection.repeats)),
+                                             selection.repeats, out)
     kept = records.read_records(run.records_path)
     for budget in prefill_budgets(kept):
         print(budget.line(), file=out)
@@ -208,14 +201,13 @@ def _repeated(repeats: Repeats) -> list[scenarios.Scenario]:
 
 def _repeat_first_load(session: Callable[[int], Session], repeats: Repeats, out: TextIO) -> int:
     """Run the repeats of one variant x size, one progress line each; returns how many failed."""
-    plan = _repeated(repeats)
     failed = 0
     for number in range(1, repeats.count + 1):
         if repeats.idle_gap_s:
             print(f"idling {repeats.idle_gap_s:g} s before repeat {number}/{repeats.count}", file=out, flush=True)
             time.sleep(repeats.idle_gap_s)
         current = session(number)
-        result = current.run(plan)
+        result = current.run()
         failed += result.error is not None
         print(f"repeat {number}/{repeats.count} [{current.name}]: {_repeat_state(result)}", file=out, flush=True)
     return failed

@@ -24,7 +24,6 @@ the server state a later scenario starts from.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -34,12 +33,12 @@ from reusebench.budget import PrefillBudget
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
-from reusebench.llama import binaries
 from reusebench.llama.client import ClientError
 from reusebench.llama.process import ServerError
 from reusebench.machine.gpu import GpuSampler
-from reusebench.records import Record, RecordWriter, Role
+from reusebench.records import RecordWriter, Role
 from reusebench.run.launch import LaunchSpec
+from reusebench.run.loop import RunLoop, RunResult
 from reusebench.run.plan import Estimate
 from reusebench.run.progress import Progress, ProgressHook
 from reusebench.run.recording import Recorder, RunDir, Source
@@ -73,9 +72,9 @@ def session_name(variant: Variant, size: int, repeat: int | None = None) -> str:
 
 
 @dataclass
-class SessionResult:
+class SessionResult(RunResult):
     session: str
-    records: list[Record] = field(default_factory=list)
+    stopped_by: str = field(default="every scenario run", kw_only=True)
     not_applicable: dict[str, str] = field(default_factory=dict)  # scenario id -> why it did not run
     error: str | None = None  # the first failure (with OnFailure.CONTINUE the session went on after it)
     failures: list[str] = field(default_factory=list)
@@ -99,8 +98,9 @@ class SessionResult:
         return budget + band + overhead
 
 
-class Session:
-    """Runs the scenarios of one variant at one size in order, and applies the failure policy."""
+class Session(RunLoop):
+    """Runs the scenarios of one variant at one size in order, through the run loop, and applies the failure
+    policy: a failed step is a finding of the result, not an error."""
 
     def __init__(
         self,
@@ -109,53 +109,56 @@ class Session:
         corpus_spec: corpus_mod.CorpusSpec,
         shared: RunShared,
         *,
+        selected: Sequence[scenarios.Scenario],
         repeat: int | None = None,
         on_failure: OnFailure = OnFailure.STOP,
         progress_hook: ProgressHook | None = None,
     ) -> None:
-        self.spec, self.size, self.on_failure = spec, size, on_failure
+        self.size, self.on_failure = size, on_failure
         self.repeat = repeat  # which of several repeated sessions this is (--repeat-first-load), else None
         self.name = session_name(spec.variant, size, repeat)
-        self.server = SessionServer(spec, shared.sampler)
-        self.recorder = Recorder(shared.writer, Source.of(spec.variant), run=shared.run, session=self.name, size=size,
-                                 extra={} if repeat is None else {"repeat": repeat})
+        self.session_server = SessionServer(spec, shared.sampler)
+        recorder = Recorder(shared.writer, Source.of(spec.variant), run=shared.run, session=self.name, size=size,
+                            extra={} if repeat is None else {"repeat": repeat})
+        super().__init__(spec, self.session_server, recorder, session=self.name,
+                         log_name=self.name.replace("/", "_").replace("@", "_"), out=shared.out)
         self.progress = Progress(self.name, shared.out, progress_hook, shared.estimate)
-        self.steps = SessionSteps(spec, corpus_spec, self.server, self.recorder, self.progress)
-        self.result = SessionResult(self.name, records=self.steps.measured)
+        self.steps = SessionSteps(spec, corpus_spec, self.session_server, self.recorder, self.progress)
+        self.result: SessionResult = SessionResult(self.name, records=self.steps.measured)
+        self.selected = selected
 
-    def run(self, selected: Sequence[scenarios.Scenario]) -> SessionResult:
-        started, started_at = time.monotonic(), time.time()
-        try:
-            self.server.check_slot_dir()
-            self.server.start()
-            self.recorder.learn_build(binaries.build_label(self.spec.variant.binary,
-                                                           self.server.client.props().get("build_info")),
-                                      self.spec.capabilities)
-            self.steps.build_corpus(self.size)
-            for scenario in selected:
-                reason = scenario.not_applicable(self.steps)
-                if reason:
-                    self.result.not_applicable[scenario.id] = reason
-                    self.progress.say(f"{scenario.id}: not applicable to this variant, nothing recorded: {reason}")
-                    continue
-                self.progress.say(f"{scenario.id}: {scenario.title}")
-                try:
-                    scenario.run(self.steps)
-                except (ClientError, ServerError) as exc:
-                    self._failed(f"{scenario.id}: {type(exc).__name__}: {exc}")
-                    if self.on_failure is OnFailure.STOP:
-                        break
-                    self.steps.recover()
-            self.steps.deferred_references()
-            self.steps.noise_band()
-        except (ClientError, ServerError) as exc:  # a CorpusError (bad input) ends the run: see cli
-            self._failed(f"{type(exc).__name__}: {exc}")
-        finally:
-            self.close()
-            self._account(started_at, time.monotonic() - started)
-            if self.progress.estimate is not None:
-                self.progress.estimate.session_ended(self.name)
+    def run(self) -> SessionResult:
+        super().run()
         return self.result
+
+    def _start(self) -> None:
+        self.session_server.check_slot_dir()
+        self.session_server.start()
+
+    def _drive(self) -> None:
+        self.steps.build_corpus(self.size)
+        for scenario in self.selected:
+            reason = scenario.not_applicable(self.steps)
+            if reason:
+                self.result.not_applicable[scenario.id] = reason
+                self.progress.say(f"{scenario.id}: not applicable to this variant, nothing recorded: {reason}")
+                continue
+            self.progress.say(f"{scenario.id}: {scenario.title}")
+            try:
+                scenario.run(self.steps)
+            except (ClientError, ServerError) as exc:
+                self._failed(f"{scenario.id}: {type(exc).__name__}: {exc}")
+                if self.on_failure is OnFailure.STOP:
+                    break
+                self.steps.recover()
+        self.steps.deferred_references()
+        self.steps.noise_band()
+
+    def _absorbed(self, exc: BaseException) -> bool:
+        if isinstance(exc, (ClientError, ServerError)):  # a CorpusError (bad input) ends the run: see cli
+            self._failed(f"{type(exc).__name__}: {exc}")
+            return True
+        return False
 
     def _failed(self, error: str) -> None:
         self.result.failures.append(error)
@@ -163,21 +166,19 @@ class Session:
         what = "going on with the next scenario" if self.on_failure is OnFailure.CONTINUE else "session stopped"
         self.progress.say(f"{what}: {error}")
 
-    def close(self) -> None:
-        """Keep the scrubbed server log beside the records, then stop the server."""
-        self.recorder.keep_log(self.server.process.raw_log_path, self.name.replace("/", "_").replace("@", "_"))
-        self.server.close()
-
-    def _account(self, started_at: float, wall_s: float) -> None:
+    def _summary(self, started_at: float) -> None:
         """The prefill budget and the harness overhead (wall time not spent by the server or waiting on purpose),
         said in one line and kept as the session's summary record (role "session", no HTTP call)."""
+        if self.progress.estimate is not None:
+            self.progress.estimate.session_ended(self.name)
+        wall_s = self.result.wall_s
         budget = self.result.budget = self.recorder.budget()
         self.result.noise = self.steps.noise
-        seconds = {"server": self.steps.server_s, "load": self.server.load_s, "wait": self.steps.wait_s}
+        seconds = {"server": self.steps.server_s, "load": self.session_server.load_s, "wait": self.steps.wait_s}
         self.result.timing = {"wall_s": wall_s, **{f"{k}_s": v for k, v in seconds.items()},
                               "overhead_s": max(0.0, wall_s - sum(seconds.values())), **self.steps.corpus_timing}
         self.progress.say(self.result.summary_line().removeprefix(f"{self.name}: "))
-        if self.server.process.starts == 0:
+        if self.session_server.process.starts == 0:
             return  # failed before launch: no call was made, nothing to sum up
         self.recorder.summary(Role.SESSION, started_at, wall_s, {
             "timing": self.result.timing, "prefill": budget.to_dict(), "failures": self.result.failures,

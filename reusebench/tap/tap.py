@@ -33,9 +33,11 @@ from reusebench.llama import logs
 from reusebench.llama.client import CONNECT_TIMEOUT_S, ONE_REQUEST_PER_CONNECTION, Completion
 from reusebench.llama.log_tail import LogTail
 from reusebench.llama.task_log import MAX_TASKS, Task, TaskLog
-from reusebench.records import Extra, Record, RecordWriter, Role, interrupted, was_interrupted
+from reusebench.records import Extra, Record, RecordWriter, Role, RunKind, interrupted, was_interrupted
 from reusebench.reuse.perfect_cache import DEFAULT_MAX_TOKENS, PerfectCache
-from reusebench.run.recording import Recorder, RunDir, Source
+from reusebench.run import provenance
+from reusebench.run.opening import stamped_run
+from reusebench.run.recording import Recorder, Source
 from reusebench.tap import exchange
 from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, MAX_HELD_TOKENS, Conversations, Ticket
 from reusebench.tap.exchange import Answer, Asked
@@ -129,9 +131,10 @@ class Tap:
     def __init__(self, options: TapOptions, out: TextIO = sys.stderr) -> None:
         self.options, self.out = options, out
         self.hasher = Hasher(load_key(options.key_file, options.results))
-        self.run = RunDir.create(options.results)
         self.upstream_name = redacted(options.upstream)
         netloc = urlsplit(self.upstream_name).netloc
+        self.run = stamped_run(options.results, provenance.stamp(None, kind=RunKind.TAP, selection={
+            "upstream": self.upstream_name, "listen": f"{options.listen[0]}:{options.listen[1]}"}))
         self.writer = RecordWriter(self.run.records_path)
         self.recorder = Recorder(self.writer, Source(SCENARIO, netloc, "unknown"), run=self.run,
                                  session=f"{SCENARIO}/{netloc}", size=0, hash_tokens=self.hasher.tokens)

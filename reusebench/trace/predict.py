@@ -11,17 +11,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from reusebench.records import Served
 from reusebench.reuse.expectation import Expected, ServerModel
 from reusebench.trace.prompts import BlockIds, TracePrompt
-
-# A prediction's misses by what the model says served the request: the words of its ``cause``, first match wins.
-MISS_CLASSES = (("checkpoint", ("checkpoint", "forced full")), ("RAM cache", ("RAM cache",)),
-                ("slot kept", ("kept",)), ("not held", ("no common prefix", "empty slot", "cache_prompt off")))
-
-
-def miss_class(cause: str) -> str:
-    """Where a request that re-processed more than the ideal was served from, by the model's cause."""
-    return next((name for name, words in MISS_CLASSES if any(w in cause for w in words)), "other")
 
 
 @dataclass
@@ -31,7 +23,7 @@ class Prediction:
     expected: list[Expected | None] = field(default_factory=list)  # per prompt; None: too long, left out
     reprocessed: int = 0  # tokens re-processed, over the requests predicted
     ideal: int = 0  # what the trace's own unbounded prefix cache re-processes of them
-    excess_by_class: Counter[str] = field(default_factory=Counter)  # tokens over the ideal, by miss class
+    excess_by_class: Counter[Served] = field(default_factory=Counter)  # tokens over the ideal, by where served
     too_long: int = 0
 
     @property
@@ -58,5 +50,5 @@ def predict(prompts: Sequence[TracePrompt], model: ServerModel, blocks: BlockIds
         found.reprocessed += expected.prompt_n
         found.ideal += p.ideal
         if expected.prompt_n > p.ideal:
-            found.excess_by_class[miss_class(expected.cause)] += expected.prompt_n - p.ideal
+            found.excess_by_class[expected.served] += expected.prompt_n - p.ideal
     return found

@@ -15,22 +15,22 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from reusebench.config.profiles import Variant
 from reusebench.config.workload import FREE_RUNNING, Workload
 from reusebench.records import RecordWriter
+from reusebench.run.launch import LaunchSpec
 from reusebench.run.recording import RunDir
-from reusebench.run.service.base import ServiceRun, Via, WorkloadResult
+from reusebench.run.service.base import ServiceRun, Via, WorkloadResult, resolve_for_workload
 from reusebench.run.service.free_running import FreeRunningRun
 from reusebench.run.service.serial import ScheduleDeviation, SerialRun
 
-__all__ = ["FreeRunningRun", "WorkloadResult", "ScheduleDeviation", "SerialRun", "ServiceRun", "Via", "service_run"]
+__all__ = ["FreeRunningRun", "WorkloadResult", "ScheduleDeviation", "SerialRun", "ServiceRun", "Via", "resolve_for_workload", "service_run"]
 
 
-def service_run(workload: Workload, variant: Variant, writer: RecordWriter, *, run: RunDir,
+def service_run(workload: Workload, spec: LaunchSpec, writer: RecordWriter, *, run: RunDir,
                 free_running: bool = False, repeat: int | None = None, via: Via | None = None,
                 out: TextIO = sys.stderr) -> ServiceRun:
-    """The workload's run: free-running when asked or when the workload's schedule says so, else serial.
-    `repeat` numbers the run among repeated ones (its records carry it); `via` puts a relay between the users and
-    the server."""
+    """The workload's run on `spec` (``resolve_for_workload``): free-running when asked or when the workload's
+    schedule says so, else serial. `repeat` numbers the run among repeated ones (its records carry it); `via` puts
+    a relay between the users and the server."""
     kind = FreeRunningRun if free_running or workload.schedule == FREE_RUNNING else SerialRun
-    return kind(workload, variant, writer, run=run, repeat=repeat, via=via, out=out)
+    return kind(workload, spec, writer, run=run, repeat=repeat, via=via, out=out)

@@ -1,6 +1,6 @@
-"""What both ways of running a workload share: the server, the recorder, the calls, the idle gap's sleep, the
-summary record. ``SerialRun`` and ``FreeRunningRun`` differ in how they send the users' requests (``_drive``)
-and so in what they can check and bound.
+"""What both ways of running a workload share, on the run loop (``run.loop``): the users, the calls, the idle
+gap's sleep, the summary record. ``SerialRun`` and ``FreeRunningRun`` differ in how they send the users' requests
+(``_send_all``) and so in what they can check and bound.
 
 The server is a profile variant started by ``Server`` (127.0.0.1, its own process group). Before the
 first request every text is tokenized (``texts``). An idle gap lasts until ``/props`` says the server sleeps.
@@ -18,17 +18,19 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from reusebench.capability import build
+from reusebench.capability.build import Build
 from reusebench.config import users
 from reusebench.config.profiles import Variant
 from reusebench.config.users import User
 from reusebench.config.workload import Workload
-from reusebench.llama import binaries, task_log
+from reusebench.llama import task_log
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.process import ServerProcess
-from reusebench.records import Record, RecordWriter, interrupted
+from reusebench.records import RecordWriter
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run import launch
+from reusebench.run.launch import LaunchSpec
+from reusebench.run.loop import RunLoop, RunResult
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.service.calls import Calls
 from reusebench.run.service.texts import Texts, make_texts
@@ -38,13 +40,11 @@ REQUEST_TIMEOUT_S = 300.0
 Via = Callable[[ServerProcess], AbstractContextManager[str]]
 
 
-@dataclass
-class WorkloadResult:
-    records: list[Record] = field(default_factory=list)
+@dataclass(kw_only=True)
+class WorkloadResult(RunResult):
+    stopped_by: str = "every user finished"
     sleeps: int = 0
     gaps: list[tuple[float, float]] = field(default_factory=list)  # (began, ended) of each idle gap, epoch seconds
-    wall_s: float = 0.0
-    stopped_by: str = "every user finished"
 
 
 def system_tokens(workload: Workload) -> int:
@@ -62,66 +62,54 @@ def kv_tokens(workload: Workload, drawn: list[User], slots: int) -> int:
     return sum(sorted((longest(u) for u in drawn), reverse=True)[:slots])
 
 
-class ServiceRun:
-    """One workload against one server variant; ``run`` returns when the users are done or a bound is hit."""
+def resolve_for_workload(variant: Variant, server_build: Build, workload: Workload) -> LaunchSpec:
+    """The launch of `variant` on its binary's `server_build` for `workload`: unless the variant sets --ctx-size,
+    the KV pool holds its slots' longest conversations at their longest."""
+    drawn = users.draw_users(workload)
+    return launch.resolve(variant, server_build, context=lambda n_slots: kv_tokens(workload, drawn, n_slots))
+
+
+class ServiceRun(RunLoop):
+    """One workload against one server variant, through the run loop; ``run`` returns when the users are done or
+    a bound is hit."""
 
     schedule_name = ""  # how requests are ordered, as the summary record names it
     claim_wait_s = 2.0  # how long a finished call waits for its task's lines in the server log
 
-    def __init__(self, workload: Workload, variant: Variant, writer: RecordWriter, *, run: RunDir,
+    def __init__(self, workload: Workload, spec: LaunchSpec, writer: RecordWriter, *, run: RunDir,
                  repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
-        self.workload, self.variant, self.via, self.out = workload, variant, via, out
+        variant = spec.variant
+        self.workload, self.variant, self.via = workload, variant, via
         self.users = users.draw_users(workload)
-        self.spec = launch.resolve(variant, build.of(variant.binary),  # this binary's rules, whatever build it is
-                                   context=lambda n_slots: kv_tokens(workload, self.users, n_slots))
-        self.handle = self.spec.server(call_timeout_s=REQUEST_TIMEOUT_S)
-        self.result = WorkloadResult()
-        self.session = f"{workload.name}/{variant.profile}/{variant.name}"
-        self.recorder = Recorder(writer, Source.of(variant), run=run, session=self.session,
-                                 size=max(u.opening_tokens for u in self.users),
-                                 extra=None if repeat is None else {"repeat": repeat}, shared=system_tokens(workload))
+        self.handle = spec.server(call_timeout_s=REQUEST_TIMEOUT_S)
+        session = f"{workload.name}/{variant.profile}/{variant.name}"
+        recorder = Recorder(writer, Source.of(variant), run=run, session=session,
+                            size=max(u.opening_tokens for u in self.users),
+                            extra=None if repeat is None else {"repeat": repeat}, shared=system_tokens(workload))
+        super().__init__(spec, self.handle, recorder, session=session, log_name=workload.name, out=out)
+        self.result: WorkloadResult = WorkloadResult()
         self.seen = PerfectCache()  # every user's sequences: each turn's ideal
-        self.calls = Calls(self.recorder, task_log.TaskLog(self.handle.process.raw_log_path), self.seen, workload.name,
+        self.calls = Calls(recorder, task_log.TaskLog(self.handle.process.raw_log_path), self.seen, workload.name,
                            n_predict=workload.n_predict, timeout_s=REQUEST_TIMEOUT_S, claim_wait_s=self.claim_wait_s)
         self.clients_url = ""  # where the users send their requests: the server, or the relay in front of it
         self.requests = 0  # calls sent
-        self._started = 0.0
         self._setup()
 
     def _setup(self) -> None:
         """What a way of sending keeps besides (threads, locks), made before anything can stop the run."""
 
-    def run(self) -> WorkloadResult:
-        started_at = time.time()
-        self._started = time.monotonic()
-        try:
-            self.handle.start()
-            self.recorder.learn_build(binaries.build_label(self.variant.binary,
-                                                           self.handle.client.props().get("build_info")))
-            texts = make_texts(self.handle.client, self.workload, self.users)
-            with self._clients_url():
-                self._started = time.monotonic()  # the workload's clock starts here
-                self._drive(texts)
-        except BaseException as exc:
-            self.result.stopped_by = interrupted() if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
-            self._stop_sending()
-            raise
-        finally:
-            self.result.wall_s = time.monotonic() - self._started
-            try:
-                self.recorder.keep_log(self.handle.process.raw_log_path, self.workload.name)
-            finally:
-                self.handle.close()
-                self.result.records = list(self.calls.records)
-                self._summary(started_at)
-        return self.result
+    def _drive(self) -> None:
+        texts = make_texts(self.handle.client, self.workload, self.users)
+        with self._clients_url():
+            self._started = time.monotonic()  # the workload's clock starts here
+            self._send_all(texts)
 
-    def _drive(self, texts: Texts) -> None:
+    def _closed(self) -> None:
+        self.result.records = list(self.calls.records)
+
+    def _send_all(self, texts: Texts) -> None:
         """Send the users' requests; return when they are done or the run stops."""
         raise NotImplementedError
-
-    def _stop_sending(self) -> None:
-        """Ctrl-C or an error: end what is in flight before the summary (``run`` stops the server in any case)."""
 
     @contextlib.contextmanager
     def _clients_url(self) -> Iterator[None]:
@@ -155,6 +143,3 @@ class ServiceRun:
             "schedule": self.schedule_name, "sleeps": self.result.sleeps, "gaps": self.result.gaps,
             "stopped_by": self.result.stopped_by, "requests": self.requests, "users": len(self.users),
             "long_prefill_tokens": w.long_prefill_tokens, "system_prompt_tokens": system_tokens(w)})
-
-    def say(self, text: str) -> None:
-        print(f"[{self.session}] {text}", file=self.out, flush=True)

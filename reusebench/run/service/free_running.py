@@ -41,9 +41,9 @@ class FreeRunningRun(ServiceRun):
         self._gap_after = {turn: index for index, turn in enumerate(self.workload.idle_gaps_after_turn)}
         self._prefilling = {u.name: threading.Event() for u in self.users}  # set as the server starts its first prompt
         self._threads: list[threading.Thread] = []
-        self._failure: Exception | None = None  # what ended a thread other than the run's end: raised by _drive
+        self._failure: Exception | None = None  # what ended a thread other than the run's end: raised by _send_all
 
-    def _drive(self, texts: Texts) -> None:
+    def _send_all(self, texts: Texts) -> None:
         w = self.workload
         self.say(f"free-running: {len(self.users)} users, {sum(u.turns for u in self.users)} turns planned; "
                  f"at most {w.max_requests} requests and {w.max_seconds:g} s")

@@ -53,7 +53,7 @@ class SerialRun(ServiceRun):
     schedule_name = SERIAL
     claim_wait_s = 30.0  # the lines were written before the answer ended; a loaded machine only delays reading them
 
-    def _drive(self, texts: Texts) -> None:
+    def _send_all(self, texts: Texts) -> None:
         every = schedule.serial_schedule(self.workload, self.users)
         steps = schedule.cut(every, self.workload.max_requests)
         total = schedule.requests_in(steps)
