@@ -11,15 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from reusebench.capability import PINNED_RULES, Capabilities, build, cache
+from reusebench import cli
+from reusebench.capability import PINNED_RULES, Capabilities, cache
 from reusebench.config import profiles
-from reusebench.config.workload import load_workload
 from reusebench.llama.binaries import Binary
-from reusebench.records import RecordWriter, Role
+from reusebench.records import Role, read_records
 from reusebench.run import runner
-from reusebench.run.recording import RunDir
 from reusebench.run.selection import Selection
-from reusebench.run.service import resolve_for_workload, service_run
 
 from conftest import default_llama_server
 
@@ -115,15 +113,16 @@ def test_a_wrong_probe_result_makes_the_steps_it_decides_unexpected_and_probing_
 @pytest.mark.e2e
 def test_a_workload_predicts_with_its_own_binary_s_rules_not_the_pinned_build_s(capability_cache: Path,
                                                                                  tmp_path: Path) -> None:
-    # a build that differs (planted as b11549's would read): the workload's launch takes its rules, not b11434's
+    # a build that differs (planted as report B's fix would read: RAM entries keep their LoRA): the serial
+    # workload predicts every turn with its binary's rules, so the turns the real b11434 clears are UNEXPECTED
     binary = Binary(default_llama_server())
-    cache.store(cache.Executable(binary.path).key(), Capabilities(**{**PINNED_RULES, "slot_file_checkpoints": True}),
+    cache.store(cache.Executable(binary.path).key(), Capabilities(**{**PINNED_RULES, "ram_cache_keeps_lora": True}),
                 binary.path)
-    workload = load_workload("report-b-service")
-    variant = profiles.load_profile(workload.profile).variants[0]
-    with RecordWriter(tmp_path / "records.jsonl") as writer:
-        run = service_run(workload, resolve_for_workload(variant, build.of(variant.binary), workload), writer,
-                          run=RunDir("w", tmp_path))
-        assert run.spec.capabilities.slot_file_checkpoints is True
-        assert run.spec.reuse_model().rules.slot_file_checkpoints is True
-        run.handle.close()
+    assert cli.main(["workload", "report-b-service", "--results", str(tmp_path)]) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    measured = [r for r in read_records(run_dir / "records.jsonl") if r.role == Role.MEASURE]
+    assert all(r.build.endswith("rules probed: RAM cache entries keep their LoRA: yes") for r in measured)
+    # b11434 restored each from RAM and cleared it for its LoRA, where the planted rule restores an entry of the
+    # turn's own LoRA and keeps it: every such turn is UNEXPECTED (and others whose RAM entry the rule changes)
+    cleared = [r for r in measured if r.cause["summary"] == "LoRA-change clear after restoring from RAM"]
+    assert cleared and all(r.verdict == "UNEXPECTED" and r.prompt_n > r.expected for r in cleared)

@@ -122,6 +122,14 @@ def test_turns_that_cannot_hit_reuse_no_more_than_the_shared_opening(small) -> N
     assert len(woke) == 1 and woke[0].started_at >= gap_ended  # the first request after the gap, maybe the probe
 
 
+def test_a_serial_run_measures_what_the_reuse_model_expects_of_every_call(serial_small) -> None:
+    # one request at a time in a fixed order: the build's reuse model predicts every call, health checks included
+    kept, _, _ = serial_small
+    calls = [r for r in kept if r.role in (Role.MEASURE, Role.PROBE)]
+    assert calls and [r.prompt_n for r in calls] == [r.expected for r in calls]
+    assert "measured equals expected (the build's reuse model) on every one of" in service_report.render(kept)
+
+
 def test_report_b_findings_appear_by_cause(serial_small) -> None:
     kept, driver, _ = serial_small
     found = service_report.turns(kept)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tabulate import tabulate
@@ -45,6 +45,7 @@ class Turn:
     outcome: str  # "hit" | "partial" | "miss"
     route: str  # one of ROUTES
     cause: str | None  # why a should-hit turn was not a hit; None for hits and turns that cannot hit
+    expected: str | None = None  # the outcome the reuse model predicted (a serial run's), else None
 
     @property
     def should_hit(self) -> bool:
@@ -146,8 +147,16 @@ def turns(records: Sequence[Record]) -> list[Turn]:
         cause = None
         if result != "hit" and r.expected_hit:
             cause = next(name for name, fits in MISS_CAUSES if fits(r, ctx))
-        found.append(Turn(r, result, route(r), cause))
+        found.append(Turn(r, result, route(r), cause, _expected_outcome(r, ctx.system_tokens)))
     return found
+
+
+def _expected_outcome(r: Record, shared: int) -> str | None:
+    """The outcome had the turn re-processed what the reuse model predicted."""
+    if r.expected is None or r.prompt_tokens is None:
+        return None
+    return outcome(replace(r, prompt_n=r.expected, cache_n=r.prompt_tokens - r.expected,
+                           excess=r.expected - (r.ideal or 0)), shared)
 
 
 def _rate(part: int, whole: int) -> str:
@@ -160,11 +169,15 @@ def _kinds(kinds: Sequence[str], found: Sequence[Turn]) -> list[str]:
 
 
 def miss_table(found: Sequence[Turn]) -> str:
-    """Misses (and partials) per class, each over its own turns."""
+    """Misses (and partials) per class, each over its own turns; where the run predicted each turn (a serial run),
+    the misses the reuse model expected beside them."""
+    predicted = bool(found) and all(t.expected is not None for t in found)
+
     def row(label: str, group: list[Turn]) -> list[str]:
         misses = sum(t.outcome == "miss" for t in group)
         partial = sum(t.outcome == "partial" for t in group)
-        return [label, str(len(group)), _rate(misses, len(group)), str(partial)]
+        expected = [str(sum(t.expected == "miss" for t in group))] if predicted else []
+        return [label, str(len(group)), _rate(misses, len(group)), *expected, str(partial)]
 
     should = [t for t in found if t.should_hit]
     rows = [row("should hit (conversation continues, regenerate)", should)]
@@ -175,8 +188,22 @@ def miss_table(found: Sequence[Turn]) -> str:
     cannot = [t for t in found if not t.should_hit]
     rows.append(row("cannot hit", cannot))
     rows += [row(f"  {kind}", [t for t in cannot if t.record.step == kind]) for kind in _kinds(users.CANNOT_HIT, cannot)]
-    return tabulate(rows, ["turns", "n", "missed (re-processed everything)", "partial"], tablefmt="github",
-                    disable_numparse=True)
+    headers = ["turns", "n", "missed (re-processed everything)", *(["expected"] if predicted else []), "partial"]
+    return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+
+
+def expected_line(records: Sequence[Record]) -> str | None:
+    """Measured against the reuse model, request by request, where the run predicted them (a serial run)."""
+    calls = [r for r in records if r.role in (Role.MEASURE, Role.PROBE) and not r.error]
+    if not calls or any(r.expected is None for r in calls):
+        return None
+    differ = [r for r in calls if r.prompt_n != r.expected]
+    if not differ:
+        return f"measured equals expected (the build's reuse model) on every one of {len(calls)} requests"
+    first = differ[0]
+    return (f"measured differs from expected on {len(differ)} of {len(calls)} requests (UNEXPECTED); first: "
+            f"{first.user} turn {first.turn} ({first.step}): expected {first.expected:,} ({first.cause_expected}), "
+            f"measured {first.prompt_n:,} ({(first.cause or {}).get('summary', 'no log')})")
 
 
 def miss_causes(found: Sequence[Turn]) -> Counter[str]:
@@ -359,7 +386,7 @@ def render(records: Sequence[Record]) -> str:
         head + (f"; {len(errors)} failed call(s): {errors[0].error}" if errors else "")
         + (f"\n\n_{FREE_RUNNING_NOTE}._" if summary and schedule == workload.FREE_RUNNING else ""),
         "### Findings\n\n" + "\n".join(f"- {line}" for line in findings(found, health)),
-        "### Miss rates by class\n\n" + miss_table(found),
+        "### Miss rates by class\n\n" + miss_table(found) + (f"\n\n{line}" if (line := expected_line(records)) else ""),
         "### Why should-hit turns missed (from the log)\n\n" + cause_table(found),
         f"### Interference (a long prefill: at least {long_tokens:,} tokens)\n\n"
         + (interference_table(interference(records, long_tokens)) if schedule != workload.SERIAL else

@@ -15,6 +15,7 @@ apply, since the schedule's length is fixed by the file.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from reusebench.config.workload import SERIAL
 from reusebench.run.service import schedule
@@ -61,19 +62,24 @@ class SerialRun(ServiceRun):
             self.result.stopped_by = f"request bound ({self.workload.max_requests})"
         self.say(f"serial schedule: {total} requests from {len(self.users)} users, one at a time")
         conversations = {u.name: Conversation(u, texts, self.seen) for u in self.users}
+        model = self.spec.reuse_model()  # one request at a time in a fixed order: every count is predictable
         client = self.client()
         woke_planned = False  # the next request comes after an idle gap in which the server slept
         try:
             for step in steps:
                 if step.is_gap:
                     woke_planned = self.sleep_gap()
+                    if woke_planned:
+                        model.sleep()
                     continue
                 request, conversation = self._request(step, texts, conversations)
+                request = replace(request, expected=model.complete(request.prompt, lora=request.lora))
                 self.requests += 1
                 call = self.calls.send(client, request)
                 if call.completion is None:
                     self.result.stopped_by = f"a call failed ({request.label}): {call.record.error}"
                     return
+                model.answered(call.completion.tokens)
                 if conversation is not None:
                     conversation.answered(call.completion.tokens)
                 self._check(call, request, woke_planned)
