@@ -21,16 +21,16 @@ from reusebench.config.profiles import Variant
 from reusebench.llama.model_memory import ModelMemory
 from reusebench.llama.server import Server
 from reusebench.reuse import expectation, server_inputs
+from reusebench.run.settings import DEFAULT, RunSettings
 
-CTX_MARGIN = 1024  # room beyond a session's longest prompt: question, edit, extension and generated tokens
 # The harness's context for a server with `n_slots` slots when the variant sets no --ctx-size; None: none is added
 # (a model of the server with its context unknown).
 Context = Callable[[int], int] | None
 
 
-def session_context(longest_prompt: int) -> Callable[[int], int]:
+def session_context(longest_prompt: int, settings: RunSettings = DEFAULT) -> Callable[[int], int]:
     """A session's context: prompts up to `longest_prompt` tokens plus the margin, whatever the slots."""
-    return lambda _n_slots: longest_prompt + CTX_MARGIN
+    return lambda _n_slots: longest_prompt + settings.session_ctx_margin
 
 
 @dataclass(frozen=True)

@@ -36,25 +36,23 @@ from reusebench.run.loop import RunLoop, RunResult
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.service.calls import Call, Calls, Request
 from reusebench.run.service.serial import ScheduleDeviation, check_alone
+from reusebench.run.settings import DEFAULT, RunSettings
 from reusebench.trace.mooncake import Trace
 from reusebench.trace.predict import Prediction, fits, predict
 from reusebench.trace.prompts import BlockIds, TracePrompt
 
 SCENARIO = RunKind.REPLAY.value  # the scenario its records name
-REQUEST_TIMEOUT_S = 600.0
 MAX_IN_FLIGHT = 64  # timed mode: threads sending at once, whatever the trace's overlap
 PROGRESS_EVERY = 25
 
 
-CTX_MARGIN = 256  # a slot's room beyond the trace's longest request and answer
 
-
-def resolve_for_trace(variant: Variant, build: Build, trace: Trace, *,
-                      memory: ModelMemory | None = None) -> LaunchSpec:
+def resolve_for_trace(variant: Variant, build: Build, trace: Trace, *, memory: ModelMemory | None = None,
+                      settings: RunSettings = DEFAULT) -> LaunchSpec:
     """The launch of `variant` on its binary's `build` for `trace`: unless the variant sets --ctx-size, every slot
     holds the trace's longest request and answer."""
     return launch.resolve(variant, build, memory=memory,
-                          context=lambda n_slots: (trace.longest + CTX_MARGIN) * n_slots)
+                          context=lambda n_slots: (trace.longest + settings.trace_ctx_margin) * n_slots)
 
 
 @dataclass(frozen=True)
@@ -78,18 +76,19 @@ class Replay(RunLoop):
     stops."""
 
     def __init__(self, prompts: list[TracePrompt], blocks: BlockIds, spec: LaunchSpec, writer: RecordWriter, *,
-                 run: RunDir, trace_name: str, mode: ReplayMode, out: TextIO = sys.stderr) -> None:
-        self.prompts, self.blocks, self.mode = prompts, blocks, mode
+                 run: RunDir, trace_name: str, mode: ReplayMode, settings: RunSettings = DEFAULT,
+                 out: TextIO = sys.stderr) -> None:
+        self.prompts, self.blocks, self.mode, self.settings = prompts, blocks, mode, settings
         variant = spec.variant
-        self.handle = spec.server(call_timeout_s=REQUEST_TIMEOUT_S)
+        self.handle = spec.server(call_timeout_s=settings.request_timeout_s)
         session = f"{SCENARIO}/{trace_name}/{variant.profile}/{variant.name}"
         recorder = Recorder(writer, Source.of(variant), run=run, session=session,
                             size=max((p.request.input_length for p in prompts), default=0),
                             extra=Extra(trace=trace_name, mode=mode.name))
         super().__init__(spec, self.handle, recorder, session=session, log_name=SCENARIO, out=out)
         self.calls = Calls(recorder, task_log.TaskLog(self.handle.process.raw_log_path), PerfectCache(),
-                           SCENARIO, n_predict=1, timeout_s=REQUEST_TIMEOUT_S, claim_wait_s=30.0 if not mode.timed
-                           else 5.0)
+                           SCENARIO, n_predict=1, timeout_s=settings.request_timeout_s,
+                           claim_wait_s=settings.claim_wait_s(alone=not mode.timed))
         self.result: ReplayResult = ReplayResult()
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None  # timed: the threads sending, and their clients
@@ -131,7 +130,8 @@ class Replay(RunLoop):
                        arrival_ms=p.request.timestamp_ms)
 
     def _client(self) -> LlamaClient:
-        return LlamaClient(self.handle.process.base_url, self.handle.process.api_key, timeout_s=REQUEST_TIMEOUT_S)
+        return LlamaClient(self.handle.process.base_url, self.handle.process.api_key,
+                           timeout_s=self.settings.request_timeout_s)
 
     def _send(self, client: LlamaClient, request: Request) -> Call | None:
         if self._stop.is_set():
@@ -199,4 +199,4 @@ class Replay(RunLoop):
             "expected_by_class": {k.value: v for k, v in prediction.excess_by_class.items()} if prediction else {}})
 
 
-__all__ = ["REQUEST_TIMEOUT_S", "Replay", "ReplayMode", "ReplayResult", "ScheduleDeviation", "resolve_for_trace"]
+__all__ = ["Replay", "ReplayMode", "ReplayResult", "ScheduleDeviation", "resolve_for_trace"]

@@ -34,8 +34,8 @@ from reusebench.run.loop import RunLoop, RunResult
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.service.calls import Calls
 from reusebench.run.service.texts import Texts, make_texts
+from reusebench.run.settings import DEFAULT, RunSettings
 
-REQUEST_TIMEOUT_S = 300.0
 # Given the started server, a relay in front of it (the tap) for as long as the users talk: the URL they use.
 Via = Callable[[ServerProcess], AbstractContextManager[str]]
 
@@ -74,14 +74,15 @@ class ServiceRun(RunLoop):
     a bound is hit."""
 
     schedule_name = ""  # how requests are ordered, as the summary record names it
-    claim_wait_s = 2.0  # how long a finished call waits for its task's lines in the server log
+    alone = False  # whether each call runs alone on the server (serially): how long it waits for its log lines
 
     def __init__(self, workload: Workload, spec: LaunchSpec, writer: RecordWriter, *, run: RunDir,
-                 repeat: int | None = None, via: Via | None = None, out: TextIO = sys.stderr) -> None:
+                 repeat: int | None = None, via: Via | None = None, settings: RunSettings = DEFAULT,
+                 out: TextIO = sys.stderr) -> None:
         variant = spec.variant
-        self.workload, self.variant, self.via = workload, variant, via
+        self.workload, self.variant, self.via, self.settings = workload, variant, via, settings
         self.users = users.draw_users(workload)
-        self.handle = spec.server(call_timeout_s=REQUEST_TIMEOUT_S)
+        self.handle = spec.server(call_timeout_s=settings.request_timeout_s)
         session = f"{workload.name}/{variant.profile}/{variant.name}"
         recorder = Recorder(writer, Source.of(variant), run=run, session=session,
                             size=max(u.opening_tokens for u in self.users),
@@ -90,7 +91,8 @@ class ServiceRun(RunLoop):
         self.result: WorkloadResult = WorkloadResult()
         self.seen = PerfectCache()  # every user's sequences: each turn's ideal
         self.calls = Calls(recorder, task_log.TaskLog(self.handle.process.raw_log_path), self.seen, workload.name,
-                           n_predict=workload.n_predict, timeout_s=REQUEST_TIMEOUT_S, claim_wait_s=self.claim_wait_s)
+                           n_predict=workload.n_predict, timeout_s=settings.request_timeout_s,
+                           claim_wait_s=settings.claim_wait_s(alone=self.alone))
         self.clients_url = ""  # where the users send their requests: the server, or the relay in front of it
         self.requests = 0  # calls sent
         self._setup()
@@ -119,7 +121,7 @@ class ServiceRun(RunLoop):
             yield
 
     def client(self) -> LlamaClient:
-        return LlamaClient(self.clients_url, self.handle.process.api_key, timeout_s=REQUEST_TIMEOUT_S)
+        return LlamaClient(self.clients_url, self.handle.process.api_key, timeout_s=self.settings.request_timeout_s)
 
     def sleep_gap(self) -> bool:
         """The idle gap with nothing in flight: wait until the server sleeps (when the variant lets it); True
