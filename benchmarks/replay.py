@@ -25,7 +25,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench import records
 from reusebench.capability import build
-from reusebench.config import profiles
+from reusebench.config import asv_selection, profiles
 from reusebench.machine import host
 from reusebench.records import RunKind
 from reusebench.report import replay_report
@@ -37,17 +37,11 @@ from reusebench.trace.prompts import BlockIds, trace_prompts, vocabulary
 
 from . import common
 
-TRACE = os.environ.get("REUSEBENCH_ASV_TRACE", "mooncake-conversation")
-PROFILE = os.environ.get("REUSEBENCH_ASV_TRACE_PROFILE", "tiny-qwen35")
-REQUESTS = os.environ.get("REUSEBENCH_ASV_TRACE_REQUESTS", "300")
+SERVICES = asv_selection.services_from_env()
+TRACE, PROFILE, REQUESTS = SERVICES.trace, SERVICES.trace_profile, SERVICES.trace_requests
 SCALE = 16  # 32-token blocks: about 750 tokens a request, a few hundred requests in well under a minute on 2 cores
 NOT_APPLICABLE = "not applicable"
 
-
-def _requests(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"REUSEBENCH_ASV_TRACE_REQUESTS: expected a whole number of requests, got {text!r}")
-    return int(text)
 
 
 def _replay() -> dict[str, Any]:
@@ -63,7 +57,7 @@ def _replay() -> dict[str, Any]:
         return {NOT_APPLICABLE: why}
     profile = profiles.load_profile(PROFILE)  # now checked against the binary's --help
     variant = profile.variant(variant.name)
-    whole, trace = TraceSelection(TRACE, SCALE, limit=_requests(REQUESTS)).load()
+    whole, trace = TraceSelection(TRACE, SCALE, limit=REQUESTS).load()
     blocks = BlockIds(vocabulary(variant.model), trace.block_tokens)
     spec = resolve_for_trace(variant, build.of(variant.binary), trace)
     stamp = provenance.of_launches(profile, [spec], RunKind.REPLAY, {"trace": whole.name, "requests": len(trace.requests),

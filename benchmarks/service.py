@@ -32,7 +32,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from reusebench import records
 from reusebench.capability import build
-from reusebench.config import profiles, workload
+from reusebench.config import asv_selection, profiles, workload
 from reusebench.records import RunKind
 from reusebench.report import service_report, service_runs
 from reusebench.run import provenance
@@ -41,17 +41,8 @@ from reusebench.run.service import resolve_for_workload, service_run
 
 from . import common
 
-WORKLOAD = os.environ.get("REUSEBENCH_ASV_WORKLOAD", "report-b-service")
-INTERFERENCE = os.environ.get("REUSEBENCH_ASV_INTERFERENCE", "interference")
-
-
-def _repeat(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"REUSEBENCH_ASV_INTERFERENCE_REPEAT: expected a whole number of runs, 1 or more, got {text!r}")
-    return int(text)
-
-
-REPEAT = _repeat(os.environ.get("REUSEBENCH_ASV_INTERFERENCE_REPEAT", "3"))
+SERVICES = asv_selection.services_from_env()
+WORKLOAD, INTERFERENCE, REPEAT = SERVICES.workload, SERVICES.interference, SERVICES.interference_repeat
 
 NOT_APPLICABLE = "not applicable"  # the figures' key when the workload cannot run on this build
 

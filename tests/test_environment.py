@@ -57,3 +57,12 @@ def test_a_name_the_suite_lacks_is_refused_naming_the_variable(name: str, value:
 
 def test_under_asv_s_own_environment_the_profile_runs_the_build_asv_made() -> None:
     assert asv_selection.from_env({"ASV_ENV_DIR": "/tmp/env"}).profile == "nightly-tiny-qwen35"
+
+
+def test_the_service_and_trace_benchmarks_take_their_selection_from_the_one_reader() -> None:
+    chosen = asv_selection.services_from_env({"REUSEBENCH_ASV_TRACE": "", "REUSEBENCH_ASV_INTERFERENCE_REPEAT": "5"})
+    assert (chosen.workload, chosen.interference, chosen.interference_repeat) == ("report-b-service", "interference", 5)
+    assert (chosen.trace, chosen.trace_profile, chosen.trace_requests) == ("", "tiny-qwen35", 300)  # "": none runs
+    for name in ("REUSEBENCH_ASV_INTERFERENCE_REPEAT", "REUSEBENCH_ASV_TRACE_REQUESTS"):
+        with pytest.raises(asv_selection.SelectionError, match=f"^{name}: expected a whole number of"):
+            asv_selection.services_from_env({name: "0"})

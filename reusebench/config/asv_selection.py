@@ -79,3 +79,35 @@ def from_env(environ: Mapping[str, str] | None = None) -> Selection:
     if full not in ("0", "1"):
         raise SelectionError(f"REUSEBENCH_ASV_FULL_PREFILLS: expected 0 or 1, got {full!r}")
     return Selection(name, chosen_sizes, variants, chosen, int(repeat), full == "1")
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the service and trace benchmarks run: a workload's counts, the interference workload's timings and its
+    runs, a trace's first requests on a profile (an empty name: that benchmark runs nothing, n/a)."""
+
+    workload: str
+    interference: str
+    interference_repeat: int
+    trace: str
+    trace_profile: str
+    trace_requests: int
+
+
+def _whole(environ: Mapping[str, str], name: str, default: str, what: str) -> int:
+    text = environ.get(name, default)
+    if not text.isdigit() or int(text) < 1:
+        raise SelectionError(f"{name}: expected a whole number of {what}, 1 or more, got {text!r}")
+    return int(text)
+
+
+def services_from_env(environ: Mapping[str, str] | None = None) -> Services:
+    """The service and trace benchmarks' selection from REUSEBENCH_ASV_WORKLOAD, _INTERFERENCE, _INTERFERENCE_REPEAT,
+    _TRACE, _TRACE_PROFILE and _TRACE_REQUESTS."""
+    environ = os.environ if environ is None else environ
+    return Services(environ.get("REUSEBENCH_ASV_WORKLOAD", "report-b-service"),
+                    environ.get("REUSEBENCH_ASV_INTERFERENCE", "interference"),
+                    _whole(environ, "REUSEBENCH_ASV_INTERFERENCE_REPEAT", "3", "runs"),
+                    environ.get("REUSEBENCH_ASV_TRACE", "mooncake-conversation"),
+                    environ.get("REUSEBENCH_ASV_TRACE_PROFILE", "tiny-qwen35"),
+                    _whole(environ, "REUSEBENCH_ASV_TRACE_REQUESTS", "300", "requests"))
