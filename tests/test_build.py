@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reusebench import cli
-from reusebench.llama import asv_install, build, sources, staging
+from reusebench.llama import asv_install, builder, sources, staging
 from reusebench.nightly import stand_in
 
 from conftest import load_tool
@@ -39,7 +39,7 @@ def git(tree: Path, *args: str) -> str:
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(builder.CACHE_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
@@ -61,15 +61,15 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def test_cmake_arguments_are_portable_and_name_the_version() -> None:
-    source = build.Source(tree=Path("/src"), build_number=11434, commit="abc12345", identity="x" * 64, label="t")
-    args = build.cmake_args(source, "cpu", ["-DGGML_AVX512=ON"])
+    source = builder.Source(tree=Path("/src"), build_number=11434, commit="abc12345", identity="x" * 64, label="t")
+    args = builder.cmake_args(source, "cpu", ["-DGGML_AVX512=ON"])
     assert "-DGGML_NATIVE=OFF" in args and not any("native" in a for a in args[:-1])
     assert {"-DLLAMA_BUILD_NUMBER=11434", "-DLLAMA_BUILD_COMMIT=abc12345", "-DLLAMA_USE_PREBUILT_UI=OFF",
             "-DBUILD_SHARED_LIBS=OFF"} <= set(args)
     assert args[-1] == "-DGGML_AVX512=ON"  # extra arguments come last, so they win
-    assert "-DGGML_CUDA=ON" in build.cmake_args(source, "cuda")
-    with pytest.raises(build.BuildError, match="unknown build flavor 'rocm'"):
-        build.cmake_args(source, "rocm")
+    assert "-DGGML_CUDA=ON" in builder.cmake_args(source, "cuda")
+    with pytest.raises(builder.BuildError, match="unknown build flavor 'rocm'"):
+        builder.cmake_args(source, "rocm")
 
 
 def test_git_source_counts_commits_like_llama_cpp(checkout: Path) -> None:
@@ -77,20 +77,20 @@ def test_git_source_counts_commits_like_llama_cpp(checkout: Path) -> None:
     first = sources.git_source(checkout, "HEAD~1")
     assert (head.build_number, first.build_number) == (2, 1)
     assert head.identity == git(checkout, "rev-parse", "HEAD") and head.commit == head.identity[:8]
-    with pytest.raises(build.BuildError, match="git rev-parse"):
+    with pytest.raises(builder.BuildError, match="git rev-parse"):
         sources.git_source(checkout, "no-such-commit")
 
 
 def test_build_once_then_from_the_cache(checkout: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = sources.git_source(checkout, "HEAD")
-    args = build.cmake_args(source)
+    args = builder.cmake_args(source)
     said: list[str] = []
-    binary = build.build(source, args, progress=said.append)
-    assert binary == build.build_dir(source.identity, args) / build.TARGET and binary.is_relative_to(cache)
-    info = build.read_build_info(binary)
+    binary = builder.build(source, args, progress=said.append)
+    assert binary == builder.build_dir(source.identity, args) / builder.TARGET and binary.is_relative_to(cache)
+    info = builder.read_build_info(binary)
     assert info["build_number"] == 2 and info["cmake_args"] == args and info["flavor"] == "cpu"
     assert "version: 2 (fake)" in info["version"]
-    assert build.describe(info) == f"b2 ({source.commit}; cpu, -DGGML_NATIVE=OFF)"
+    assert builder.describe(info) == f"b2 ({source.commit}; cpu, -DGGML_NATIVE=OFF)"
     assert any("1/1 steps" in line for line in said), said  # ninja's progress, without a terminal
     assert said[-1].startswith(f"llama-server {source.label} (cpu): built in")
 
@@ -99,19 +99,19 @@ def test_build_once_then_from_the_cache(checkout: Path, cache: Path, monkeypatch
 
     monkeypatch.setattr(subprocess, "Popen", no_build)
     said.clear()
-    assert build.build(source, args, progress=said.append) == binary
+    assert builder.build(source, args, progress=said.append) == binary
     assert said == [f"llama-server {source.label} (cpu): cached at {binary}"]
     # Other flags are another build.
-    assert build.build_dir(source.identity, [*args, "-DGGML_AVX2=OFF"]) != binary.parent
+    assert builder.build_dir(source.identity, [*args, "-DGGML_AVX2=OFF"]) != binary.parent
 
 
 def test_failed_build_names_the_log_and_caches_nothing(checkout: Path, cache: Path) -> None:
     (checkout / "CMakeLists.txt").write_text(CMAKELISTS.replace("-E copy", "-E false &&"))
     source = sources.git_source(checkout, "HEAD")
-    with pytest.raises(build.BuildError, match=r"failed with exit status \d+; last lines of .*build\.log") as failed:
-        build.build(source, build.cmake_args(source), progress=lambda _: None)
+    with pytest.raises(builder.BuildError, match=r"failed with exit status \d+; last lines of .*build\.log") as failed:
+        builder.build(source, builder.cmake_args(source), progress=lambda _: None)
     assert "FAILED" in str(failed.value)  # ninja's own report is in the tail
-    assert not build.build_dir(source.identity, build.cmake_args(source)).exists()
+    assert not builder.build_dir(source.identity, builder.cmake_args(source)).exists()
 
 
 def test_asv_install_records_the_commit_binary(checkout: Path, cache: Path, tmp_path: Path,
@@ -145,11 +145,11 @@ def test_commit_message_trailers_state_the_llama_cpp_version(checkout: Path) -> 
     stated = sources.git_source(checkout, "HEAD")
     assert (stated.build_number, stated.commit) == (11549, "0123abcd")
     assert stated.identity == git(checkout, "rev-parse", "HEAD") and stated.label == "llama.cpp b11549 (0123abcd)"
-    assert {"-DLLAMA_BUILD_NUMBER=11549", "-DLLAMA_BUILD_COMMIT=0123abcd"} <= set(build.cmake_args(stated))
+    assert {"-DLLAMA_BUILD_NUMBER=11549", "-DLLAMA_BUILD_COMMIT=0123abcd"} <= set(builder.cmake_args(stated))
     # Only the last paragraph's trailers count, and a real clone's messages have none.
     assert sources.commit_trailers("LLAMA_BUILD_NUMBER: 5\n\nfix the parser") == {}
     git(checkout, "commit", "-q", "--allow-empty", "-m", "oops\n\nLLAMA_BUILD_NUMBER: b11550")
-    with pytest.raises(build.BuildError, match="LLAMA_BUILD_NUMBER: 'b11550' is not a number"):
+    with pytest.raises(builder.BuildError, match="LLAMA_BUILD_NUMBER: 'b11550' is not a number"):
         sources.git_source(checkout, "HEAD")
 
 
@@ -158,18 +158,18 @@ def test_the_next_commit_builds_in_the_same_build_tree(checkout: Path, cache: Pa
     for commit in (git(checkout, "rev-parse", "HEAD~1"), git(checkout, "rev-parse", "HEAD")):
         git(checkout, "checkout", "-q", commit)
         source = sources.git_source(checkout, "HEAD")
-        build.build(source, build.cmake_args(source), progress=lambda _: None)
+        builder.build(source, builder.cmake_args(source), progress=lambda _: None)
     assert len(list((cache / "trees").iterdir())) == 1
-    assert len([d for d in cache.iterdir() if d.name not in ("trees", build.STAGED)]) == 2  # a binary per commit
+    assert len([d for d in cache.iterdir() if d.name not in ("trees", builder.STAGED)]) == 2  # a binary per commit
 
 
 def test_a_release_tree_below_the_sdist_top(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    release = build.PinnedRelease("some-wrapper", "1.0", "0" * 64, "vendor/llama.cpp", 7)
+    release = builder.PinnedRelease("some-wrapper", "1.0", "0" * 64, "vendor/llama.cpp", 7)
     top = tmp_path / "some_wrapper-1.0" / "vendor" / "llama.cpp"
     top.mkdir(parents=True)
     (top / "CMakeLists.txt").write_text(CMAKELISTS)
 
-    def fake_download(wanted: build.PinnedRelease, into: Path, progress) -> Path:
+    def fake_download(wanted: builder.PinnedRelease, into: Path, progress) -> Path:
         assert wanted == release
         sdist = into / "some_wrapper-1.0.tar.gz"
         with tarfile.open(sdist, "w:gz") as archive:
@@ -195,7 +195,7 @@ def test_the_demo_repository_states_each_release_s_version(tmp_path: Path, cache
         (tree.parent / sources.SDIST_SHA256).write_text(f"{number:064d}\n")  # as fetch_release leaves it
         trees[number] = tree
     monkeypatch.setattr(sources, "fetch_release", lambda release, progress: trees[release.build_number])
-    releases = tuple(stand_in.ReleasedTree(build.PinnedRelease("pkg", str(n), "0" * 64, ".", n), f"c{n}",
+    releases = tuple(stand_in.ReleasedTree(builder.PinnedRelease("pkg", str(n), "0" * 64, ".", n), f"c{n}",
                                    f"2026-0{i + 1}-01T00:00:00+00:00") for i, n in enumerate(trees))
     fix = tmp_path / "fix.diff"
     fix.write_text("--- a/CMakeLists.txt\n+++ b/CMakeLists.txt\n@@ -1 +1 @@\n-# b7621\n+# b7621 fixed\n")
@@ -225,19 +225,19 @@ def test_a_patched_build_is_its_own_cached_build_and_names_its_patches(checkout:
     fix.write_text("--- a/llama-server\n+++ b/llama-server\n@@ -1,2 +1,2 @@\n #!/bin/sh\n"
                    "-echo 'version: 2 (fake)' >&2\n+echo 'version: 2 (patched)' >&2\n")
     source = sources.git_source(checkout, "HEAD")
-    base = build.build(source, build.cmake_args(source), progress=lambda _: None)
+    base = builder.build(source, builder.cmake_args(source), progress=lambda _: None)
     fixed_source = sources.patched(source, [fix], progress=lambda _: None)
-    fixed = build.build(fixed_source, build.cmake_args(fixed_source), progress=lambda _: None)
-    assert fixed != base and "(patched)" in build.read_build_info(fixed)["version"]
+    fixed = builder.build(fixed_source, builder.cmake_args(fixed_source), progress=lambda _: None)
+    assert fixed != base and "(patched)" in builder.read_build_info(fixed)["version"]
     assert "(fake)" in (checkout / "llama-server").read_text()  # the checkout itself is untouched
     digest = hashlib.sha256(fix.read_bytes()).hexdigest()[:12]
-    info = build.read_build_info(fixed)
-    assert info["patches"] == [f"fix.diff ({digest})"] and build.read_build_info(base)["patches"] == []
-    assert build.describe(info).endswith(f"; cpu, -DGGML_NATIVE=OFF) + fix.diff ({digest})")  # every record's build
+    info = builder.read_build_info(fixed)
+    assert info["patches"] == [f"fix.diff ({digest})"] and builder.read_build_info(base)["patches"] == []
+    assert builder.describe(info).endswith(f"; cpu, -DGGML_NATIVE=OFF) + fix.diff ({digest})")  # every record's build
     assert sources.patched(source, [fix], progress=lambda _: None) == fixed_source  # the patched tree is kept
     stale = tmp_path / "stale.diff"
     stale.write_text(fix.read_text().replace("(fake)", "(other)"))
-    with pytest.raises(build.BuildError, match=r"--patch .*stale\.diff: does not apply to llama\.cpp "):
+    with pytest.raises(builder.BuildError, match=r"--patch .*stale\.diff: does not apply to llama\.cpp "):
         sources.patched(source, [stale], progress=lambda _: None)
 
 
@@ -265,11 +265,11 @@ def test_every_build_goes_through_the_staged_tree_and_the_compiler_cache(tmp_pat
     for commit in [git(tree, "rev-parse", ref) for ref in ("HEAD~2", "HEAD~1", "HEAD")]:
         git(tree, "checkout", "-q", commit)  # as asv does: the build takes the checkout as it is
         source = sources.git_source(tree, "HEAD")
-        infos.append(build.read_build_info(build.build(source, build.cmake_args(source), progress=lambda _: None)))
+        infos.append(builder.read_build_info(builder.build(source, builder.cmake_args(source), progress=lambda _: None)))
     assert [info["compiler_cache"] for info in infos] == [{"hits": 0, "misses": 1}, {"hits": 0, "misses": 1},
                                                           {"hits": 1, "misses": 0}]
     assert "version: 1 (a)" in infos[2]["version"]  # the cached object is A's
-    assert (cache / build.STAGED / "llama.cpp" / "main.c").read_text() == main_a
+    assert (cache / builder.STAGED / "llama.cpp" / "main.c").read_text() == main_a
 
 
 def test_staging_writes_only_what_differs(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from reusebench import cli
 from reusebench.cli import common, exits
-from reusebench.llama import build
+from reusebench.llama import builder
 from reusebench.run import provenance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +29,7 @@ def test_version_names_the_package_and_the_pinned_llama_cpp(capsys: pytest.Captu
         cli.main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == (f"reusebench 0.1.0 (llama-server default: llama.cpp "
-                                               f"b{build.PINNED.build_number}, {build.PINNED.requirement})")
+                                               f"b{builder.PINNED.build_number}, {builder.PINNED.requirement})")
 
 
 def test_every_command_has_a_description_the_exit_table_and_q_v() -> None:

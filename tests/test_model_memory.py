@@ -1,4 +1,4 @@
-"""A model's memory is what the llama-server that loads it reports at startup (capability.model_memory), on every
+"""A model's memory is what the llama-server that loads it reports at startup (capability.learned_memory), on every
 memory family of the pinned build: the six tiny models, the real Gemma 3 270M, and tiny models of other
 architectures written by llama.cpp's own test-llama-archs (tiny:arch-NAME), each run through report A at 2K."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reusebench import real, tiny
-from reusebench.capability import model_memory
+from reusebench.capability import learned_memory
 from reusebench.cli import main
 from reusebench.config import profiles
 from reusebench.llama import arch_source, sources
@@ -41,11 +41,11 @@ def binary() -> Binary:
     ("gemma3", Memory("swa", can_shift=True, window=128, window_layers=5)),  # WWWWWA, a 128-token window
 ])
 def test_each_tiny_model_s_memory_is_what_its_server_built(name: str, memory: Memory) -> None:
-    assert memory_of(model_memory.probe(binary(), tiny.model_path(name))) == memory
+    assert memory_of(learned_memory.probe(binary(), tiny.model_path(name))) == memory
 
 
 def test_the_real_gemma_s_memory_is_a_512_token_window_on_15_of_18_layers() -> None:
-    built = model_memory.probe(binary(), real.model_path("gemma3-270m"))
+    built = learned_memory.probe(binary(), real.model_path("gemma3-270m"))
     # Gemma 3: every sixth layer global, so 18 layers keep 15 windowed; trained for 32K
     assert (built.arch, built.family, built.window, built.window_layers, built.window_type, built.n_ctx_train) == (
         "gemma3", "windowed attention", 512, 15, "standard", 32768)
@@ -68,7 +68,7 @@ FAMILIES = {
 
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_a_model_of_each_memory_family_reads_as_its_server_built_it(arch: str) -> None:
-    built = model_memory.probe(binary(), tiny.model_path(f"arch-{arch}"))
+    built = learned_memory.probe(binary(), tiny.model_path(f"arch-{arch}"))
     assert (built.family, built.window, built.window_type, built.can_shift, built.not_modelled) == FAMILIES[arch]
 
 
@@ -92,12 +92,12 @@ def test_the_memory_is_kept_per_binary_and_model_file(tmp_path: Path, monkeypatc
     monkeypatch.setenv("REUSEBENCH_CAPABILITY_CACHE", str(tmp_path / "cache"))
     model = tmp_path / "llama.gguf"
     shutil.copy(tiny.model_path("llama"), model)
-    first = model_memory.of_model(binary(), model)
+    first = learned_memory.of_model(binary(), model)
     starts = []
-    monkeypatch.setattr(model_memory, "probe", lambda b, m: starts.append(m) or first)
-    assert model_memory.of_model(binary(), model) == first and starts == []  # kept: no start
+    monkeypatch.setattr(learned_memory, "probe", lambda b, m: starts.append(m) or first)
+    assert learned_memory.of_model(binary(), model) == first and starts == []  # kept: no start
     model.touch()  # a file replaced in place has a new time: read again
-    model_memory.of_model(binary(), model)
+    learned_memory.of_model(binary(), model)
     assert starts == [model]
 
 
@@ -107,8 +107,8 @@ def test_a_model_the_build_cannot_load_is_named_with_the_server_s_own_line(tmp_p
                                                          b"\x05\x00\x00\x00\x00\x00\x00\x00lxama", 1)
     model = tmp_path / "lxama.gguf"
     model.write_bytes(data)
-    with pytest.raises(model_memory.ModelLoadError) as raised:
-        model_memory.probe(binary(), model)
+    with pytest.raises(learned_memory.ModelLoadError) as raised:
+        learned_memory.probe(binary(), model)
     assert str(raised.value).startswith(f"{model}: llama-server cannot load it: ")
     assert "unknown model architecture: 'lxama'" in str(raised.value)
 

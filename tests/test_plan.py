@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reusebench import cli
-from reusebench.capability import PINNED, cache, model_memory
+from reusebench.capability import PINNED, cache, learned_memory
 from reusebench.capability.build import Build
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import binaries
@@ -62,7 +62,7 @@ def test_the_control_reuses_half_the_edited_document_so_nothing_stops():
 def test_dry_run_prints_the_plan_and_starts_no_server(capsys, tmp_path, monkeypatch):
     # the build's rules and the model's memory are learned from short starts the first time, then kept: here first
     variant = profiles.load_profile("tiny-qwen35").variant("mmproj=on,cache-reuse=256")
-    model_memory.of_model(variant.binary, variant.model)
+    learned_memory.of_model(variant.binary, variant.model)
     cache.of_binary(variant.binary)
     monkeypatch.setattr(ServerProcess, "start", lambda self: pytest.fail("a dry run started a server"))
     assert cli.main(["run", "--profile", "tiny-qwen35", "--variant", "mmproj=on,cache-reuse=256", "--size", "32K",

@@ -11,7 +11,7 @@ import pytest
 
 from reusebench.config import profile_files, profiles
 from reusebench.config.profiles import ProfileError, load_profile
-from reusebench.llama import binaries, build
+from reusebench.llama import binaries, builder
 from reusebench.llama.binaries import BinaryError
 
 GPU_MODEL_ENV = ("REUSEBENCH_GLM_MODEL", "REUSEBENCH_QWEN35_MODEL", "REUSEBENCH_QWEN35_MMPROJ")
@@ -149,7 +149,7 @@ def test_gpu_profile_binary_comes_from_env(tmp_path: Path, monkeypatch: pytest.M
         load_profile("glm-hybrid-gpu")
     # Unset, it is the CUDA build of the pinned release.
     monkeypatch.delenv("REUSEBENCH_LLAMA_SERVER")
-    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(builder.CACHE_ENV, str(tmp_path))
     with pytest.raises(ProfileError, match=r"glm-hybrid-gpu\.yaml:\d+:1: binary: .* run `reusebench build --flavor cuda`"):
         load_profile("glm-hybrid-gpu")
 
@@ -419,7 +419,7 @@ def test_real_help_and_version(real_binary: binaries.Binary) -> None:
     known = binaries.help_options(real_binary)
     assert {"ctx-size", "cache-reuse", "no-cache-prompt", "ctx-checkpoints", "cache-ram", "kv-unified", "sleep-idle-seconds"} <= known
     assert "draft-max" not in known  # listed in --help, but removed
-    assert binaries.version(real_binary) == build.describe(build.read_build_info(real_binary.path))
+    assert binaries.version(real_binary) == builder.describe(builder.read_build_info(real_binary.path))
 
 
 def fake_server(path: Path, help_text: str, version_line: str) -> binaries.Binary:
@@ -443,14 +443,14 @@ def test_help_is_cached_per_path_and_mtime(tmp_path: Path) -> None:
 
 
 def test_default_binary_is_the_portable_build_of_the_pinned_release(real_binary: binaries.Binary) -> None:
-    info = build.read_build_info(real_binary.path)
-    assert info is not None and info["source"] == build.PINNED.requirement and info["flavor"] == "cpu"
+    info = builder.read_build_info(real_binary.path)
+    assert info is not None and info["source"] == builder.PINNED.requirement and info["flavor"] == "cpu"
     assert "-DGGML_NATIVE=OFF" in info["cmake_args"]
-    assert binaries.version(real_binary).startswith(f"b{build.PINNED.build_number} (")
+    assert binaries.version(real_binary).startswith(f"b{builder.PINNED.build_number} (")
 
 
 def test_default_binary_not_built_yet_says_how(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(builder.CACHE_ENV, str(tmp_path))
     with pytest.raises(BinaryError, match=r"^p\.yaml: binary: the default llama-server .* is not built yet: "
                                           r"run `reusebench build`"):
         binaries.resolve_binary("default", source="p.yaml")

@@ -19,7 +19,7 @@ from reusebench.llama import facts
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.process import ServerProcess
 from reusebench.records import Record
-from reusebench.reuse import expectation
+from reusebench.reuse import segments
 from reusebench.reuse.verification import IDENTICAL, WITHIN_NOISE, WRONG
 
 from conftest import default_llama_server, report_a
@@ -86,4 +86,4 @@ def test_a_user_message_starts_where_the_models_own_template_says(profile: str, 
                 {"role": "assistant", "content": "Two."}, {"role": "user", "content": "Three?"}]
         tokens = client.tokenize(client.apply_template(chat), add_special=True)
         delimiter = client.tokenize(marker, add_special=False)
-        assert len(expectation.user_starts(tokens, delimiter)) == 2  # both user turns, the system message folded or not
+        assert len(segments.user_starts(tokens, delimiter)) == 2  # both user turns, the system message folded or not

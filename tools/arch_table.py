@@ -2,7 +2,7 @@
 
 For each architecture llama.cpp's source counts as recurrent or hybrid, or gives a window type
 (``llama.arch_source``): a tiny model written by the build's own test-llama-archs (``tiny:arch-NAME``), its memory
-as the server reports it (``capability.model_memory``), and report A's six steps at 2K on it, expected beside
+as the server reports it (``capability.learned_memory``), and report A's six steps at 2K on it, expected beside
 measured, with the output check. An architecture test-llama-archs cannot write, or the server cannot load, is
 listed with the reason. `make archs` runs this (its time: docs/measured.md).
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reusebench import tiny
-from reusebench.capability import model_memory
+from reusebench.capability import learned_memory
 from reusebench.config import profiles
 from reusebench.llama import arch_source, binaries
 from reusebench.records import Record, Role
@@ -44,7 +44,7 @@ def candidates() -> list[str]:
     return sorted({*arch_source.RECURRENT, *arch_source.HYBRID, *arch_source.WINDOW_TYPES})
 
 
-def memory_words(memory: model_memory.ModelMemory) -> str:
+def memory_words(memory: learned_memory.ModelMemory) -> str:
     window = f", {memory.window_type} window {memory.window:,} on {memory.window_layers} of {memory.n_layer} layers" \
         if memory.window_layers else ""
     shift = "" if memory.can_shift else ", cannot shift"
@@ -61,8 +61,8 @@ def run_arch(arch: str, scratch: Path) -> dict[str, object]:
     except archs.ArchModelError as error:
         return {"arch": arch, "status": "not written", "why": str(error)}
     try:
-        memory = model_memory.of_model(binary, path)
-    except model_memory.ModelLoadError as error:
+        memory = learned_memory.of_model(binary, path)
+    except learned_memory.ModelLoadError as error:
         return {"arch": arch, "status": "not loaded", "why": str(error).split(": ", 1)[-1]}
     profile_file = scratch / f"tiny-arch-{arch}.yaml"
     profile_file.write_text(PROFILE.format(arch=arch, prefix=archs.PREFIX))

@@ -33,13 +33,13 @@ from pathlib import Path
 from reusebench import bisect, nightly
 from reusebench.bisect import report
 from reusebench.config import sizes
-from reusebench.llama import build, published
+from reusebench.llama import builder, published
 from reusebench.nightly import stand_in
 from reusebench.report import asv_results
 
 REPO = Path(__file__).resolve().parents[1]
 HISTORY_DIR = REPO / "results" / "history"
-FIRST, LAST = published.FIRST, build.PINNED.build_number
+FIRST, LAST = published.FIRST, builder.PINNED.build_number
 SIZE = "8K"
 SCENARIOS = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk", "growth", "probe_eviction")
 # (asv machine, profile, variant): the hybrid without the mmproj (a multimodal slot cannot be saved), the control
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for machine, profile, variant in RUNS:
         env = {"REUSEBENCH_ASV_PROFILE": profile, "REUSEBENCH_ASV_VARIANTS": variant, "REUSEBENCH_ASV_SIZES": SIZE,
                "REUSEBENCH_ASV_SCENARIOS": " ".join(SCENARIOS), "REUSEBENCH_RESULTS": str(out / "records"),
-               build.JOBS_ENV: os.environ.get(build.JOBS_ENV, "2")}
+               builder.JOBS_ENV: os.environ.get(builder.JOBS_ENV, "2")}
         nightly.run_night(nightly.NightOptions(
             config=REPO / nightly.CONFIG_FILE, results=out, machine=machine, repo=out / "llama.cpp",
             branches=("master",), max_commits=len(chosen), pull=False, env=env, bench=COUNTS,

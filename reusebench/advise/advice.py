@@ -28,7 +28,7 @@ from reusebench.capability import build as build_mod
 from reusebench.config import corpus, profiles
 from reusebench.config.sizes import size_label
 from reusebench.llama import facts
-from reusebench.reuse import expectation, server_inputs
+from reusebench.reuse import expectation, segments, server_inputs
 from reusebench.run import launch as launch_mod
 from reusebench.run import runner
 from reusebench.run.selection import Selection
@@ -177,9 +177,9 @@ def predicted_edit_cost(memory: server_inputs.Memory, launch: server_inputs.Laun
         model = expectation.ServerModel(memory, dataclasses.replace(launch, checkpoint_min_step=step), rules)
         before, after = ([1, *as_user_messages(d, delimiter, min_step), *delimiter, *question] if split
                          else [1, *d, *question] for d in (document, edited(document)))
-        model.complete(before, user_starts=expectation.user_starts(before, delimiter) if split else ())
+        model.complete(before, user_starts=segments.user_starts(before, delimiter) if split else ())
         held = len(model.slots[model.last_slot].held.checkpoints)
-        return model.complete(after, user_starts=expectation.user_starts(after, delimiter) if split else ()).prompt_n, held
+        return model.complete(after, user_starts=segments.user_starts(after, delimiter) if split else ()).prompt_n, held
 
     plain, _ = cost(False, launch.checkpoint_min_step)
     messages, held = cost(True, min_step)

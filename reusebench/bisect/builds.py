@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reusebench.llama import build, published, sources
+from reusebench.llama import builder, published, sources
 
 Progress = Callable[[str], None]
 _PULL_REQUEST = re.compile(r"\(#(\d+)\)")
@@ -48,7 +48,7 @@ class PublishedBuilds(Builds):
 
     def binary(self, point: Point, progress: Progress) -> Path:
         source = published.fetch(int(point.ref), progress)
-        return build.build(source, build.cmake_args(source), progress=progress)
+        return builder.build(source, builder.cmake_args(source), progress=progress)
 
     def between(self, older: Point, newer: Point) -> list[str]:
         return []  # an sdist has no history: `git log bOLD..bNEW` in a clone has it
@@ -67,14 +67,14 @@ class CloneBuilds(Builds):
 
     def binary(self, point: Point, progress: Progress) -> Path:
         source = sources.git_source(self.clone, point.ref)
-        args = build.cmake_args(source)
-        cached = build.cached_binary(source, args)
+        args = builder.cmake_args(source)
+        cached = builder.cached_binary(source, args)
         if cached is not None:
             return cached
-        with tempfile.TemporaryDirectory(dir=build.cache_root()) as scratch:
+        with tempfile.TemporaryDirectory(dir=builder.cache_root()) as scratch:
             # the commit's files alone (git archive): the clone's checkout stays as it is
             exported = _export(self.clone, point.ref, Path(scratch))
-            return build.build(replace(source, tree=exported), args, progress=progress)
+            return builder.build(replace(source, tree=exported), args, progress=progress)
 
     def between(self, older: Point, newer: Point) -> list[str]:
         return commits_between(self.clone, older.ref, newer.ref)

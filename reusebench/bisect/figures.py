@@ -16,7 +16,7 @@ from typing import NamedTuple, TextIO
 from reusebench import records
 from reusebench.bisect.builds import Builds, Point
 from reusebench.config import profiles, scenarios, sizes
-from reusebench.llama import build
+from reusebench.llama import builder
 from reusebench.run import runner
 from reusebench.run.selection import Selection
 
@@ -62,7 +62,7 @@ def measure_build(builds: Builds, point: Point, probe: Probe, out: TextIO) -> Me
     print(f"bisect: measuring {point.name}", file=out, flush=True)
     try:
         binary = builds.binary(point, lambda message: print(message, file=out, flush=True))
-    except build.BuildError as exc:
+    except builder.BuildError as exc:
         return Measurement({}, failed=f"does not build: {str(exc).splitlines()[0]}")
     return measure(probe, binary, out)
 

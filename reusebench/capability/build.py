@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reusebench.capability import Capabilities, cache, model_memory, state_bytes
+from reusebench.capability import Capabilities, cache, learned_memory, state_bytes
 from reusebench.capability.build_probes import Say
 from reusebench.capability.state_bytes import StateBytes
 from reusebench.llama import binaries
 from reusebench.llama.binaries import Binary, HelpOption
-from reusebench.llama.model_memory import ModelMemory
+from reusebench.llama.memory_log import ModelMemory
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class Build:
         return self.binary.path
 
     def memory(self, model: Path, say: Say = lambda _m: None) -> ModelMemory:
-        """`model`'s memory as this binary builds it (``capability.model_memory``: learned by one start, kept)."""
-        return model_memory.of_model(self.binary, model, say)
+        """`model`'s memory as this binary builds it (``capability.learned_memory``: learned by one start, kept)."""
+        return learned_memory.of_model(self.binary, model, say)
 
     def state_bytes(self, model: Path, memory: ModelMemory, cache_types: Mapping[str, str],
                     say: Say = lambda _m: None) -> StateBytes | None:

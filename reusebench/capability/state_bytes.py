@@ -22,12 +22,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from reusebench.capability import cache, model_memory
-from reusebench.capability.model_memory import PROBE_CTX, START_TIMEOUT_S, ModelLoadError
+from reusebench.capability import cache, learned_memory
+from reusebench.capability.learned_memory import PROBE_CTX, START_TIMEOUT_S, ModelLoadError
 from reusebench.llama import gguf_check
 from reusebench.llama.binaries import Binary
 from reusebench.llama.client import ClientError
-from reusebench.llama.model_memory import MULTI_POSITION_ROPE, ModelMemory
+from reusebench.llama.memory_log import MULTI_POSITION_ROPE, ModelMemory
 from reusebench.llama.process import ServerError
 from reusebench.llama.server import Server
 
@@ -103,7 +103,7 @@ def of_model(binary: Binary, model: Path, memory: ModelMemory, cache_types: Mapp
              say: Callable[[str], None] = lambda _m: None) -> StateBytes | None:
     """`model`'s state bytes as `binary` counts them with these KV cache types: kept, else measured now."""
     stat = binary.path.stat()
-    binary_hash = model_memory.binary_key(binary.path, stat.st_size, stat.st_mtime_ns)  # hashed once per file
+    binary_hash = learned_memory.binary_key(binary.path, stat.st_size, stat.st_mtime_ns)  # hashed once per file
     path = cache.cache_dir() / "state-bytes" / f"{_key(binary_hash, model, cache_types)}.json"
     try:
         data = json.loads(path.read_text())

@@ -7,7 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from reusebench.capability import model_memory
+from reusebench.capability import learned_memory
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.cli.parser import build_parser
@@ -23,7 +23,7 @@ __all__ = ["build_parser", "main"]
 
 # a file the command reads is wrong (it names the file and field): apart from a wrong command line
 CONFIG_ERRORS = (profiles.ProfileError, corpus.CorpusError, workload.WorkloadError, binaries.BinaryError,
-                 asv_selection.SelectionError, NightlyError, SiteError, model_memory.ModelLoadError, TraceError,
+                 asv_selection.SelectionError, NightlyError, SiteError, learned_memory.ModelLoadError, TraceError,
                  VocabularyError, CaseFileError)
 
 

@@ -15,7 +15,7 @@ from reusebench.bisect.search import BisectError
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import scenarios, sizes
-from reusebench.llama import build, published
+from reusebench.llama import builder, published
 from reusebench.run.recording import new_run_id
 
 DEFAULT_PROFILE = "tiny-qwen35"  # report A's hybrid as a tiny model: counts as on the 30B, in seconds per build
@@ -34,7 +34,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         builds: bisect.Builds = (bisect.CloneBuilds(args.clone, args.good, args.bad) if args.clone else
                                  bisect.PublishedBuilds(_build_number(args.good, "--good"),
                                                         _build_number(args.bad, "--bad")))
-    except build.BuildError as exc:  # the published builds could not be listed (PyPI out of reach)
+    except builder.BuildError as exc:  # the published builds could not be listed (PyPI out of reach)
         print(f"reusebench bisect: {exc}", file=sys.stderr)
         return Exit.FINDING
     points = builds.points

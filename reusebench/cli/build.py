@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
-from reusebench.llama import asv_install, build, cuda, published, sources
+from reusebench.llama import asv_install, builder, cuda, published, sources
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -41,11 +41,11 @@ def cmd_build(args: argparse.Namespace) -> int:
             else:
                 named = sources.fetch_pinned(progress)
             source = sources.patched(named, args.patch or (), progress)
-            binary = build.build(source, build.cmake_args(source, args.flavor, [*flavor_args, *(args.cmake_arg or ())]),
+            binary = builder.build(source, builder.cmake_args(source, args.flavor, [*flavor_args, *(args.cmake_arg or ())]),
                                  flavor=args.flavor, jobs=args.jobs, details=details, progress=progress)
             if args.tree is None and args.published is None and not args.cmake_arg and not args.patch:
-                build.remember_pinned(args.flavor, binary)
-    except build.BuildError as exc:
+                builder.remember_pinned(args.flavor, binary)
+    except builder.BuildError as exc:
         print(f"reusebench build: {exc}", file=sys.stderr)
         return Exit.FINDING
     print(binary)
@@ -62,12 +62,12 @@ def _flavor_build(flavor: str, cuda_build: Callable[[Callable[[str], None]], cud
 
 
 def add_build(sub: common.Subparsers) -> None:
-    shows = (f"build llama-server from source: the pinned {build.PINNED.requirement} (llama.cpp "
-             f"b{build.PINNED.build_number}) that profiles call `default`, or a llama.cpp checkout; cached, prints the "
+    shows = (f"build llama-server from source: the pinned {builder.PINNED.requirement} (llama.cpp "
+             f"b{builder.PINNED.build_number}) that profiles call `default`, or a llama.cpp checkout; cached, prints the "
              "path")
     make = common.add_command(sub, "build", shows.split(":")[0], shows + ". The cache is $REUSEBENCH_LLAMA_BUILD_CACHE "
                               "(default ~/.cache/reusebench/llama-server), keyed by source, commit and CMake flags.")
-    make.add_argument("--flavor", choices=tuple(build.FLAVORS), default="cpu",
+    make.add_argument("--flavor", choices=tuple(builder.FLAVORS), default="cpu",
                       help="cpu: portable (GGML_NATIVE=OFF), any CPU of this architecture; cuda: for NVIDIA GPUs "
                       "(profiles: binary: default:cuda)")
     make.add_argument("--cuda", type=int, choices=cuda.MAJORS, help="with --flavor cuda: the CUDA major (default: "

@@ -7,11 +7,11 @@ import dataclasses
 import json
 from pathlib import Path
 
+from reusebench.advise import inspection
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import profiles, sizes
 from reusebench.llama import binaries
-from reusebench.run import inspection
 
 BASE_PROFILE = "tiny-base"  # report A's launch options: one slot, ubatch 512, 32 checkpoints, an 8 GiB RAM cache
 DEFAULT_SIZE = "32K"

@@ -22,7 +22,7 @@ from reusebench.cli import (
     tap,
     whatif,
 )
-from reusebench.llama import build as llama_build
+from reusebench.llama import builder as llama_build
 
 DESCRIPTION = """Does llama-server really reuse the prompts it has already read? reusebench sends realistic sequences of long
 prompts (resend, re-ask, an edit, another document in between, a restart) to llama-server and records, for each

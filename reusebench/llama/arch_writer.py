@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from reusebench.llama import build, sources
+from reusebench.llama import builder, sources
 
 TOOL = "test-llama-archs"
 # The link order of llama-server's own link line in the pinned build tree (build.ninja), without the server's parts.
@@ -26,20 +26,20 @@ LIBRARY_TARGET = "llama-common"  # builds libllama and ggml with it
 def path(progress: Callable[[str], None] = print) -> Path:
     """The cached test-llama-archs of the pinned release; built now if missing (the pinned llama-server first)."""
     source = sources.fetch_pinned(progress)
-    args = build.cmake_args(source)
-    server = build.build(source, args, progress=progress)
+    args = builder.cmake_args(source)
+    server = builder.build(source, args, progress=progress)
     tool = server.with_name(TOOL)
     if tool.is_file():
         return tool
     compiler = shutil.which("c++") or shutil.which("g++")
     if compiler is None:
-        raise build.BuildError(f"no C++ compiler to build {TOOL} (apt-get install g++)")
-    with build.staged(source) as copy:  # the server's build tree holds the libraries, of this tree while held
-        tree = build.build_tree(copy, args)
-        jobs = int(os.environ.get(build.JOBS_ENV) or os.cpu_count() or 1)
+        raise builder.BuildError(f"no C++ compiler to build {TOOL} (apt-get install g++)")
+    with builder.staged(source) as copy:  # the server's build tree holds the libraries, of this tree while held
+        tree = builder.build_tree(copy, args)
+        jobs = int(os.environ.get(builder.JOBS_ENV) or os.cpu_count() or 1)
         # up to date after the server's own build (ninja does nothing); after another tree's, its objects are
         # the compiler cache's
-        build.build_target(copy, args, LIBRARY_TARGET, jobs=jobs, progress=progress, what=f"{source.label} for {TOOL}")
+        builder.build_target(copy, args, LIBRARY_TARGET, jobs=jobs, progress=progress, what=f"{source.label} for {TOOL}")
         includes = [copy.tree / "common", copy.tree / "include", copy.tree / "ggml" / "include", copy.tree / "src",
                     copy.tree / "vendor"]
         partial = tool.with_name(f"{TOOL}.partial")
@@ -49,6 +49,6 @@ def path(progress: Callable[[str], None] = print) -> Path:
         progress(f"compiling {TOOL} of {source.label} against its llama-server's libraries")
         done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
-        raise build.BuildError(f"compiling {TOOL} failed: {done.stderr.strip()[-1200:]}")
+        raise builder.BuildError(f"compiling {TOOL} failed: {done.stderr.strip()[-1200:]}")
     partial.replace(tool)
     return tool

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from reusebench.llama.build import build, cmake_args
+from reusebench.llama.builder import build, cmake_args
 from reusebench.llama.sources import git_source, revision
 
 INSTALLED_FILE = "reusebench-llama-server.json"  # in asv's {env_dir}; benchmarks/common.py reads it

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reusebench.llama import build
+from reusebench.llama import builder
 from reusebench.machine import host
 from reusebench.reader import did_you_mean, expand_env
 
@@ -100,13 +100,13 @@ def resolve_binary(value: str | None, *, source: str, relative_to: Path | None =
 
 
 def _built_binary(flavor: str, source: str) -> Binary:
-    if flavor not in build.FLAVORS:
+    if flavor not in builder.FLAVORS:
         raise BinaryError(f"{source}: binary: unknown build flavor in 'default:{flavor}' "
-                          f"(choose from {', '.join(build.FLAVORS)})")
-    path = build.pinned_binary(flavor)
+                          f"(choose from {', '.join(builder.FLAVORS)})")
+    path = builder.pinned_binary(flavor)
     if not path.is_file():
         command = "reusebench build" + ("" if flavor == "cpu" else f" --flavor {flavor}")
-        raise BinaryError(f"{source}: binary: the default llama-server ({build.PINNED.requirement}, {flavor}) is not "
+        raise BinaryError(f"{source}: binary: the default llama-server ({builder.PINNED.requirement}, {flavor}) is not "
                           f"built yet: run `{command}` (`make setup` runs it for the CPU build)")
     return Binary(path=path)
 
@@ -166,9 +166,9 @@ def _is_number(value: str | int | float, *, integer: bool) -> bool:
 def version(binary: Binary) -> str:
     """What the binary is: for a `reusebench build`, its version, commit, flavor and flags;
     otherwise the commit it reports (e.g. "7e4c0a9"), else its first version line."""
-    info = build.read_build_info(binary.path)
+    info = builder.read_build_info(binary.path)
     if info:
-        return build.describe(info)
+        return builder.describe(info)
     text = _run(binary, "--version")
     # Two layouts: "version: 0.1.0-dev (build 1, commit 7e4c0a9)" and upstream's "version: 4567 (abc1234)".
     match = re.search(r"commit ([0-9a-f]{6,40})", text) or re.search(r"version: \d+ \(([0-9a-f]{6,40})\)", text)
@@ -179,8 +179,8 @@ def version(binary: Binary) -> str:
 
 def build_label(binary: Binary, served: str | None) -> str:
     """A record's `build`: what `reusebench build` says it built, else the server's own build_info."""
-    info = build.read_build_info(binary.path)
-    return build.describe(info) if info else (served or "unknown")
+    info = builder.read_build_info(binary.path)
+    return builder.describe(info) if info else (served or "unknown")
 
 
 @functools.lru_cache(maxsize=16)

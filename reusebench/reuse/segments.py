@@ -167,3 +167,11 @@ def shared_run(a: Sequence[int], i: int, b: Sequence[int], j: int) -> int:
         if ob == b.runs[rb][1]:
             rb, ob = rb + 1, 0
     return n
+
+
+def user_starts(tokens: Sequence[int], delimiter: Sequence[int]) -> tuple[int, ...]:
+    """Every position where the delimiter's tokens begin, as the server splits a prompt into message spans."""
+    width = len(delimiter)
+    if not width:
+        return ()
+    return tuple(i for i in range(len(tokens) - width + 1) if list(tokens[i:i + width]) == list(delimiter))

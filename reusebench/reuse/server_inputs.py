@@ -21,7 +21,7 @@ from reusebench.llama.facts import (
     DEFAULT_SLOT_PROMPT_SIMILARITY,
     DEFAULT_UBATCH,
 )
-from reusebench.llama.model_memory import ModelMemory
+from reusebench.llama.memory_log import ModelMemory
 from reusebench.reuse import swa
 
 MEMORY_KINDS = ("attention", "recurrent", "hybrid", "swa")
@@ -47,7 +47,7 @@ class Memory:
 
 
 def memory_of(built: ModelMemory, state: StateBytes | None = None) -> Memory:
-    """The memory the server built (``llama.model_memory``), as the model's rules see it, with its state's bytes
+    """The memory the server built (``llama.memory_log``), as the model's rules see it, with its state's bytes
     where they were measured (``capability.state_bytes``). A layout the rules do not cover keeps its nearest kind,
     for the plan's estimates, and says why it is not modelled."""
     if built.recurrent and built.attention_layers:

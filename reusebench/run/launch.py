@@ -18,7 +18,7 @@ from pathlib import Path
 from reusebench.capability import Capabilities, state_bytes
 from reusebench.capability.build import Build
 from reusebench.config.profiles import Variant
-from reusebench.llama.model_memory import ModelMemory
+from reusebench.llama.memory_log import ModelMemory
 from reusebench.llama.server import Server
 from reusebench.reuse import expectation, server_inputs
 from reusebench.run.settings import DEFAULT, RunSettings

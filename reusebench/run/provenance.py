@@ -17,7 +17,7 @@ from typing import Any
 
 from reusebench.capability import Capabilities
 from reusebench.config import profiles
-from reusebench.llama import build
+from reusebench.llama import builder
 from reusebench.records import Record, RunKind, file_sha256, run_kind
 from reusebench.run.launch import LaunchSpec
 
@@ -73,9 +73,9 @@ def profile_sha256(profile: profiles.Profile) -> str:
 
 def binary_build(binary: Path) -> str:
     """What `reusebench build` says it built (version, commit, flavor, flags), else the file's own hash."""
-    info = build.read_build_info(binary)
+    info = builder.read_build_info(binary)
     if info:
-        return build.describe(info)
+        return builder.describe(info)
     try:
         return f"sha256 {file_sha256(binary)[:16]} of {binary}"
     except OSError as error:  # gone since the profile was loaded: the session says so when it starts it

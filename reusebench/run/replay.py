@@ -26,7 +26,7 @@ from reusebench.capability.build import Build
 from reusebench.config.profiles import Variant
 from reusebench.llama import task_log
 from reusebench.llama.client import LlamaClient
-from reusebench.llama.model_memory import ModelMemory
+from reusebench.llama.memory_log import ModelMemory
 from reusebench.records import Extra, RecordWriter, Role, RunKind
 from reusebench.reuse.expectation import Expected
 from reusebench.reuse.perfect_cache import PerfectCache

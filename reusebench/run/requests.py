@@ -9,7 +9,7 @@ from reusebench.config import scenarios
 from reusebench.llama import facts
 from reusebench.llama.client import Completion, ProgressCallback
 from reusebench.records import Lora, text_hash
-from reusebench.reuse import expectation
+from reusebench.reuse import segments
 from reusebench.run.session_server import SessionServer
 
 Prompt = str | Sequence[int]
@@ -71,5 +71,5 @@ class Requests:
         if self._user_start is None:
             marker = facts.user_start_marker(handle.client.apply_template)
             self._user_start = self.tokens(marker, bos=False) if marker else []
-        user_starts = expectation.user_starts(tokens, self._user_start)
+        user_starts = segments.user_starts(tokens, self._user_start)
         return Request("/v1/chat/completions", tokens, None, user_starts, send)

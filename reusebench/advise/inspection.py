@@ -1,6 +1,6 @@
 """What the suite believes about a model, without a run: ``inspect``.
 
-The model's memory comes from the server that loads it (``capability.model_memory``: one start, kept), and with
+The model's memory comes from the server that loads it (``capability.learned_memory``: one start, kept), and with
 it the window, whether ``--cache-reuse`` can work, what ``--swa-full`` changes, and report A's predicted
 re-processed tokens at each size, by the reuse model under the launch options of a profile (report A's own,
 ``tiny-base``, unless the user names theirs). Nothing is sent to the server.
@@ -17,7 +17,7 @@ from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
 from reusebench.config.sizes import size_label
-from reusebench.llama.model_memory import ModelMemory
+from reusebench.llama.memory_log import ModelMemory
 from reusebench.records import Role
 from reusebench.reuse import server_inputs
 from reusebench.run import launch, plan

@@ -2,7 +2,7 @@
 
 The start loads the model with a small context, one slot, ``--cache-reuse`` and ``--swa-full`` (so the server
 says whether the model itself can shift positions, whatever a window's cache size would be), reads the startup
-lines (``llama.model_memory``) and stops. The result is kept beside the capabilities, keyed by the executable's
+lines (``llama.memory_log``) and stops. The result is kept beside the capabilities, keyed by the executable's
 hash (``cache.Executable.key``) and the model file's path, size and modification time: a model of many GB is
 not hashed on every run, and a file replaced in place gets a new time.
 """
@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reusebench.capability import cache
-from reusebench.llama import arch_source, binaries, build, gguf_check
+from reusebench.llama import arch_source, binaries, builder, gguf_check
 from reusebench.llama.binaries import Binary
-from reusebench.llama.model_memory import MemoryLogError, ModelMemory, from_startup
+from reusebench.llama.memory_log import MemoryLogError, ModelMemory, from_startup
 from reusebench.llama.process import ServerError
 from reusebench.llama.server import Server
 
@@ -45,7 +45,7 @@ def _path(binary_key: str, model: Path) -> Path:
 
 def table_of(binary: Binary) -> dict[str, str]:
     """The window types of the tree `binary` was built from (its build.json), else the pinned release's."""
-    info = build.read_build_info(binary.path)
+    info = builder.read_build_info(binary.path)
     table = info.get("window_types") if info else None
     return dict(table) if isinstance(table, dict) else dict(arch_source.WINDOW_TYPES)
 
