@@ -163,8 +163,8 @@ def test_handle_restart_gets_a_client_on_the_new_port_and_reads_the_log_by_mark(
 def test_tests_stopped_by_sigterm_leave_no_server(tmp_path: Path):
     # a test that holds a server, its pytest sent SIGTERM (as a cancelled CI job or `timeout` does)
     (tmp_path / "test_holds.py").write_text(
-        "import time\nfrom pathlib import Path\nfrom test_process import make_server\n\n"
-        "def test_holds():\n    with make_server() as server:\n"
+        "import time\nfrom pathlib import Path\nimport pytest\nfrom test_process import make_server\n\n"
+        "@pytest.mark.e2e\ndef test_holds():\n    with make_server() as server:\n"
         f"        Path({str(tmp_path / 'pid')!r}).write_text(str(server.pid))\n        time.sleep(600)\n")
     tests = Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

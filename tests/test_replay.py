@@ -42,7 +42,7 @@ def test_serial_replay_measures_what_the_model_expects_on_every_request(
     assert (found["requests"], found["prompt_tokens"], found["ideal"]) == (80, 63_337, 60_809)
     assert (found["failed"], found["differ"], found["not_forced"]) == (0, 0, 0)
     assert found["measured"] == found["expected"] >= found["ideal"]
-    assert found["excess_by_class"] == found["expected_by_class"] == {}  # one slot kept all the trace shares
+    assert found["excess_by_class"] == found["expected_by_class"]  # by where each was served from, as predicted
     (run,) = (tmp_path / "runs").iterdir()
     stamp = provenance.read(run)
     assert (stamp.kind, stamp.selection["trace"], stamp.selection["requests"]) == ("replay", "mooncake-conversation.jsonl.gz", 80)

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -93,7 +94,9 @@ def test_the_workload_through_the_tap_gives_its_own_counts_cause_by_cause(throug
     # and so the report: every count figure, the miss table and the causes
     counts = [name for name in service_report.MISS_FIGURES]
     assert [service_report.figures(own)[n] for n in counts] == [service_report.figures(tapped)[n] for n in counts]
-    assert service_report.miss_table(service_report.turns(own)) == service_report.miss_table(service_report.turns(tapped))
+    # (the workload's table has the reuse model's expected misses beside; the tap's predicts nothing)
+    assert service_report.miss_table([replace(t, expected=None) for t in service_report.turns(own)]) == \
+        service_report.miss_table(service_report.turns(tapped))
     assert service_report.cause_table(service_report.turns(own)) == service_report.cause_table(
         service_report.turns(tapped))
     assert service_report.miss_causes(service_report.turns(tapped))  # report B's LoRA clear shows
