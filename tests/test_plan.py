@@ -14,8 +14,8 @@ from reusebench.capability.build import Build
 from reusebench.config import corpus, profiles, scenarios
 from reusebench.llama import binaries
 from reusebench.llama.process import ServerProcess
-from reusebench.records import Record, Role
-from reusebench.run import launch, plan
+from reusebench.records import Record, Role, read_records
+from reusebench.run import launch, plan, provenance
 
 REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
 K32 = 32768
@@ -103,3 +103,20 @@ def test_a_launch_resolves_only_on_its_own_binarys_build(tmp_path: Path) -> None
     elsewhere = Build(binaries.Binary(tmp_path / "llama-server"), PINNED, {})
     with pytest.raises(ValueError, match=f"resolved with the build of {tmp_path}/llama-server, not its own binary"):
         launch.resolve(variant, elsewhere, context=None)
+
+
+@pytest.mark.e2e
+def test_two_slots_of_their_own_each_hold_the_size_run_with_no_ctx_size(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # a newcomer's profile: parallel 2 and no ctx-size. Two slots that do not share a KV pool each get half of the
+    # context, so each needs the 2,048-token document plus the margin: --ctx-size (2,048 + 1,024) x 2 = 6,144. It
+    # was 3,072 (3,072 / 2 = 1,536 a slot: the server refused the document with HTTP 400 after the run began)
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("extends: tiny-base\nmodel: tiny:llama\noptions:\n  parallel: 2\n")
+    assert cli.main(["run", "--profile", str(profile), "--size", "2K", "--scenario", "first_load", "--scenario",
+                     "resend", "--results", str(tmp_path / "r")]) == 0, capsys.readouterr().err
+    (run,) = (tmp_path / "r" / "runs").iterdir()
+    (launch,) = provenance.read(run).launches.values()
+    assert launch[launch.index("--ctx-size") + 1] == "6144"
+    measured = [r for r in read_records(run / "records.jsonl") if r.role == Role.MEASURE]
+    assert [r.scenario for r in measured] == ["first_load", "resend"] and not [r for r in measured if r.error]

@@ -121,3 +121,9 @@ def test_causes_read_in_the_build_s_rules_in_the_report_the_page_and_json():
     old.cause = {"summary": "forced full re-processing (no checkpoint before divergence)"}
     assert report.cause_words(old) == old.cause["summary"]
     assert '"cause": "found in the RAM cache, then returned' in report.summary_json([reask])
+
+
+def test_a_failed_step_s_error_is_whole_in_the_report() -> None:
+    # cut at 40 characters, "HTTP 400: request (8211 tokens) exceeds the available context size" read "(821"
+    failed = record("first_load", "cold", error="HTTP 400: request (8211 tokens) exceeds the available context size")
+    assert "request (8211 tokens) exceeds the available context size" in report.render_text([failed], width=None)

@@ -99,7 +99,7 @@ def unsupported_options(variant: Variant, table: Mapping[str, HelpOption]) -> li
 
 def check_launch(variant: Variant, build: Build) -> LaunchSpec:
     """The check's launch of `variant`: a probe-sized context per slot unless the variant sets one, and /metrics."""
-    return launch.resolve(variant, build, context=lambda n_slots: PROBE_CTX_PER_SLOT * n_slots, metrics=True)
+    return launch.resolve(variant, build, context=lambda options: PROBE_CTX_PER_SLOT * options.n_slots, metrics=True)
 
 
 def launch_args(variant: Variant, build: Build) -> tuple[list[str], list[str]]:

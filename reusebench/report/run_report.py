@@ -69,7 +69,7 @@ def _expected(r: Record) -> str:
 
 def _cell(r: Record) -> list[Any]:
     if r.error:
-        return ["failed", "", "", "", r.error[:40]]
+        return ["failed", "", "", "", r.error]  # whole: a cut error reads as another number (8211 -> "821")
     return [
         f"{r.prompt_n:,} / {r.ideal:,}",
         _expected(r),

@@ -23,14 +23,16 @@ from reusebench.llama.server import Server
 from reusebench.reuse import expectation, server_inputs
 from reusebench.run.settings import DEFAULT, RunSettings
 
-# The harness's context for a server with `n_slots` slots when the variant sets no --ctx-size; None: none is added
-# (a model of the server with its context unknown).
-Context = Callable[[int], int] | None
+# The harness's --ctx-size for the launch its options make (its slots, and whether they share one KV pool) when the
+# variant sets none; None: none is added (a model of the server with its context unknown).
+Context = Callable[[server_inputs.Launch], int] | None
 
 
-def session_context(longest_prompt: int, settings: RunSettings = DEFAULT) -> Callable[[int], int]:
-    """A session's context: prompts up to `longest_prompt` tokens plus the margin, whatever the slots."""
-    return lambda _n_slots: longest_prompt + settings.session_ctx_margin
+def session_context(longest_prompt: int, settings: RunSettings = DEFAULT) -> Callable[[server_inputs.Launch], int]:
+    """A session's context: every slot holds prompts up to `longest_prompt` tokens plus the margin. Slots that share
+    one KV pool (unified, as `parallel` auto makes them) each may take the whole of it; otherwise each gets its
+    share, so the pool is that many times larger."""
+    return lambda launch: (longest_prompt + settings.session_ctx_margin) * launch.n_streams
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def resolve(variant: Variant, build: Build, *, context: Context, metrics: bool =
     added: list[str] = []
     launch = launch_with(0)
     if variant.option("ctx-size") is None and context is not None:
-        launch = launch_with(context(launch.n_slots))
+        launch = launch_with(context(launch))
         added += ["--ctx-size", str(launch.n_ctx)]
     if metrics and variant.option("metrics") is None:
         added.append("--metrics")

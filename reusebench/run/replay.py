@@ -52,7 +52,7 @@ def resolve_for_trace(variant: Variant, build: Build, trace: Trace, *, memory: M
     """The launch of `variant` on its binary's `build` for `trace`: unless the variant sets --ctx-size, every slot
     holds the trace's longest request and answer."""
     return launch.resolve(variant, build, memory=memory,
-                          context=lambda n_slots: (trace.longest + settings.trace_ctx_margin) * n_slots)
+                          context=lambda options: (trace.longest + settings.trace_ctx_margin) * options.n_slots)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from reusebench.llama import task_log
 from reusebench.llama.client import LlamaClient
 from reusebench.llama.process import ServerProcess
 from reusebench.records import RecordWriter
+from reusebench.reuse import server_inputs
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run import launch
 from reusebench.run.launch import LaunchSpec
@@ -53,20 +54,22 @@ def system_tokens(workload: Workload) -> int:
     return workload.system_prompt_tokens + 1
 
 
-def kv_tokens(workload: Workload, drawn: list[User], slots: int) -> int:
-    """A unified KV pool that holds the `slots` longest conversations at their longest."""
+def kv_tokens(workload: Workload, drawn: list[User], launch: server_inputs.Launch) -> int:
+    """A KV pool for the launch's slots: shared (unified), it holds the longest conversations, one per slot, at their
+    longest; split, every slot's share holds the longest one."""
     def longest(user: User) -> int:
         inserts = sum(kind == users.HEAD_INSERT for kind in user.kinds)
         return (system_tokens(workload) + user.opening_tokens + inserts * workload.summary_tokens
                 + user.turns * (workload.question_tokens + workload.n_predict))
-    return sum(sorted((longest(u) for u in drawn), reverse=True)[:slots])
+    ranked = sorted((longest(u) for u in drawn), reverse=True)
+    return sum(ranked[:launch.n_slots]) if launch.kv_unified else ranked[0] * launch.n_slots
 
 
 def resolve_for_workload(variant: Variant, server_build: Build, workload: Workload) -> LaunchSpec:
     """The launch of `variant` on its binary's `server_build` for `workload`: unless the variant sets --ctx-size,
     the KV pool holds its slots' longest conversations at their longest."""
     drawn = users.draw_users(workload)
-    return launch.resolve(variant, server_build, context=lambda n_slots: kv_tokens(workload, drawn, n_slots))
+    return launch.resolve(variant, server_build, context=lambda options: kv_tokens(workload, drawn, options))
 
 
 class ServiceRun(RunLoop):
