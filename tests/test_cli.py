@@ -111,3 +111,12 @@ def test_a_config_error_exits_3_naming_the_file(tmp_path, capsys: pytest.Capture
     broken.write_text("n_predict: eight\n")
     assert cli.main(["run", "--profile", str(broken), "--dry-run"]) == exits.Exit.CONFIG
     assert capsys.readouterr().err.startswith(f"reusebench run: {broken}:1:1: n_predict: expected an integer")
+
+
+def test_a_mistyped_flag_is_refused_by_its_command_with_the_closest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["run", "--profile", "tiny-llama", "--szie", "8K"])
+    err = capsys.readouterr().err
+    assert refused.value.code == exits.Exit.USAGE
+    assert err.startswith("usage: reusebench run ")  # the command's usage, not the whole program's
+    assert err.rstrip().endswith("unrecognized arguments: --szie 8K (--szie: did you mean --size?)")

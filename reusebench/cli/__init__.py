@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from reusebench.capability import learned_memory
-from reusebench.cli import common
+from reusebench.cli import common, parser
 from reusebench.cli.exits import Exit
 from reusebench.cli.parser import build_parser
 from reusebench.config import asv_selection, corpus, profiles, workload
@@ -28,7 +28,7 @@ CONFIG_ERRORS = (profiles.ProfileError, corpus.CorpusError, workload.WorkloadErr
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parser.parse(build_parser(), argv)
     if args.verbosity > 0:  # -v: the llama-server starts and stops that reusebench.llama logs
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))

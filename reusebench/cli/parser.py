@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Sequence
 from importlib import metadata
 
 from reusebench.cli import (
@@ -22,7 +23,7 @@ from reusebench.cli import (
     tap,
     whatif,
 )
-from reusebench.llama import builder as llama_build
+from reusebench.llama import builder
 
 DESCRIPTION = """Does llama-server really reuse the prompts it has already read? reusebench sends realistic sequences of long
 prompts (resend, re-ask, an edit, another document in between, a restart) to llama-server and records, for each
@@ -41,7 +42,23 @@ COMMANDS: tuple[Callable[[common.Subparsers], None], ...] = (
 def version() -> str:
     """What `--version` prints: this package's version and the llama.cpp release `default` builds."""
     return (f"reusebench {metadata.version('reusebench')} (llama-server default: llama.cpp "
-            f"b{llama_build.PINNED.build_number}, {llama_build.PINNED.requirement})")
+            f"b{builder.PINNED.build_number}, {builder.PINNED.requirement})")
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`argv` parsed; an option the command does not have is refused by the command's own parser (its usage line,
+    not the whole program's) with the closest option it has, so `--szie 8K` says "did you mean --size?"."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse keeps its subcommands' parsers on the subparsers action, with no public way to reach them
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        command = commands[args.command]
+        options = [o for action in command._actions for o in action.option_strings if o.startswith("--")]
+        guesses = {word: difflib.get_close_matches(word.split("=")[0], options, n=1) for word in unknown
+                   if word.startswith("--")}
+        hint = "; ".join(f"{word.split('=')[0]}: did you mean {found[0]}?" for word, found in guesses.items() if found)
+        command.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({hint})" if hint else ""))
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
