@@ -117,13 +117,20 @@ def read(path: Path, error: type[Exception], kind: str, name: str | None = None)
 
 
 def find(name_or_path: str | Path, directory: Path, error: type[Exception], kind: str) -> Path:
-    """A file given by path, or by name in `directory` ("tiny-llama" -> directory/tiny-llama.yaml)."""
+    """A file given by path, or by name in `directory` ("tiny-llama" -> directory/tiny-llama.yaml). One that is not
+    there raises `error` marked ``not_there`` (what the command line names is missing, not a wrong file), with the
+    closest name."""
     text = str(name_or_path)
     looks_like_path = isinstance(name_or_path, Path) or "/" in text or text.endswith((".yaml", ".yml"))
     path = Path(text).expanduser() if looks_like_path else directory / f"{text}.yaml"
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml"))) or "none"
-        raise error(f"{display(path)}: no such {kind} ({kind}s in {display(directory)}: {known})")
+        names = sorted(p.stem for p in directory.glob("*.yaml"))
+        close = difflib.get_close_matches(path.stem, names, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        missing = error(f"{display(path)}: no such {kind} ({hint}{kind}s in {display(directory)}: "
+                        f"{', '.join(names) or 'none'})")
+        missing.not_there = True  # type: ignore[attr-defined]
+        raise missing
     return path
 
 

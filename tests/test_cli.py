@@ -120,3 +120,10 @@ def test_a_mistyped_flag_is_refused_by_its_command_with_the_closest_one(capsys: 
     assert refused.value.code == exits.Exit.USAGE
     assert err.startswith("usage: reusebench run ")  # the command's usage, not the whole program's
     assert err.rstrip().endswith("unrecognized arguments: --szie 8K (--szie: did you mean --size?)")
+
+
+def test_a_profile_the_command_line_names_that_is_not_there_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # exit 2, as documented: "what it names is not there"; 3 is for a file that is there and wrong
+    assert cli.main(["run", "--profile", "tiny-lama", "--size", "8K"]) == exits.Exit.USAGE
+    assert "tiny-lama.yaml: no such profile (did you mean tiny-llama? " in capsys.readouterr().err

@@ -37,9 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, common.terminated)
     try:
         return int(args.func(args))
-    except CONFIG_ERRORS as exc:
+    except CONFIG_ERRORS as exc:  # a file named on the command line that is not there is a usage error
         print(f"reusebench {args.command}: {exc}", file=sys.stderr)
-        return Exit.CONFIG
+        return Exit.USAGE if getattr(exc, "not_there", False) else Exit.CONFIG
     except ValueError as exc:  # options that do not go together, a name that is not there
         print(f"reusebench {args.command}: {exc}", file=sys.stderr)
         return Exit.USAGE
