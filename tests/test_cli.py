@@ -127,3 +127,10 @@ def test_a_profile_the_command_line_names_that_is_not_there_is_a_usage_error(
     # exit 2, as documented: "what it names is not there"; 3 is for a file that is there and wrong
     assert cli.main(["run", "--profile", "tiny-lama", "--size", "8K"]) == exits.Exit.USAGE
     assert "tiny-lama.yaml: no such profile (did you mean tiny-llama? " in capsys.readouterr().err
+
+
+def test_every_command_names_a_variant_the_same_way() -> None:
+    shown = {name: [a.metavar for a in command._actions if "--variant" in a.option_strings]
+             for name, command in next(a for a in cli.build_parser()._actions
+                                       if isinstance(a, argparse._SubParsersAction)).choices.items()}
+    assert {metavar for found in shown.values() for metavar in found} == {"NAME"}

@@ -125,6 +125,7 @@ def test_the_tap_s_trace_numbers_prefixes_and_keeps_no_ids(tmp_path: Path) -> No
 @pytest.mark.parametrize(("given", "named"), [
     ("cache-ram", "expected OPTION=VALUE[,VALUE...], e.g. cache-ram=0,8192"),
     ("threads=4", "threads is not an option the reuse model decides on; try one of parallel, cache-ram"),
+    ("cache-rma=0", "cache-rma is not an option the reuse model decides on (did you mean cache-ram?); try one of"),
     ("parallel=two", "parallel: 'two' is not a whole number"),
     ("kv-unified=maybe", "kv-unified: 'maybe' is not on or off"),
 ])

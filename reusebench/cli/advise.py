@@ -64,6 +64,6 @@ def add_advise(sub: common.Subparsers) -> None:
                              "changes for prompt reuse, each with its effect: measured by a short run on the "
                              "profile's model where tried, predicted by the reuse model where not.")
     common.add_profile(adv)
-    adv.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
+    adv.add_argument("--variant", action="append", metavar="NAME", help="only this matrix variant (repeatable)")
     adv.add_argument("--results", default=str(common.RESULTS_DIR), help="where the trial runs go (default: results)")
     adv.set_defaults(func=cmd_advise)

@@ -114,7 +114,7 @@ def add_bisect(sub: common.Subparsers) -> None:
     common.add_profile(parser, required=False, what=f"the profile each build runs, its binary replaced by the build's "
                        f"(default {DEFAULT_PROFILE}: a tiny model of report A's architecture)")
     parser.set_defaults(profile=DEFAULT_PROFILE)
-    parser.add_argument("--variant", action="append", help="only this matrix variant (repeatable; default: all)")
+    parser.add_argument("--variant", action="append", metavar="NAME", help="only this matrix variant (repeatable; default: all)")
     parser.add_argument("--size", action="append", type=common.token_size,
                         help=f"prompt size (repeatable; default {_size(DEFAULT_SIZE)})")
     parser.add_argument("--scenario", action="append", choices=scenarios.SCENARIO_IDS, metavar="ID",

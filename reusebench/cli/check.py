@@ -79,7 +79,7 @@ def add_check(sub: common.Subparsers) -> None:
         "UNSUPPORTED, and with --strict also when one is DISABLED or INEFFECTIVE, so a script or a nightly can use "
         "the exit status.")
     common.add_profile(check_cmd)
-    check_cmd.add_argument("--variant", action="append", help="only this matrix variant (repeatable; default: every "
+    check_cmd.add_argument("--variant", action="append", metavar="NAME", help="only this matrix variant (repeatable; default: every "
                            "variant of the profile)")
     check_cmd.add_argument("--strict", action="store_true", help="exit 1 also when an option is DISABLED or "
                            "INEFFECTIVE (an option you set that does nothing)")

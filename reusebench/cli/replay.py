@@ -135,7 +135,7 @@ def add_replay(sub: common.Subparsers) -> None:
                                 "serially (default) every measured count must equal the expected one.")
     add_trace(replay)
     common.add_profile(replay, required=False)
-    replay.add_argument("--variant", help="a variant of that profile (default: the first)")
+    replay.add_argument("--variant", metavar="NAME", help="a variant of that profile (default: the first)")
     replay.add_argument("--timed", action="store_true", help="send each request at its arrival time, as many in "
                         "flight as the trace has (default: one at a time, in trace order)")
     replay.add_argument("--speed", type=common.positive_float, default=1.0, metavar="X",

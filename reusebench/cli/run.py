@@ -58,7 +58,7 @@ def add_run(sub: common.Subparsers) -> None:
                              "profile by default: the plan it prints first says how many tokens that prefills (a real "
                              "model at 32K and 128K is hours on one GPU); --dry-run prints only the plan.")
     common.add_profile(run)
-    run.add_argument("--variant", action="append", help="only this matrix variant (repeatable)")
+    run.add_argument("--variant", action="append", metavar="NAME", help="only this matrix variant (repeatable)")
     run.add_argument("--size", action="append", type=common.token_size,
                      help="prompt size in tokens: 2048, 32K or 1M (repeatable; default: the profile's sizes)")
     run.add_argument("--scenario", action="append", choices=scenarios.SCENARIO_IDS, metavar="ID",
@@ -145,7 +145,7 @@ def add_workload(sub: common.Subparsers) -> None:
     load = common.add_command(sub, "workload", shows.split(";")[0], shows)
     load.add_argument("workload", help=f"workload name in workloads/ or a path ({', '.join(workload.workload_names())})")
     common.add_profile(load, required=False, what="another server profile than the workload's")
-    load.add_argument("--variant", help="a variant of that profile (default: the workload's, else the first)")
+    load.add_argument("--variant", metavar="NAME", help="a variant of that profile (default: the workload's, else the first)")
     load.add_argument("--free-running", action="store_true", help="one thread per user on the wall clock instead "
                       "of the serial schedule: the server under the real scramble of threads, whose counts vary from "
                       "run to run")

@@ -140,7 +140,7 @@ def add_whatif(sub: common.Subparsers) -> None:
                                 "measure what it predicts.")
     replay_cli.add_trace(whatif)
     common.add_profile(whatif)
-    whatif.add_argument("--variant", help="a variant of that profile (default: the first)")
+    whatif.add_argument("--variant", metavar="NAME", help="a variant of that profile (default: the first)")
     whatif.add_argument("--try", dest="try_", action="append", type=tried, metavar="OPTION=V1,V2",
                         help=f"a launch option and its values to try (repeatable; every combination is predicted): "
                         f"{', '.join(combos.TRIABLE)}")

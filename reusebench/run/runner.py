@@ -91,7 +91,8 @@ def run_profile(profile: profiles.Profile, selection: Selection = selection_mod.
               f"records -> {run.records_path}", file=out)
         print(plan.render_plan(planned), file=out, flush=True)
         if sampler.unavailable:
-            print(f"GPU state will be null: {sampler.unavailable}", file=out)
+            print(f"GPU state not recorded ({sampler.unavailable}): expected on a machine without an NVIDIA GPU",
+                  file=out)
         shared = RunShared(writer, run, sampler, out, plan.Estimate(planned, out))
 
         def session(spec: LaunchSpec, size: int, selected: Sequence[scenarios.Scenario],

@@ -8,6 +8,7 @@ A flag that is on or off (``kv-unified``) is tried as on/off and written the way
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -66,8 +67,9 @@ def parse_try(text: str) -> Tried:
     if not equals or not values.strip():
         raise ValueError(f"--try {text}: expected OPTION=VALUE[,VALUE...], e.g. cache-ram=0,8192")
     if name not in TRIABLE:
-        raise ValueError(f"--try {text}: {name} is not an option the reuse model decides on; try one of "
-                         f"{', '.join(TRIABLE)}")
+        close = difflib.get_close_matches(name, TRIABLE, n=1)
+        raise ValueError(f"--try {text}: {name} is not an option the reuse model decides on"
+                         + (f" (did you mean {close[0]}?)" if close else "") + f"; try one of {', '.join(TRIABLE)}")
     read, _ = TRIABLE[name]
     parsed = []
     for value in values.split(","):
