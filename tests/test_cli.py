@@ -134,3 +134,11 @@ def test_every_command_names_a_variant_the_same_way() -> None:
              for name, command in next(a for a in cli.build_parser()._actions
                                        if isinstance(a, argparse._SubParsersAction)).choices.items()}
     assert {metavar for found in shown.values() for metavar in found} == {"NAME"}
+
+
+def test_a_negative_size_is_named_by_the_size_s_own_check(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse alone reads "-8K" as an option and says only "expected one argument"
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--profile", "tiny-llama", "--size", "-8K"])
+    assert capsys.readouterr().err.rstrip().endswith(
+        "argument --size: expected a positive token count such as 2048, 32K or 1M, got '-8K'")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
+import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
 
@@ -48,10 +50,12 @@ def version() -> str:
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """`argv` parsed; an option the command does not have is refused by the command's own parser (its usage line,
     not the whole program's) with the closest option it has, so `--szie 8K` says "did you mean --size?"."""
-    args, unknown = parser.parse_known_args(argv)
+    # argparse keeps its subcommands' parsers on the subparsers action, with no public way to reach them
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    valued = {o for command in commands.values() for a in command._actions if a.option_strings and a.nargs != 0
+              for o in a.option_strings}
+    args, unknown = parser.parse_known_args(_joined_negatives(sys.argv[1:] if argv is None else argv, valued))
     if unknown:
-        # argparse keeps its subcommands' parsers on the subparsers action, with no public way to reach them
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
         command = commands[args.command]
         options = [o for action in command._actions for o in action.option_strings if o.startswith("--")]
         guesses = {word: difflib.get_close_matches(word.split("=")[0], options, n=1) for word in unknown
@@ -59,6 +63,18 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
         hint = "; ".join(f"{word.split('=')[0]}: did you mean {found[0]}?" for word, found in guesses.items() if found)
         command.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({hint})" if hint else ""))
     return args
+
+
+def _joined_negatives(argv: Sequence[str], valued: set[str]) -> list[str]:
+    """`--size -8K` as `--size=-8K`: argparse takes a value that starts with "-" (other than a plain number) for an
+    option and says only "expected one argument"; joined, the option's own check names what is wrong."""
+    joined: list[str] = []
+    for word in argv:
+        if joined and joined[-1] in valued and re.fullmatch(r"-\d\S*", word):
+            joined[-1] += f"={word}"
+        else:
+            joined.append(word)
+    return joined
 
 
 def build_parser() -> argparse.ArgumentParser:
