@@ -9,17 +9,21 @@ import gzip
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from reusebench.cli import main
+from reusebench.cli.whatif import distinct_launches
 from reusebench.config import profiles
 from reusebench.llama import binaries
 from reusebench.tap.trace import TraceWriter
 from reusebench.trace import mooncake
 from reusebench.trace.mooncake import TraceError, TraceSelection, read_trace
+from reusebench.trace.predict import Prediction
 from reusebench.trace.prompts import BlockIds, Vocabulary, trace_prompts
 from reusebench.whatif import combinations as combos
+from reusebench.whatif.prediction import Outcome
 
 LINE = {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [0, 1]}
 
@@ -161,3 +165,15 @@ def test_a_combination_whose_slot_cannot_hold_the_longest_request_is_left_out(
     out = capsys.readouterr().out
     assert "left out: --ctx-size 1024: a slot of 1,024 tokens cannot hold" in out and "is 5,475)" in out
     assert "| --ctx-size 8192 |" in " ".join(out.split("  "))
+
+
+def test_whatif_verifies_each_distinct_launch_once() -> None:
+    # the README's --verify 3 replayed "as it is" and a combination equal to it (it set what the profile sets):
+    # two identical servers, ten minutes each. Only the launch line matters to the server: each is replayed once.
+    def outcome(setting: tuple, *args: str) -> Outcome:
+        return Outcome(SimpleNamespace(setting=setting), SimpleNamespace(args=["-m", "m.gguf", *args]), Prediction())
+
+    as_it_is = outcome((), "--parallel", "1")
+    same = outcome((("parallel", 1),), "--parallel", "1")
+    two, four, eight = (outcome((("parallel", n),), "--parallel", str(n)) for n in (2, 4, 8))
+    assert distinct_launches(as_it_is, [same, as_it_is, two, four, eight], 2) == [as_it_is, two, four]

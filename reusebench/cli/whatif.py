@@ -128,8 +128,22 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     print(f"\npage: {page}", file=common.progress(args))
     if not args.verify:
         return Exit.OK
-    best = [o for o in whatif_report.ranked(outcomes) if o.combination.setting][:args.verify]
-    return _verify([as_it_is, *best] if as_it_is.prediction else best, prompts, blocks, trace, args)
+    return _verify(distinct_launches(as_it_is, whatif_report.ranked(outcomes), args.verify), prompts, blocks, trace,
+                   args)
+
+
+def distinct_launches(as_it_is: Outcome, ranked: list[Outcome], count: int) -> list[Outcome]:
+    """The launch as it is (where predicted) and the best `count` others, each launch line once: a combination
+    that sets what the profile already sets launches the same server, and is replayed once."""
+    chosen = [as_it_is] if as_it_is.prediction else []
+    seen = {tuple(o.spec.args) for o in chosen}
+    for o in ranked:
+        if len(chosen) - bool(as_it_is.prediction) == count:
+            break
+        if o.combination.setting and tuple(o.spec.args) not in seen:
+            seen.add(tuple(o.spec.args))
+            chosen.append(o)
+    return chosen
 
 
 def add_whatif(sub: common.Subparsers) -> None:
