@@ -12,7 +12,7 @@ import html
 from collections.abc import Sequence
 
 from reusebench.records import Record, Role
-from reusebench.report import replay_report
+from reusebench.report import markdown_html, replay_report
 
 WIDTH, HEIGHT, PAD = 900, 260, 50
 LINES = (("ideal", "ideal", "#27ae60"), ("expected", "expected", "#2c3e50"), ("measured", "prompt_n", "#c0392b"))
@@ -27,8 +27,8 @@ def render(rs: Sequence[Record]) -> str:
                  ("over the ideal", f"{f.excess_s:.1f} s"), ("measured ≠ expected", f"{len(f.differ)}"))
         parts.append(f"<h2>{_e(f.session)} ({_e(f.mode)})</h2><div class=cards>"
                      + "".join(f"<div class=card><b>{_e(v)}</b><br>{_e(k)}</div>" for k, v in cards) + "</div>"
-                     + _plot(session) + f"<pre>{_e(replay_report.render([r for r in rs if r.session == f.session]))}"
-                     "</pre>")
+                     + _plot(session) + markdown_html.to_html(replay_report.render([r for r in rs
+                                                                                     if r.session == f.session])))
     return "".join(parts)
 
 

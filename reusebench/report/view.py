@@ -28,7 +28,7 @@ from reusebench.budget import prefill_budgets
 from reusebench.config.sizes import size_label
 from reusebench.machine.host import under_load
 from reusebench.records import Record, Role, RunKind, run_kind
-from reusebench.report import replay_view, run_kinds, run_report, service_report
+from reusebench.report import markdown_html, replay_view, run_kinds, run_report, service_report
 from reusebench.report.run_kinds import CHECK_FILE, WHATIF_FILE
 from reusebench.reuse import verification
 from reusebench.run import provenance
@@ -269,7 +269,7 @@ def _service(name: str, rs: list[Record]) -> str:
     head = f"<h2>{_e(summary.scenario if summary else name)} on {_e(calls[0].profile if calls else '')}</h2>"
     return (head + "<div class=cards>" + "".join(f"<div class=card><b>{_e(v)}</b><br>{_e(k)}</div>" for k, v in cards)
             + "</div>" + _timeline(calls, outcomes) + _by_user(calls, outcomes)
-            + f"<h3>Miss classes and causes</h3><pre>{_e(service_report.render(rs))}</pre>")
+            + f"<h3>Miss classes and causes</h3>{markdown_html.to_html(service_report.render(rs))}")
 
 
 def _kind(r: Record, outcomes: dict[int, service_report.Turn]) -> str:
