@@ -123,13 +123,15 @@ def test_the_shipped_window_types_are_the_pinned_source_s() -> None:
 
 def test_inspect_says_what_the_suite_believes_about_the_real_model(capsys: pytest.CaptureFixture[str]) -> None:
     model = real.model_path("gemma3-270m")
-    assert main(["inspect", str(model), "--size", "2K", "--size", "64K"]) == 0
+    assert main(["inspect", str(model), "--size", "2K"]) == 0
     out = capsys.readouterr().out
     assert "architecture: gemma3 (18 layers, trained context 32,768)" in out
     assert "window: standard window of 512 tokens on 15 of 18 layers" in out
     assert "--cache-reuse: cannot: the window's cache is smaller than the context (it can with --swa-full)" in out
-    assert "report A at 64K: not predicted, beyond the model's trained context (32,768 tokens)" in out
     assert "  resend/same prompt        1 of 2,048" in out  # the live state holds it all: one token to compute
+    # a size beyond the trained context is refused as `run` refuses it, exit 3, before any server starts
+    assert main(["inspect", str(model), "--size", "2K", "--size", "64K"]) == 3
+    assert "at 64K: its longest prompt and output take" in capsys.readouterr().err
 
 
 def test_inspect_json_names_a_memory_the_model_does_not_follow(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,7 @@ from reusebench.config.sizes import size_label
 from reusebench.llama.memory_log import ModelMemory
 from reusebench.records import Role
 from reusebench.reuse import server_inputs
-from reusebench.run import launch, plan
+from reusebench.run import launch, plan, runner
 
 REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
 
@@ -69,7 +69,9 @@ def _swa_full(memory: server_inputs.Memory, spec: launch.LaunchSpec) -> str:
 
 def inspect(variant: Variant, sizes: Sequence[int], corpus: str) -> Inspection:
     """`variant`'s model, as its binary builds it, and report A's predicted costs at `sizes` (prompts as long as
-    `corpus`'s questions and edit make them)."""
+    `corpus`'s questions and edit make them). A size the model or a slot cannot hold is refused as `run` refuses it,
+    before any server starts."""
+    runner.refuse_beyond_context([(variant, size, size) for size in sizes])
     server_build = build.of(variant.binary)  # the build's own rules (probed once, kept)
     built = server_build.memory(variant.model)
     corpus_spec = corpus_mod.load_spec(corpus)
