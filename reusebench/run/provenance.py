@@ -18,7 +18,7 @@ from typing import Any
 from reusebench.capability import Capabilities
 from reusebench.config import profiles
 from reusebench.llama import builder
-from reusebench.records import Record, RunKind, file_sha256, run_kind
+from reusebench.records import RunKind, file_sha256
 from reusebench.run.launch import LaunchSpec
 
 STAMP_FILE = "run.json"
@@ -124,11 +124,6 @@ def read(run_dir: Path) -> Stamp | None:
     path = run_dir / STAMP_FILE
     return Stamp(**json.loads(path.read_text())) if path.is_file() else None
 
-
-def kind_of(run_dir: Path, run_records: Iterable[Record] = ()) -> RunKind:
-    """What the run is: as its run.json names it, else (a run from before kinds were kept) from its records."""
-    found = read(run_dir)
-    return RunKind(found.kind) if found is not None and found.kind else run_kind.guessed(run_records)
 
 
 def differences(recorded: Stamp, now: Stamp) -> list[str]:
