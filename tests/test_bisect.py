@@ -182,6 +182,16 @@ def test_the_history_spreads_its_builds_over_the_published_list() -> None:
     assert history.tree(11434).release == builder.PINNED  # the newest is the default build's sdist
 
 
+def test_a_second_history_goes_on_from_the_pairs_the_first_looked_at(tmp_path: Path) -> None:
+    # a stopped history wrote two pairs: one bisected with a change, one without; a third was never reached
+    history = load_tool("history")
+    change = {"profile": "tiny-qwen35", "pair": "tiny-qwen35 b1..b9", "step": "resend/same prompt"}
+    summary = tmp_path / "history.json"
+    summary.write_text(json.dumps({"bisected": ["tiny-qwen35 b1..b9", "tiny-qwen35 b9..b20"], "changes": [change]}))
+    assert history._bisected(summary) == {"tiny-qwen35 b1..b9": [change], "tiny-qwen35 b9..b20": []}
+    assert history._bisected(tmp_path / "absent.json") == {}
+
+
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     # Ctrl-C while the second build is measured (raised by a stand-in measurement: a real one needs a build):

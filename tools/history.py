@@ -85,7 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     chosen = spread(numbers, args.builds)
     say(f"history: {len(chosen)} of {len(numbers)} published builds: {' '.join(f'b{n}' for n in chosen)}")
     commits, _ = stand_in.assemble(out / "llama.cpp", tuple(tree(n) for n in chosen), (), say)
+    done = _bisected(out / "history.json")
     found: list[dict] = []
+
+    def publish(complete: bool) -> str:
+        """Written after every bisect, so a stopped history keeps what it found and a second run goes on."""
+        (out / "history.json").write_text(json.dumps(
+            {"builds": [f"b{n}" for n in chosen], "complete": complete, "bisected": sorted(done),
+             "changes": found, "seconds": round(time.monotonic() - started)}, indent=2) + "\n")
+        table = render(found)
+        (out / "history.md").write_text(table + "\n")
+        return table
+
     for machine, profile, variant in RUNS:
         env = {"REUSEBENCH_ASV_PROFILE": profile, "REUSEBENCH_ASV_VARIANTS": variant, "REUSEBENCH_ASV_SIZES": SIZE,
                "REUSEBENCH_ASV_SCENARIOS": " ".join(SCENARIOS), "REUSEBENCH_RESULTS": str(out / "records"),
@@ -97,23 +108,39 @@ def main(argv: list[str] | None = None) -> int:
         probe = bisect.Probe(profile, (variant,), (sizes.parse_size(SIZE),), SCENARIOS, verify=True,
                              results=out / "records")
         for (older, newer), (before, after) in zip(zip(chosen, chosen[1:]), zip(commits, commits[1:])):
-            if not asv_results.count_changes(asv_results.stored(out / "asv", before, machine),
-                                             asv_results.stored(out / "asv", after, machine)):
+            pair = f"{profile} b{older}..b{newer}"
+            if pair in done:
+                found += done[pair]
                 continue
-            say(f"history: {profile} changed between b{older} and b{newer}: bisecting")
-            builds = bisect.PublishedBuilds(older, newer, numbers)
-            search = bisect.Search(builds.points, functools.partial(bisect.measure_build, builds, probe=probe,
-                                                                    out=sys.stderr))
-            found += [{"profile": profile, **report.change_record(builds, search.find(key))}
-                      for key in search.differing()]
-    (out / "history.json").write_text(json.dumps({"builds": [f"b{n}" for n in chosen], "changes": found,
-                                                  "seconds": round(time.monotonic() - started)}, indent=2) + "\n")
-    table = render(found)
-    (out / "history.md").write_text(table + "\n")
+            if asv_results.count_changes(asv_results.stored(out / "asv", before, machine),
+                                         asv_results.stored(out / "asv", after, machine)):
+                say(f"history: {profile} changed between b{older} and b{newer}: bisecting")
+                builds = bisect.PublishedBuilds(older, newer, numbers)
+                search = bisect.Search(builds.points, functools.partial(bisect.measure_build, builds, probe=probe,
+                                                                        out=sys.stderr))
+                done[pair] = [{"profile": profile, "pair": pair, **report.change_record(builds, search.find(key))}
+                              for key in search.differing()]
+            else:
+                done[pair] = []
+            found += done[pair]
+            publish(complete=False)
+    table = publish(complete=True)
     print(table)
     print(f"history: {len(chosen)} builds, {len(found)} change(s), {time.monotonic() - started:.0f} s; site: "
           f"{out / 'html' / 'index.html'} (reusebench site --results {out} --serve) on {platform.node()}")
     return 0
+
+
+def _bisected(summary: Path) -> dict[str, list[dict]]:
+    """The neighbour pairs an earlier run of the history already looked at, with the changes each bisect found."""
+    if not summary.is_file():
+        return {}
+    earlier = json.loads(summary.read_text())
+    done: dict[str, list[dict]] = {pair: [] for pair in earlier.get("bisected", ())}
+    for change in earlier.get("changes", ()):
+        if change.get("pair") in done:
+            done[change["pair"]].append(change)
+    return done
 
 
 def render(found: list[dict]) -> str:
