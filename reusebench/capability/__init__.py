@@ -14,9 +14,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 
-def _rule(pinned: bool, words: str) -> Any:
-    """One capability's declaration: not shown until probed (None), the pinned build's value, and its words."""
-    return field(default=None, metadata={"pinned": pinned, "words": words})
+def _rule(pinned: bool, words: str, concerns: str | None = None) -> Any:
+    """One capability's declaration: not shown until probed (None), the pinned build's value, its words, and the
+    launch feature it concerns (None: every launch)."""
+    return field(default=None, metadata={"pinned": pinned, "words": words, "concerns": concerns})
+
+
+# Launch features some rules concern; a launch without one has no use for those rules' lines in `check`.
+MMPROJ, LORA, SLEEP = "an mmproj", "LoRA adapters", "sleep"
 
 
 @dataclass(frozen=True)
@@ -37,15 +42,15 @@ class Capabilities:
     completion_message_delimiters: bool | None = _rule(True, "/completion takes message_delimiters")
     # A slot can be saved, restored and erased while an mmproj is loaded (not 2026-03, which refuses every slot
     # action then, HTTP 501).
-    mmproj_slot_actions: bool | None = _rule(True, "slot save, restore and erase with an mmproj loaded")
+    mmproj_slot_actions: bool | None = _rule(True, "slot save, restore and erase with an mmproj loaded", MMPROJ)
     # A slot that holds nothing (erased, just started) takes a matching RAM prompt-cache entry (not 2026-03, which
     # updates the cache only for a slot with tokens).
     empty_slot_loads_from_ram: bool | None = _rule(True, "an empty slot loads from the RAM cache")
     # A RAM prompt-cache entry keeps the LoRA it was computed with, and a restore takes only a matching one
     # (report B's fix; none of the releases).
-    ram_cache_keeps_lora: bool | None = _rule(False, "RAM cache entries keep their LoRA")
+    ram_cache_keeps_lora: bool | None = _rule(False, "RAM cache entries keep their LoRA", LORA)
     # GET /metrics wakes a sleeping server (none of the releases: /metrics and /props do not, /slots does).
-    metrics_wakes_sleeping: bool | None = _rule(False, "GET /metrics wakes a sleeping server")
+    metrics_wakes_sleeping: bool | None = _rule(False, "GET /metrics wakes a sleeping server", SLEEP)
     # The checkpoint search skips checkpoints past the divergence, takes one that starts at position 0, and tests
     # an identical prompt one position stricter (from 2026-10-01; 2026-03 takes any checkpoint that starts below
     # the threshold). It decides sliding-window models: a recurrent checkpoint starts where it ends.
@@ -86,15 +91,25 @@ class Capabilities:
         said = "; ".join(f"{WORDS[name]}: {_word(value)}" for name, value in self.values().items())
         return f"{said} ({self.how})"
 
-    def lines(self) -> list[str]:
+    def lines(self, uses: frozenset[str] | None = None) -> list[str]:
         """One line per capability for `check` and `probe`: "this build: slot files carry checkpoints: no, probed
-        (evidence)"."""
+        (evidence)". With `uses` (the launch's features), only the rules that concern it, and a last line naming
+        the features whose rules were left out; an evidence two rules share is quoted once."""
         unshown = "not shown by its probe" if self.how.startswith("probed") else "not probed"
-        found = []
+        found, quoted, left_out = [], set(), []
         for name, value in self.values().items():
+            concerns = CONCERNS[name]
+            if uses is not None and concerns is not None and concerns not in uses:
+                left_out.append(concerns)
+                continue
             said = "probed" if value is not None else f"{unshown}: b11434's rule applies"
-            evidence = f" ({self.evidence[name]})" if name in self.evidence else ""
+            seen = self.evidence.get(name)
+            evidence = "" if seen is None else " (the same probe as above)" if seen in quoted else f" ({seen})"
+            quoted.add(seen)
             found.append(f"this build: {WORDS[name]}: {_word(getattr(self.rules, name))}, {said}{evidence}")
+        if left_out:
+            found.append(f"this build: {len(left_out)} rule(s) about {', '.join(dict.fromkeys(left_out))} left out, "
+                         f"which this launch does not use (`reusebench probe` lists every rule)")
         return found
 
     def label(self) -> str:
@@ -114,8 +129,14 @@ class Capabilities:
 # one declaration of each field.
 PINNED_RULES: dict[str, bool] = {f.name: f.metadata["pinned"] for f in fields(Capabilities) if "pinned" in f.metadata}
 WORDS: dict[str, str] = {f.name: f.metadata["words"] for f in fields(Capabilities) if "words" in f.metadata}
+CONCERNS: dict[str, str | None] = {f.name: f.metadata["concerns"] for f in fields(Capabilities) if "words" in f.metadata}
 NAMES: tuple[str, ...] = tuple(PINNED_RULES)
 PINNED = Capabilities(**PINNED_RULES, how="not probed: the pinned build's rules")  # type: ignore[arg-type]  # bool fields
+
+
+def features(*, mmproj: bool, lora: bool, sleeps: bool) -> frozenset[str]:
+    """The features of a launch that some rules concern (``Capabilities.lines``)."""
+    return frozenset(name for name, used in ((MMPROJ, mmproj), (LORA, lora), (SLEEP, sleeps)) if used)
 
 
 def _word(value: bool | None) -> str:

@@ -8,7 +8,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from reusebench import check
+from reusebench import capability, check
 from reusebench.capability import build as build_mod
 from reusebench.capability import cache as capability_cache
 from reusebench.cli import common
@@ -52,8 +52,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         rules = server_build.capabilities if server_build else capability_cache.of_binary(variant.binary)
         found.append({**check.describe_launch(variant, server_build), "capabilities": rules.to_dict(),
                       "verdicts": [v.to_dict() for v in verdicts]})
-        rule_lines = rules.lines() if width is None else [
-            textwrap.fill(line, width, subsequent_indent="  ") for line in rules.lines()]
+        uses = capability.features(mmproj=variant.mmproj is not None, lora=bool(variant.lora),
+                                   sleeps=bool(variant.number("sleep-idle-seconds", 0)))
+        rule_lines = rules.lines(uses) if width is None else [
+            textwrap.fill(line, width, subsequent_indent="  ") for line in rules.lines(uses)]
         texts.append(check.render_report(variant, server_build, verdicts, width=width) + "\n\n" + "\n".join(rule_lines))
     print(json.dumps(found, indent=2) if args.json else "\n\n".join(texts))
     stamp = provenance.stamp(profile, variants, kind=RunKind.CHECK, selection={"options": list(args.option or ()),
