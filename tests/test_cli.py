@@ -4,6 +4,7 @@ statuses in --help, -q and -v, --json where there are results, one way to name a
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import re
@@ -14,7 +15,7 @@ import pytest
 from reusebench import cli
 from reusebench.cli import common, exits
 from reusebench.llama import builder
-from reusebench.run import provenance
+from reusebench.run import progress, provenance
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -142,3 +143,21 @@ def test_a_negative_size_is_named_by_the_size_s_own_check(capsys: pytest.Capture
         cli.main(["run", "--profile", "tiny-llama", "--size", "-8K"])
     assert capsys.readouterr().err.rstrip().endswith(
         "argument --size: expected a positive token count such as 2048, 32K or 1M, got '-8K'")
+
+
+def test_progress_lines_fit_the_terminal_with_paths_whole_and_live_lines_untouched() -> None:
+    to = io.StringIO()
+    out = progress.fitted(to, 40)
+    step = "[s]   resend/same prompt: re-processed 1 of 8,211 (ideal 1, expected 1) in 2.04 s"  # 83 columns
+    print(step, file=out)
+    print("records -> /tmp/a/very/long/run/directory/records.jsonl", file=out)
+    out.write("\r  resend: prefill  50.0%")  # the live line on a tty: written at once, as it is
+    out.flush()
+    print("\r\033[K[s] done", file=out)
+    lines = to.getvalue().split("\n")
+    assert lines[:3] == ["[s]   resend/same prompt: re-processed 1",
+                         "    of 8,211 (ideal 1, expected 1) in",  # the line's own indent (none), and four more
+                         "    2.04 s"]
+    assert lines[3:5] == ["records ->", "    /tmp/a/very/long/run/directory/records.jsonl"]  # 48 columns, whole
+    assert lines[5] == "\r  resend: prefill  50.0%\r\033[K[s] done"
+    assert " ".join(to.getvalue().split()).count("re-processed 1 of 8,211 (ideal 1, expected 1) in 2.04 s") == 1

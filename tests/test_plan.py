@@ -90,11 +90,20 @@ def test_the_estimate_follows_the_first_load_rate_and_the_planned_calls_left():
     # 32,772 / 4,096 = 8.0 s.
     estimate.done("s", record("first_load", "cold", prompt_n=K32, prompt_ms=8000.0))
     assert out.getvalue() == ("estimate: 8 s of prefill left in this run (32,772 tokens at the last first load's "
-                              "4,096 tokens/s)\n")
+                              "4,096 tokens/s); a noise band, where a reused output differs, comes on top\n")
+    assert estimate.of(4096 * 95) == "about 1 min 35 s"  # what a noise band's prompts will take, said before it
     estimate.done("s", record("resend", "same prompt", prompt_n=4, prompt_ms=1.0))
     assert out.getvalue().count("\n") == 1  # said again only after ESTIMATE_EVERY_S
     estimate.session_ended("s")
     assert estimate.left == {"s": []}
+
+
+def test_an_estimate_with_nothing_left_does_not_read_as_zero_seconds():
+    session = plan.SessionPlan("s", K32, [plan.PlannedCall("first_load", "cold", Role.MEASURE, K32, K32)])
+    out = io.StringIO()
+    plan.Estimate([session], out).done("s", record("first_load", "cold", prompt_n=K32, prompt_ms=8000.0))
+    assert out.getvalue() == ("estimate: no planned prefill left in this run; a noise band, where a reused output "
+                              "differs, comes on top\n")
 
 
 def test_a_launch_resolves_only_on_its_own_binarys_build(tmp_path: Path) -> None:

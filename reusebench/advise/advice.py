@@ -17,7 +17,6 @@ profile's own sizes. Each advice says which.
 from __future__ import annotations
 
 import dataclasses
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from reusebench.llama import facts
 from reusebench.reuse import expectation, segments, server_inputs
 from reusebench.run import launch as launch_mod
 from reusebench.run import runner
+from reusebench.run.progress import Lines
 from reusebench.run.selection import Selection
 
 TRIAL_SIZE = 2048
@@ -96,7 +96,7 @@ def cache_reuse_advice(profile: profiles.Profile, variant: profiles.Variant, mem
     say(f"{variant.name}: trying {change} against none at {size_label(TRIAL_SIZE)}")
     trial = dataclasses.replace(profile, variants=(variant, without))
     result = runner.run_profile(trial, Selection(sizes=(TRIAL_SIZE,), scenario_ids=CACHE_REUSE_SCENARIOS),
-                                results_dir=results_dir, out=_Lines(say))
+                                results_dir=results_dir, out=Lines(say))
     steps = compare_steps(result.records, variant.name, without.name)
     changed = [f"{step}: {a:,} vs {b:,} tokens" for step, (a, b, _, _) in steps.items() if a != b]
     wrong = [step for step, (_, _, same, same_without) in steps.items() if same is False and same_without is not False]
@@ -125,27 +125,6 @@ def compare_steps(recorded: Sequence[records.Record], with_name: str,
     return {step: (r.prompt_n or 0, by_variant[without_name][step].prompt_n or 0, r.matches_reference,
                    by_variant[without_name][step].matches_reference)
             for step, r in by_variant[with_name].items() if step in by_variant[without_name]}
-
-
-class _Lines(io.StringIO):
-    """A text stream that hands each complete line to `say` (the runner prints its progress to a stream)."""
-
-    def __init__(self, say: Say) -> None:
-        super().__init__()
-        self.say, self.pending = say, ""
-
-    def write(self, text: str) -> int:
-        self.pending += text
-        *lines, self.pending = self.pending.split("\n")
-        for line in lines:
-            self.say(line)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 # -- checkpoint-min-step with user-message boundaries --------------------------------------------------------

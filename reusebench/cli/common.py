@@ -18,6 +18,7 @@ from reusebench.cli import exits
 from reusebench.config import sizes
 from reusebench.llama import process
 from reusebench.report import replay_report, run_kinds, run_report, service_runs, view
+from reusebench.run.progress import fitted
 
 RESULTS_DIR = Path("results")
 # what ArgumentParser.add_subparsers returns; every command module adds its parsers to it
@@ -88,8 +89,11 @@ def add_json(parser: argparse.ArgumentParser, what: str = "JSON on stdout instea
 
 
 def progress(args: argparse.Namespace) -> TextIO:
-    """Where a command's progress goes: stderr, or nowhere with -q."""
-    return open(os.devnull, "w") if args.verbosity < 0 else sys.stderr  # open as long as the command runs
+    """Where a command's progress goes: stderr with each line fitted to the terminal (every line whole with
+    --wide), or nowhere with -q."""
+    if args.verbosity < 0:
+        return open(os.devnull, "w")  # open as long as the command runs
+    return sys.stderr if getattr(args, "wide", False) else fitted(sys.stderr, TERMINAL_COLUMNS)
 
 
 def token_size(text: str) -> int:

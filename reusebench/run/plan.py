@@ -230,8 +230,14 @@ class Estimate:
         if self.rate and (first_load or time.monotonic() - self._said >= ESTIMATE_EVERY_S):
             self._said = time.monotonic()
             tokens = sum(c.prefill for calls in self.left.values() for c in calls)
-            print(f"estimate: {_duration(tokens / self.rate)} of prefill left in this run ({tokens:,} tokens at "
-                  f"the last first load's {self.rate:,.0f} tokens/s)", file=self.out, flush=True)
+            said = (f"{_duration(tokens / self.rate)} of prefill left in this run ({tokens:,} tokens at the last "
+                    f"first load's {self.rate:,.0f} tokens/s)" if tokens else "no planned prefill left in this run")
+            print(f"estimate: {said}; a noise band, where a reused output differs, comes on top", file=self.out,
+                  flush=True)
+
+    def of(self, tokens: int) -> str:
+        """How long prefilling `tokens` takes at the last first load's rate: "about 3 min 45 s", or "" unknown."""
+        return f"about {_duration(tokens / self.rate)}" if self.rate else ""
 
     def session_ended(self, session: str) -> None:
         self.left[session] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import textwrap
 from collections.abc import Callable
 from typing import TextIO
 
@@ -65,3 +67,46 @@ class Progress:
 
 def _count(n: int | None) -> str:
     return "not modelled" if n is None else f"{n:,}"
+
+
+class Lines(io.StringIO):
+    """A text stream that hands each complete line to `say`; on flush, a partial line to `partial` (where given).
+    Runs print their progress to a stream; this is how a caller takes it line by line."""
+
+    def __init__(self, say: Callable[[str], None], partial: Callable[[str], None] | None = None,
+                 tty: bool = False) -> None:
+        super().__init__()
+        self.say, self.partial, self.tty, self.pending = say, partial, tty, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self.say(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.partial is not None:
+            self.partial(self.pending)
+            self.pending = ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def fitted(to: TextIO, width: int) -> Lines:
+    """`to`, with each line wrapped to `width` columns and its continuation indented under it; a word longer than
+    the width (a path) stays whole, and a live line (``\\r``) goes through as it is."""
+
+    def say(line: str) -> None:
+        live, mark, text = line.rpartition("\r")
+        if mark and text.startswith("\033[K"):
+            mark, text = mark + "\033[K", text.removeprefix("\033[K")
+        indent = " " * (len(text) - len(text.lstrip(" ")))
+        to.write(live + mark + (textwrap.fill(text, width, subsequent_indent=indent + "    ", break_long_words=False,
+                                              break_on_hyphens=False) if text.strip() else text) + "\n")
+
+    def partial(text: str) -> None:
+        to.write(text)
+        to.flush()
+
+    return Lines(say, partial, tty=to.isatty())

@@ -139,7 +139,8 @@ def probe_binaries(variants: Sequence[profiles.Variant], out: TextIO) -> dict[Pa
             found[path] = build_mod.of(variant.binary, lambda message: print(f"  {message}", file=out, flush=True))
             rules = found[path].capabilities
             took = f" in {time.monotonic() - started:.1f} s" if rules.how == "probed" else ""
-            print(f"llama-server {path}{took}: {rules.describe()}", file=out, flush=True)
+            print(f"llama-server {path}{took}: {rules.label()} (each rule: `reusebench probe {path}`)", file=out,
+                  flush=True)
     return found
 
 

@@ -405,9 +405,14 @@ class SessionSteps(VariantSteps):
             self.progress.say(f"{steps} reused output(s) left unjudged: the server is gone before the noise band")
             return
 
+        band_prompts = waiting[:BAND_PROMPTS]
+        tokens = sum(len(p.request.tokens) for p in band_prompts)
+        took = self.progress.estimate.of(tokens) if self.progress.estimate else ""
+
         def announce(n_ubatch: int) -> None:
             self.progress.say(f"  {steps} reused output(s) differ from no reuse: measuring the noise band at ubatch "
-                              f"{n_ubatch} (the session's: {self.spec.launch.n_ubatch})")
+                              f"{n_ubatch} (the session's: {self.spec.launch.n_ubatch}): a restart and "
+                              f"{len(band_prompts)} prompt(s), {tokens:,} tokens" + (f", {took}" if took else ""))
 
         records: list[Record] = []  # the band's calls, in order
 
@@ -428,7 +433,7 @@ class SessionSteps(VariantSteps):
             return alternative
 
         measured = noise.measure(self.server, self.spec.launch.n_ubatch,
-                                 [(p.reference, partial(again, p)) for p in waiting[:BAND_PROMPTS]], announce=announce)
+                                 [(p.reference, partial(again, p)) for p in band_prompts], announce=announce)
         for record, sample in zip(records, measured.samples):
             record.extra.update(Extra(n_ubatch=measured.n_ubatch, band_sample=sample))
         checks = [check for _, done in self.references.settle(measured.band) for check in done]
