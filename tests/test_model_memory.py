@@ -128,7 +128,12 @@ def test_inspect_says_what_the_suite_believes_about_the_real_model(capsys: pytes
     assert "architecture: gemma3 (18 layers, trained context 32,768)" in out
     assert "window: standard window of 512 tokens on 15 of 18 layers" in out
     assert "--cache-reuse: cannot: the window's cache is smaller than the context (it can with --swa-full)" in out
-    assert "  resend/same prompt        1 of 2,048" in out  # the live state holds it all: one token to compute
+    # the run's own plan (real prose: a 2,048-token document and the question): the live state holds it all, one
+    # token to compute; the re-ask returns to the checkpoint 4 + 512 before the end, after the chunk-removed step
+    # left the slot to another prompt and the RAM cache brought the document back
+    said = " ".join(out.split())
+    assert "resend/same prompt 1 of 2,063" in said and "reask/new question 511 of 2,057" in said
+    assert "launch (tiny-base / default, as `run` starts it): --batch-size 2048 --cache-ram 8192" in said
     # a size beyond the trained context is refused as `run` refuses it, exit 3, before any server starts
     assert main(["inspect", str(model), "--size", "2K", "--size", "64K"]) == 3
     assert "at 64K: its longest prompt and output take" in capsys.readouterr().err
@@ -152,7 +157,29 @@ def test_inspect_says_what_swa_full_would_win_on_a_windowed_hybrid(capsys: pytes
     # returns to the checkpoint 4 + 512 before the end; --swa-full takes the window out of the test: 4
     for extra, resend in (([], "516"), (["--profile", str(SWA_FULL_PROFILE)], "4")):
         assert main(["inspect", str(tiny.model_path("arch-lfm2")), "--size", "2K", *extra]) == 0
-        assert f"  resend/same prompt        {resend} of 2,048" in capsys.readouterr().out
+        assert f"resend/same prompt {resend} of 2,06" in " ".join(capsys.readouterr().out.split())
 
 
 SWA_FULL_PROFILE = Path(__file__).parent / "data" / "tiny-base-swa-full.yaml"
+
+
+@pytest.mark.e2e
+def test_inspect_and_run_of_one_profile_agree_step_by_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The same plan: the same steps in the same order, and each step's count the same up to the words the plan
+    # counts for tokens: the plan counts the question (16 words) and each chat turn in words, the run in the
+    # tokenizer's tokens (20 for that question), so a count may differ from the prediction by no more than the
+    # prompt's length does. Where the prompt has the same length, the count is exact.
+    model = tiny.model_path("qwen35")
+    assert main(["inspect", str(model), "--profile", str(NEWCOMER), "--size", "2K", "--json"]) == 0
+    predicted = {step["step"]: step for step in json.loads(capsys.readouterr().out)["costs"]["2K"]}
+    assert main(["run", "--profile", str(NEWCOMER), "--size", "2K", "--results", str(tmp_path), "--json"]) == 0
+    measured = json.loads(capsys.readouterr().out)  # the measured steps
+    assert [f"{r['scenario']}/{r['step']}" for r in measured] == list(predicted)
+    for r in measured:
+        said = predicted[f"{r['scenario']}/{r['step']}"]
+        words = abs(r["prompt_tokens"] - said["prompt_tokens"])
+        assert abs(r["prompt_n"] - said["expected"]) <= words, (r["step"], r["prompt_n"], said)
+        assert r["prompt_n"] == r["expected"], r  # and the run's own expectation, from its real prompts, is exact
+
+
+NEWCOMER = Path(__file__).parent / "data" / "newcomer-tiny.yaml"

@@ -1,9 +1,9 @@
 """What the suite believes about a model, without a run: ``inspect``.
 
 The model's memory comes from the server that loads it (``capability.learned_memory``: one start, kept), and with
-it the window, whether ``--cache-reuse`` can work, what ``--swa-full`` changes, and report A's predicted
-re-processed tokens at each size, by the reuse model under the launch options of a profile (report A's own,
-``tiny-base``, unless the user names theirs). Nothing is sent to the server.
+it the window, whether ``--cache-reuse`` can work, what ``--swa-full`` changes, and the re-processed tokens the
+reuse model predicts for each step of a run of a profile's launch (report A's own, ``tiny-base``, unless the user
+names theirs): the plan ``run`` makes, so the two agree step by step. Nothing is sent to the server.
 """
 
 from __future__ import annotations
@@ -13,16 +13,13 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from reusebench.capability import build
-from reusebench.config import corpus as corpus_mod
-from reusebench.config import scenarios
-from reusebench.config.profiles import Variant
+from reusebench.config.profiles import Profile
 from reusebench.config.sizes import size_label
 from reusebench.llama.memory_log import ModelMemory
 from reusebench.records import Role
 from reusebench.reuse import server_inputs
-from reusebench.run import launch, plan, runner
-
-REPORT_A = ("first_load", "resend", "interleave", "reask", "edit_middle", "restore_disk")
+from reusebench.run import launch, runner
+from reusebench.run.selection import Selection
 
 
 @dataclass(frozen=True)
@@ -36,11 +33,12 @@ class StepCost:
 class Inspection:
     model: str
     binary: str
+    variant: str  # "profile / variant" whose launch the predictions assume
+    launch: str  # its llama-server options, as `run` starts it (the model aside)
     memory: ModelMemory
     cache_reuse: str  # whether --cache-reuse 256 can work, and if not why
     swa_full: str  # what --swa-full changes
-    costs: dict[str, list[StepCost]]  # size label -> report A's steps
-    skipped_sizes: dict[str, str]  # size label -> why it is not predicted
+    costs: dict[str, list[StepCost]]  # size label -> the steps a run measures
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "memory": {**self.memory.to_dict(), "family": self.memory.family,
@@ -67,33 +65,22 @@ def _swa_full(memory: server_inputs.Memory, spec: launch.LaunchSpec) -> str:
             f"than the window can be kept without a checkpoint")
 
 
-def inspect(variant: Variant, sizes: Sequence[int], corpus: str) -> Inspection:
-    """`variant`'s model, as its binary builds it, and report A's predicted costs at `sizes` (prompts as long as
-    `corpus`'s questions and edit make them). A size the model or a slot cannot hold is refused as `run` refuses it,
-    before any server starts."""
-    runner.refuse_beyond_context([(variant, size, size) for size in sizes])
+def inspect(profile: Profile, sizes: Sequence[int]) -> Inspection:
+    """The one variant of `profile`: its model as its binary builds it, and the steps a run of it would measure at
+    `sizes`, with what each is predicted to re-process: ``runner.plan_profile``, the plan `run` makes and
+    announces, so the two agree step by step. A size the model or a slot cannot hold is refused as `run` refuses
+    it, before any server starts."""
+    (variant,) = profile.variants
+    planned = runner.plan_profile(profile, Selection(sizes=tuple(sizes)))
     server_build = build.of(variant.binary)  # the build's own rules (probed once, kept)
     built = server_build.memory(variant.model)
-    corpus_spec = corpus_mod.load_spec(corpus)
-    selected = scenarios.select(REPORT_A)
-    costs: dict[str, list[StepCost]] = {}
-    skipped: dict[str, str] = {}
-    trained = built.n_ctx_train
-    spec = None
-    for size in sizes:
-        if trained and size > trained:
-            skipped[size_label(size)] = f"beyond the model's trained context ({trained:,} tokens)"
-            continue
-        spec = launch.resolve(variant, server_build, context=launch.session_context(size), verify=False, early_stop=False,
-                              memory=built)
-        planned = plan.plan_session(spec, size, selected, corpus_spec, name=size_label(size))
-        costs[size_label(size)] = [
-            StepCost(f"{c.scenario}/{c.step}", c.prompt_tokens, None if built.not_modelled else c.prefill)
-            for c in planned.calls if c.role == Role.MEASURE]
-    spec = spec or launch.resolve(variant, server_build, context=launch.session_context(min(sizes)), verify=False,
-                                  early_stop=False, memory=built)
-    return Inspection(str(variant.model), str(variant.binary.path), built, _cache_reuse(spec.memory, spec),
-                      _swa_full(spec.memory, spec), costs, skipped)
+    spec = launch.resolve(variant, server_build, context=launch.session_context(min(sizes)), memory=built)
+    costs = {size_label(session.size): [
+        StepCost(f"{c.scenario}/{c.step}", c.prompt_tokens, None if built.not_modelled else c.expected)
+        for c in session.calls if c.role == Role.MEASURE] for session in planned}
+    return Inspection(str(variant.model), str(variant.binary.path), f"{profile.name} / {variant.name}",
+                      " ".join([*variant.server_args()[2:], *spec.added]), built,
+                      _cache_reuse(spec.memory, spec), _swa_full(spec.memory, spec), costs)
 
 
 def render(found: Inspection) -> str:
@@ -110,11 +97,12 @@ def render(found: Inspection) -> str:
         f"--swa-full: {found.swa_full}",
         f"reuse model: {'not modelled: ' + m.not_modelled if m.not_modelled else 'predicts every step'}",
     ]
-    for size, why in found.skipped_sizes.items():
-        lines.append(f"report A at {size}: not predicted, {why}")
+    lines.append(f"launch ({found.variant}, as `run` starts it): {found.launch}")
     for size, steps in found.costs.items():
-        lines.append(f"report A at {size}, re-processed of prompt tokens (predicted):")
+        lines.append(f"the run's steps at {size}, re-processed of prompt tokens (predicted):")
         width = max(len(s.step) for s in steps)
         lines += [f"  {s.step:<{width}}  {'not modelled' if s.expected is None else f'{s.expected:,}'}"
                   f" of {s.prompt_tokens:,}" for s in steps]
+    lines.append("lengths as the plan counts them, a word a token; the run counts the tokenizer's, and a count moves "
+                 "by no more than its prompt's length does (tests/test_model_memory.py)")
     return "\n".join(lines)

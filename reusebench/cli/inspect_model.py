@@ -26,21 +26,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     binary = binaries.resolve_binary(args.binary, source="--binary") if args.binary else variant.binary
     variant = dataclasses.replace(variant, model=model.resolve(), model_spec=str(model), binary=binary, mmproj=None,
                                   lora=())
-    found = inspection.inspect(variant, args.size or [sizes.parse_size(DEFAULT_SIZE)], profile.corpus)
+    # your profile's corpus; with the embedded launch, what a profile of MODEL alone reads (real prose)
+    corpus = profile.corpus if args.profile else profiles.REAL_PROSE_CORPUS
+    profile = dataclasses.replace(profile, variants=(variant,), corpus=corpus)
+    found = inspection.inspect(profile, args.size or [sizes.parse_size(DEFAULT_SIZE)])
     print(json.dumps(found.to_dict(), indent=2) if args.json else inspection.render(found))
     return Exit.OK
 
 
 def add_inspect(sub: common.Subparsers) -> None:
-    shows = "what the suite believes about a model: its memory as llama-server builds it, and what six steps cost"
+    shows = "what the suite believes about a model: its memory as llama-server builds it, and what each step costs"
     parser = common.add_command(sub, "inspect", shows, (
         "What the suite believes about MODEL, without a run: the architecture, its memory as the llama-server that "
         "loads it reports at startup (attention, recurrent, hybrid, a window and its type), whether --cache-reuse "
-        "can work, what --swa-full changes, whether the reuse model follows this memory, and the tokens six "
-        "steps would re-process (first load, resend, interleave, re-ask, an edit at the middle, a restore from "
-        "disk), predicted at each --size under the profile's launch options (the embedded default's, "
-        f"{BASE_PROFILE}, unless --profile names yours). The memory is read from one short start of the server, "
-        "kept per binary and model file."))
+        "can work, what --swa-full changes, whether the reuse model follows this memory, and the tokens each "
+        "step of a run would re-process, predicted at each --size: the plan `run` makes for the profile's launch "
+        f"(the embedded default's, {BASE_PROFILE}, unless --profile names yours), with MODEL in it. The memory is "
+        "read from one short start of the server, kept per binary and model file."))
     parser.add_argument("model", type=Path, metavar="MODEL.gguf", help="the model file")
     parser.add_argument("--binary", metavar="PATH", help="the llama-server that loads it (default: the profile's, "
                         "`default`: the pinned build)")

@@ -36,8 +36,13 @@ class PlannedCall:
     step: str
     role: Role
     prompt_tokens: int
-    prefill: int  # what the reuse model expects the server to prefill (0 for a step that stops at its count)
-    stops: bool = False
+    expected: int  # what the reuse model expects the server to re-process
+    stops: bool = False  # the step stops once its count is known (``stops_at``)
+
+    @property
+    def prefill(self) -> int:
+        """What the run will prefill for it: nothing for a step that stops at its count."""
+        return 0 if self.stops else self.expected
 
 
 @dataclass
@@ -67,9 +72,9 @@ class PlanSteps(VariantSteps):
         self.model = spec.reuse_model()
         self._ids: dict[str, int] = {}
         self._tokenized: dict[str, list[int]] = {}
-        question = max(len(q.split()) for q in corpus_spec.questions)
-        self.document = self._words("d", size - question - 1)
-        self.other = self._words("o", size - question - 1)
+        # documents of `size` tokens, as the session's are (``corpus.exact_document``); the question comes on top
+        self.document = self._words("d", size)
+        self.other = self._words("o", size)
         lines = self.document.split("\n")
         middle = len(lines) // 2
         self.edited = "\n".join([*lines[:middle], corpus_spec.edit, *lines[middle:]])
@@ -158,8 +163,7 @@ class PlanSteps(VariantSteps):
         verify = self.spec.verify
         stops = may_stop and stops_at(expected.prompt_n, expected.cache_n, verify=verify,
                                       awaited=verify and key in self._waiting)
-        self.plan.calls.append(PlannedCall(scenario, step, role, len(tokens), 0 if stops else expected.prompt_n,
-                                           stops))
+        self.plan.calls.append(PlannedCall(scenario, step, role, len(tokens), expected.prompt_n, stops))
         n_predict = self.spec.variant.n_predict
         answer = [10**9 + self._answers + i for i in range(n_predict)]  # ids no prompt word has
         self._answers += n_predict
