@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -63,13 +64,14 @@ def test_whatif_s_best_combinations_are_measured_as_predicted(
     # as it is, then parallel 2 (the slots) with cache-ram 0 or -1 (the RAM cache off, or on with no limit): three
     # combinations, all verified
     assert main(["whatif", *SLICE, "--profile", profile, "--try", "parallel=2", "--try", "cache-ram=0,-1",
-                 "--verify", "3", "--results", str(tmp_path)]) == 0
+                 "--verify", "3", "--results", str(tmp_path), "--wide"]) == 0
     out = capsys.readouterr().out.splitlines()
-    head = next(i for i, line in enumerate(out) if line.startswith("| launch") and "predicted" in line)
-    table = [line.split("|") for line in out[head + 2:] if line.startswith("|")]
-    assert [row[1].strip() for row in table[:1]] == ["as it is"]
-    assert {row[1].strip() for row in table[1:]} == {"--parallel 2 --cache-ram 0", "--parallel 2 --cache-ram -1"}
-    assert [row[4].strip() for row in table] == ["equal"] * 3, "\n".join(out)
+    head = next(i for i, line in enumerate(out) if line.startswith("launch") and "measured s" in line)
+    table = [re.split(r"\s{2,}", line.strip()) for line in out[head + 2:head + 5]]
+    assert [row[0] for row in table[:1]] == ["as it is"]
+    assert {row[0] for row in table[1:]} == {"--parallel 2 --cache-ram 0", "--parallel 2 --cache-ram -1"}
+    assert [row[3] for row in table] == ["equal"] * 3, "\n".join(out)
+    assert all(float(row[5]) > 0 for row in table)  # each replay's measured prefill seconds beside its tokens
     # the prediction's run and the verification's, each stamped with its kind and every launch it names
     stamps = {run: provenance.read(run) for run in (tmp_path / "runs").iterdir()}
     (whatif,) = [s for s in stamps.values() if s.kind == "whatif"]
@@ -79,6 +81,19 @@ def test_whatif_s_best_combinations_are_measured_as_predicted(
     replays = replay_report.figures(records.read_records(verified / "records.jsonl"))
     assert [f.excess_by_class for f in replays] == [f.expected_by_class for f in replays]
     assert sum(sum(f.excess_by_class.values()) for f in replays) > 0
+
+
+def test_whatif_s_ranking_fits_100_columns_and_wide_shows_it_whole(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # seven launches at a given rate: predicted with no replay; the long launch lines wrap in their cells
+    argv = ["whatif", *SLICE, "--profile", "tiny-qwen35", "--try", "parallel=1,2,4", "--try", "cache-ram=0,8192",
+            "--rate", "1000", "--results", str(tmp_path)]
+    assert main(argv) == 0
+    narrow = capsys.readouterr().out
+    assert max(map(len, narrow.splitlines())) <= 100 and "by where served" in narrow
+    assert main([*argv, "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert max(map(len, wide.splitlines())) > 100 and "| --parallel 4 --cache-ram 8192 |" in wide
 
 
 def test_a_trace_the_tap_wrote_replays_and_goes_through_whatif(tmp_path: Path,

@@ -72,8 +72,10 @@ def _rate(args: argparse.Namespace, as_it_is: Outcome, prompts: list[TracePrompt
     return PrefillRate(measured.tokens, measured.seconds, f"measured now: {measured.source}, {len(short)} requests")
 
 
-def _verify(best: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, trace: Trace,
+def _verify(best: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, trace: Trace, rate: PrefillRate,
             args: argparse.Namespace) -> int:
+    """Replays `best` serially and prints, per launch, the re-processed tokens and prefill seconds predicted (at
+    `rate`) beside the measured ones; exit 1 where a count differs."""
     try:
         print(file=common.progress(args))
         run, measured = _replay(best, prompts, blocks, trace, args, "verifying the prediction")
@@ -92,8 +94,12 @@ def _verify(best: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, t
         same = got == o.prediction.reprocessed and not first
         differ |= not same
         table.append([o.combination.label, f"{o.prediction.reprocessed:,}", "-" if got is None else f"{got:,}",
-                      "equal" if same else "DIFFERS", first])
-    print(tabulate(table, headers=["launch", "predicted", "measured", "", "first difference"], tablefmt="github"))
+                      "equal" if same else "DIFFERS", f"{rate.seconds_for(o.prediction.reprocessed):,.1f}",
+                      "-" if session is None else f"{session.prefill_s:,.1f}", first])
+    headers = ["launch", "predicted", "measured", "", "predicted s", "measured s", "first difference"]
+    narrow = None if args.wide else [whatif_report.LAUNCH_WIDTH, None, None, None, None, None, 24]
+    print(tabulate(table, headers=headers, tablefmt="simple", disable_numparse=True, maxcolwidths=narrow))
+    print(f"(tokens decide; the seconds are this box's: predicted at {rate.describe()})")
     print(f"\npage: {written.page}", file=common.progress(args))
     return Exit.FINDING if differ else Exit.OK
 
@@ -124,12 +130,13 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if args.json:
         print((run.path / run_kinds.WHATIF_FILE).read_text())
     else:
-        print(whatif_report.render_text(outcomes, rate, trace_line=trace_line))
+        print(whatif_report.render_text(outcomes, rate, trace_line=trace_line,
+                                        width=None if args.wide else common.TERMINAL_COLUMNS))
     print(f"\npage: {page}", file=common.progress(args))
     if not args.verify:
         return Exit.OK
     return _verify(distinct_launches(as_it_is, whatif_report.ranked(outcomes), args.verify), prompts, blocks, trace,
-                   args)
+                   rate, args)
 
 
 def distinct_launches(as_it_is: Outcome, ranked: list[Outcome], count: int) -> list[Outcome]:
@@ -164,5 +171,6 @@ def add_whatif(sub: common.Subparsers) -> None:
                         "seconds (default: from the last replay of this variant under --results, else a short replay "
                         "now)")
     whatif.add_argument("--results", default=str(common.RESULTS_DIR), help="results directory (default: results)")
+    common.add_wide(whatif)
     common.add_json(whatif, "the ranked combinations as JSON on stdout")
     whatif.set_defaults(func=cmd_whatif)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,19 +46,28 @@ def rows(outcomes: Sequence[Outcome], rate: PrefillRate) -> list[dict[str, Any]]
     return found
 
 
-def render_text(outcomes: Sequence[Outcome], rate: PrefillRate, *, trace_line: str) -> str:
+LAUNCH_WIDTH, SERVED_WIDTH = 20, 18  # where a table must fit a terminal, these columns wrap in their cells
+
+
+def render_text(outcomes: Sequence[Outcome], rate: PrefillRate, *, trace_line: str, width: int | None = None) -> str:
+    """The ranking as text; with `width`, every line fits it (long launches and classes wrap in their cells)."""
     table = [[r["rank"], r["combination"], f"{r['reprocessed']:,}", f"{r['over_ideal']:,}",
               ", ".join(f"{k} {v:,}" for k, v in r["over_ideal_by_class"].items()) or "-",
               f"{r['prefill_s']:,.1f}", _gain(r["gain_s"]).removesuffix(" s")]
              for r in rows(outcomes, rate)]
+    headers = ["#", "launch", "re-processed", "over ideal", "over ideal by where served", "prefill s", "gain s"]
     lines = [trace_line, f"prefill rate: {rate.describe()}", "",
-             tabulate(table, headers=["#", "launch", "re-processed", "over ideal", "over ideal by where served",
-                                      "prefill s", "gain s"], tablefmt="github", disable_numparse=True)]
+             tabulate(table, headers=headers, tablefmt="github", disable_numparse=True) if width is None else
+             tabulate(table, headers=[*headers[:4], "by where served", *headers[5:]], tablefmt="simple",
+                      disable_numparse=True, maxcolwidths=[None, LAUNCH_WIDTH, None, None, SERVED_WIDTH, None, None])]
     ideal = next((o.prediction.ideal for o in outcomes if o.prediction), None)
     if ideal is not None:
         lines.append(f"\nideal (the trace's own unbounded prefix cache): {ideal:,} tokens re-processed")
     lines += [f"left out: {o.combination.label}: {o.skipped}" for o in outcomes if o.prediction is None]
     lines += sorted({note for o in outcomes for note in o.notes})
+    if width is not None:
+        lines = [line if "\n" in line else textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False)
+                 for line in lines]
     return "\n".join(lines)
 
 
