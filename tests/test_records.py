@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from reusebench.records import Record, RecordWriter, Role, lora_applied, lora_key, read_records, verdict
+from reusebench.report import run_kinds, view
 from reusebench.report import run_report as report
+from reusebench.run import provenance
 
 
 def record(scenario: str, step: str, *, role: str = "measure", prompt_tokens: int = 1000, cache_n: int = 0,
@@ -127,3 +129,34 @@ def test_a_failed_step_s_error_is_whole_in_the_report() -> None:
     # cut at 40 characters, "HTTP 400: request (8211 tokens) exceeds the available context size" read "(821"
     failed = record("first_load", "cold", error="HTTP 400: request (8211 tokens) exceeds the available context size")
     assert "request (8211 tokens) exceeds the available context size" in report.render_text([failed], width=None)
+
+
+def test_the_list_of_runs_says_each_run_s_status_and_links_a_prediction_to_its_verification(tmp_path: Path) -> None:
+    # four runs as their commands leave them: a run with a failed call, an interrupted check, a prediction and
+    # the replay that verified it (its run.json names the prediction's run)
+    def run(name: str, kind: str, **selection: object) -> Path:
+        path = tmp_path / "runs" / name
+        path.mkdir(parents=True)
+        provenance.write(path, provenance.Stamp(None, None, "server_profiles/tiny-llama.yaml", "0" * 64, {},
+                                                kind=kind, selection=selection))
+        (path / view.PAGE).write_text("<p>a page</p>")
+        return path
+
+    failed = run("20261207T000001-aaaaaa", "scenarios")
+    with RecordWriter(failed / "records.jsonl") as writer:
+        writer.write(RECORDS[0])
+        writer.write(record("resend", "same prompt", error="HTTP 500"))
+    check = run("20261207T000002-bbbbbb", "check")
+    (check / run_kinds.CHECK_FILE).write_text('[{"profile": "tiny-llama", "incomplete": "interrupted", "verdicts": []}]')
+    prediction = run("20261207T000003-cccccc", "whatif")
+    (prediction / run_kinds.WHATIF_FILE).write_text('{"trace": {"name": "mooncake-conversation", "requests": 80}, '
+                                                    '"ranked": []}')
+    verification = run("20261207T000004-dddddd", "replay", prediction=prediction.name)
+    (verification / "records.jsonl").write_text("")
+    page = view.write_index(tmp_path).read_text()
+    rows = {line.split("</a>")[0].rsplit(">", 1)[1]: line for line in page.split("<tr>")[2:]}
+    assert "<td>1 failed</td>" in rows[failed.name]
+    assert "<td>incomplete</td>" in rows[check.name]
+    assert (f'verified: <a href="runs/{verification.name}/{view.PAGE}">' in rows[prediction.name]
+            and "tiny-llama (trace mooncake-conversation)" in rows[prediction.name])
+    assert "<td>no records</td>" in rows[verification.name]

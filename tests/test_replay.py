@@ -77,6 +77,9 @@ def test_whatif_s_best_combinations_are_measured_as_predicted(
     (whatif,) = [s for s in stamps.values() if s.kind == "whatif"]
     (verified,) = [run for run, s in stamps.items() if s.selection.get("for") == "verifying the prediction"]
     assert stamps[verified].kind == "replay" and len(stamps[verified].launches) == len(whatif.launches) == 3
+    predicted = next(run for run, s in stamps.items() if s.kind == "whatif")
+    assert stamps[verified].selection["prediction"] == predicted.name  # and the prediction's page links to it
+    assert f"href='../{verified.name}/index.html'" in (predicted / "index.html").read_text()
     # the tokens over the ideal by where they were served from: the model's classes are the log's, launch by launch
     replays = replay_report.figures(records.read_records(verified / "records.jsonl"))
     assert [f.excess_by_class for f in replays] == [f.expected_by_class for f in replays]

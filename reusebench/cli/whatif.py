@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tabulate import tabulate
@@ -39,12 +40,14 @@ def tried(text: str) -> combos.Tried:
 
 
 def _replay(outcomes: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, trace: Trace,
-            args: argparse.Namespace, why: str) -> tuple[RunDir, list[records.Record]]:
-    """A serial replay of each outcome's launch, all in one new run; (the run, its records). Ctrl-C stops it with
-    every server stopped and what was recorded kept."""
+            args: argparse.Namespace, why: str, prediction: str | None = None) -> tuple[RunDir, list[records.Record]]:
+    """A serial replay of each outcome's launch, all in one new run; (the run, its records). Its run.json names
+    why, and the prediction's run it verifies. Ctrl-C stops it with every server stopped and what was recorded
+    kept."""
     profile = profiles.load_profile(args.profile)
     stamp = provenance.of_launches(profile, [o.spec for o in outcomes], RunKind.REPLAY, {
-        **replay_cli.trace_selection(trace, trace, ReplayMode().name), "for": why})
+        **replay_cli.trace_selection(trace, trace, ReplayMode().name), "for": why,
+        **({"prediction": prediction} if prediction else {})})
     with open_run(Path(args.results), stamp) as (run, writer):
         print(f"{why}: {len(outcomes)} launch(es), a serial replay of {len(prompts)} requests each (run "
               f"{run.run_id})", file=common.progress(args))
@@ -73,14 +76,16 @@ def _rate(args: argparse.Namespace, as_it_is: Outcome, prompts: list[TracePrompt
 
 
 def _verify(best: list[Outcome], prompts: list[TracePrompt], blocks: BlockIds, trace: Trace, rate: PrefillRate,
-            args: argparse.Namespace) -> int:
+            args: argparse.Namespace, prediction: RunDir, link: Callable[[RunDir], None]) -> int:
     """Replays `best` serially and prints, per launch, the re-processed tokens and prefill seconds predicted (at
-    `rate`) beside the measured ones; exit 1 where a count differs."""
+    `rate`) beside the measured ones; exit 1 where a count differs. The prediction's page links to the
+    verification once it ran (`link`)."""
     try:
         print(file=common.progress(args))
-        run, measured = _replay(best, prompts, blocks, trace, args, "verifying the prediction")
+        run, measured = _replay(best, prompts, blocks, trace, args, "verifying the prediction", prediction.run_id)
     except Interrupted as stopped:
         return common.interrupted(stopped.summary)
+    link(run)
     written = common.write_run_report(run.path, f"whatif verification on {trace.name}, run {run.run_id}")
     by_session = {f.session: f for f in replay_report.figures(measured)}
     table, differ = [], False
@@ -124,9 +129,13 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     (run.path / run_kinds.WHATIF_FILE).write_text(whatif_report.render_json(outcomes, rate, trace={
         "name": whole.name, "requests": len(prompts), "scale": trace.scale}))
     page = run.path / view.PAGE
-    page.write_text(whatif_report.render_page(outcomes, rate, title=f"reusebench whatif {run.run_id}",
-                                              trace_line=trace_line))
-    view.write_index(Path(args.results))
+
+    def write_page(verification: RunDir | None = None) -> None:
+        page.write_text(whatif_report.render_page(outcomes, rate, title=f"reusebench whatif {run.run_id}",
+                                                  trace_line=trace_line, verification=verification))
+        view.write_index(Path(args.results))
+
+    write_page()
     if args.json:
         print((run.path / run_kinds.WHATIF_FILE).read_text())
     else:
@@ -136,7 +145,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if not args.verify:
         return Exit.OK
     return _verify(distinct_launches(as_it_is, whatif_report.ranked(outcomes), args.verify), prompts, blocks, trace,
-                   rate, args)
+                   rate, args, run, write_page)
 
 
 def distinct_launches(as_it_is: Outcome, ranked: list[Outcome], count: int) -> list[Outcome]:

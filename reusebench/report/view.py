@@ -18,16 +18,17 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from reusebench import records
 from reusebench.budget import prefill_budgets
+from reusebench.check.verdicts import Verdict
 from reusebench.config.sizes import size_label
 from reusebench.machine.host import under_load
-from reusebench.records import Record, Role, RunKind, run_kind
+from reusebench.records import Record, Role, RunKind, run_kind, was_interrupted
 from reusebench.report import markdown_html, replay_view, run_kinds, run_report, service_report
 from reusebench.report.run_kinds import CHECK_FILE, WHATIF_FILE
 from reusebench.reuse import verification
@@ -104,32 +105,64 @@ def _verdict_cell(v: dict[str, Any] | None) -> str:
 
 
 def write_index(results_dir: Path) -> Path:
-    """``results/index.html``: every run under ``results/runs`` that has a page, newest first."""
+    """``results/index.html``: every run under ``results/runs`` that has a page, newest first, with its status: a
+    failed or interrupted run, a check's failing verdicts, a prediction's verification (linked)."""
+    runs = [run_dir for run_dir in sorted((results_dir / "runs").glob("*/"), reverse=True) if (run_dir / PAGE).is_file()]
+    stamps = {run_dir.name: provenance.read(run_dir) for run_dir in runs}
+    verified_by = {stamp.selection["prediction"]: run_id for run_id, stamp in stamps.items()
+                   if stamp is not None and stamp.selection.get("prediction")}
     rows = []
-    for run_dir in sorted((results_dir / "runs").glob("*/"), reverse=True):
-        if not (run_dir / PAGE).is_file():
-            continue
+    for run_dir in runs:
         kind = run_kinds.of_run(run_dir)
+        stamp = stamps[run_dir.name]
+        profile = Path(stamp.profile).stem if stamp is not None else ""
         if kind is RunKind.WHATIF:
             found = json.loads((run_dir / WHATIF_FILE).read_text())
-            what, profiles = kind.value, found["trace"]["name"]
+            what, profiles = kind.value, f"{profile} (trace {found['trace']['name']})"
             sessions, count = len(found["ranked"]), found["trace"]["requests"]
+            verification = verified_by.get(run_dir.name)
+            status = (f'verified: <a href="runs/{_e(verification)}/{PAGE}">{_e(verification)}</a>' if verification
+                      else "predicted, not verified")
         elif kind is RunKind.CHECK:
             reports = json.loads((run_dir / CHECK_FILE).read_text())
             what, profiles = "option check", ", ".join(dict.fromkeys(r["profile"] for r in reports))
             sessions, count = len(reports), sum(len(r["verdicts"]) for r in reports)
+            status = _e(_check_status(reports))
         else:
             rs = records.read_records(run_dir / "records.jsonl")
             what = kind.value
             profiles = ", ".join(dict.fromkeys(r.profile for r in rs))
             sessions, count = len({r.session for r in rs}), len(rs)
+            status = _e(_records_status(rs))
         rows.append(f'<tr><td><a href="runs/{_e(run_dir.name)}/{PAGE}">{_e(run_dir.name)}</a></td><td>{what}</td>'
-                    f"<td>{_e(profiles)}</td><td class=n>{sessions}</td><td class=n>{count}</td></tr>")
-    body = ("<h1>reusebench runs</h1><table><tr><th>run</th><th>kind</th><th>profiles</th>"
+                    f"<td>{status}</td><td>{_e(profiles)}</td><td class=n>{sessions}</td><td class=n>{count}</td></tr>")
+    body = ("<h1>reusebench runs</h1><table><tr><th>run</th><th>kind</th><th>status</th><th>profiles</th>"
             "<th>sessions (variants)</th><th>records (verdicts)</th></tr>" + "".join(rows) + "</table>")
     index = results_dir / PAGE
     index.write_text(_page("reusebench runs", body))
     return index
+
+
+def _records_status(rs: Sequence[Record]) -> str:
+    """"ok", "interrupted", "3 failed" (calls that got no answer), or "no records"."""
+    if not rs:
+        return "no records"
+    if any(was_interrupted(r.error) for r in rs):
+        return "interrupted"
+    failed = sum(bool(r.error) for r in rs)
+    unexpected = sum(r.verdict == "UNEXPECTED" for r in rs)
+    said = [f"{failed} failed"] * bool(failed) + [f"{unexpected} UNEXPECTED"] * bool(unexpected)
+    return ", ".join(said) or "ok"
+
+
+def _check_status(reports: Sequence[dict[str, Any]]) -> str:
+    """"incomplete", or the verdicts that fail a check ("1 UNSAFE, 2 DISABLED"), or "ok"."""
+    if any(r.get("incomplete") for r in reports):
+        return "incomplete"
+    verdicts = Counter(v["verdict"] for r in reports for v in r["verdicts"])
+    failing = [f"{verdicts[v.value]} {v.value}" for v in (Verdict.UNSAFE, Verdict.UNSUPPORTED, Verdict.DISABLED,
+                                                          Verdict.INEFFECTIVE) if verdicts[v.value]]
+    return ", ".join(failing) or "ok"
 
 
 def render_run(run_id: str, run_records: Sequence[Record], stamp: provenance.Stamp | None = None,

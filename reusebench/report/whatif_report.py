@@ -13,6 +13,8 @@ from typing import Any
 from tabulate import tabulate
 
 from reusebench.records import Served
+from reusebench.report import view
+from reusebench.run.recording import RunDir
 from reusebench.whatif.prediction import Outcome
 from reusebench.whatif.rate import PrefillRate
 
@@ -80,7 +82,9 @@ def render_json(outcomes: Sequence[Outcome], rate: PrefillRate, *, trace: dict[s
                        "notes": sorted({note for o in outcomes for note in o.notes})}, indent=2)
 
 
-def render_page(outcomes: Sequence[Outcome], rate: PrefillRate, *, title: str, trace_line: str) -> str:
+def render_page(outcomes: Sequence[Outcome], rate: PrefillRate, *, title: str, trace_line: str,
+                verification: RunDir | None = None) -> str:
+    """The ranking as bars, and a link to the replay that verified it (a sibling run directory) once there is one."""
     found = rows(outcomes, rate)
     top = max((r["prefill_s"] for r in found), default=0.0) or 1.0
     bars = "".join(
@@ -93,7 +97,9 @@ def render_page(outcomes: Sequence[Outcome], rate: PrefillRate, *, title: str, t
     left = "".join(f"<li>{_e(o.combination.label)}: {_e(o.skipped)}</li>" for o in outcomes if o.prediction is None)
     body = (f"<h1>{_e(title)}</h1><p>{_e(trace_line)}</p><p class=muted>prefill rate: {_e(rate.describe())}</p>"
             "<table class=whatif><tr><th>#</th><th>launch</th><th>predicted prefill seconds</th><th></th>"
-            f"<th>re-processed</th><th>gain</th></tr>{bars}</table>" + (f"<p>left out:</p><ul>{left}</ul>" if left else ""))
+            f"<th>re-processed</th><th>gain</th></tr>{bars}</table>" + (f"<p>left out:</p><ul>{left}</ul>" if left else "")
+            + (f"<p class=verified>verified by a replay of the best launches: <a href='../{_e(verification.run_id)}/"
+               f"{view.PAGE}'>run {_e(verification.run_id)}</a></p>" if verification else ""))
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_e(title)}</title><style>"
             "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em} td,th{padding:3px 8px;text-align:left} "
             "td.n{text-align:right} .muted{color:#777}</style></head><body>" + body + "</body></html>\n")
