@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from reusebench.advise.next_steps import next_steps
+from reusebench.config import profiles
 from reusebench.records import Record, RecordWriter, Role, lora_applied, lora_key, read_records, verdict
 from reusebench.report import run_kinds, view
 from reusebench.report import run_report as report
@@ -160,3 +164,18 @@ def test_the_list_of_runs_says_each_run_s_status_and_links_a_prediction_to_its_v
     assert (f'verified: <a href="runs/{verification.name}/{view.PAGE}">' in rows[prediction.name]
             and "tiny-llama (trace mooncake-conversation)" in rows[prediction.name])
     assert "<td>no records</td>" in rows[verification.name]
+
+
+@pytest.mark.e2e  # the model's memory is learned from a short start of its server the first time
+def test_a_run_whose_windowed_model_missed_suggests_swa_full_and_advise() -> None:
+    # tiny-gemma3 keeps a 128-token window on five of six layers: a restore that re-read everything, without
+    # --swa-full, points at it; with --swa-full only advise is suggested; a run without a miss suggests nothing
+    profile = profiles.load_profile("tiny-gemma3")
+    missed = record("restore_disk", "resend", ideal=1, variant="swa-full=off")
+    (window, advise) = next_steps(profile, [RECORDS[0], missed])
+    assert window.startswith("next (swa-full=off): the model keeps only a 128-token window on 5 of 6 layers")
+    assert advise == (f"next: `reusebench advise --profile {profile.path}` tries the launch changes that matter for "
+                      "the 1 step(s) that should have hit and re-processed everything (restore_disk/resend)")
+    assert next_steps(profile, [record("restore_disk", "resend", ideal=1, variant="swa-full=on")]) == [
+        advise.replace("swa-full=off", "swa-full=on")]
+    assert next_steps(profile, [RECORDS[0]]) == []  # the first load cannot hit

@@ -165,12 +165,12 @@ def check_variant(variant: Variant, *, progress: Callable[[str], None] | None = 
                 return [setting.verdict(Verdict.UNVERIFIED, f"llama-server did not start: {error}")
                         for setting, _ in checked]
             started = time.monotonic()
-            left = [probe is not None for _, probe in checked]
+            probes = [probe is not None for _, probe in checked]
             for setting, probe in checked:
-                probed = sum(left[:done])
-                estimate = (time.monotonic() - started) / probed * sum(left[done:]) if probed and probe else None
-                say(f"[{done + 1}/{len(checked)}] {setting.option}: {'probing' if probe else 'no probe'}"
-                    + (f", about {estimate:.0f} s left" if estimate is not None else ""))
+                # the probes differ by tens of seconds (a restart, a long prompt): no time is guessed from the
+                # first ones, the time spent and the probes left are said
+                say(f"[{done + 1}/{len(checked)}] {setting.option}: {'probing' if probe else 'no probe'} "
+                    f"({time.monotonic() - started:.0f} s so far, {sum(probes[done + 1:])} probe(s) after this)")
                 verdicts += _run_probe(ctx, setting, probe)
                 done += 1
             return verdicts

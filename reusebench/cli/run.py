@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from reusebench import records
+from reusebench.advise.next_steps import next_steps
 from reusebench.capability import build
 from reusebench.cli import common
 from reusebench.cli.exits import Exit
@@ -45,8 +46,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     width = None if args.wide else common.TERMINAL_COLUMNS  # report.md keeps every column
     print(run_report.summary_json(result.records) if args.json else run_report.render_text(result.records, width))
     if args.verbosity >= 0:
+        out = common.progress(args)
         print(f"\n{len(result.records)} records in {time.monotonic() - started:.0f} s; "
-              f"report: {result.run_dir / 'report.md'}; page: {written.page}", file=sys.stderr)
+              f"report: {result.run_dir / 'report.md'}; page: {written.page}", file=out)
+        for line in next_steps(profile, result.records):
+            print(line, file=out)
     return Exit.FINDING if result.failed_sessions else Exit.OK
 
 
