@@ -103,6 +103,6 @@ def render(found: Inspection) -> str:
         width = max(len(s.step) for s in steps)
         lines += [f"  {s.step:<{width}}  {'not modelled' if s.expected is None else f'{s.expected:,}'}"
                   f" of {s.prompt_tokens:,}" for s in steps]
-    lines.append("lengths as the plan counts them, a word a token; the run counts the tokenizer's, and a count moves "
-                 "by no more than its prompt's length does (tests/test_model_memory.py)")
+    lines.append("lengths as the plan counts them, a word a token: a run counts the tokenizer's, and a count moves by "
+                 "no more than its prompt's length does")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from reusebench.cli import common
 from reusebench.cli.exits import Exit
 from reusebench.config import profiles, sizes
 from reusebench.llama import binaries
+from reusebench.run.progress import fit
 
 BASE_PROFILE = "tiny-base"  # report A's launch options: one slot, ubatch 512, 32 checkpoints, an 8 GiB RAM cache
 DEFAULT_SIZE = "32K"
@@ -30,7 +31,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     corpus = profile.corpus if args.profile else profiles.REAL_PROSE_CORPUS
     profile = dataclasses.replace(profile, variants=(variant,), corpus=corpus)
     found = inspection.inspect(profile, args.size or [sizes.parse_size(DEFAULT_SIZE)])
-    print(json.dumps(found.to_dict(), indent=2) if args.json else inspection.render(found))
+    print(json.dumps(found.to_dict(), indent=2) if args.json else
+          fit(inspection.render(found), common.TERMINAL_COLUMNS))
     return Exit.OK
 
 

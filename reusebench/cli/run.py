@@ -17,6 +17,7 @@ from reusebench.records import RunKind
 from reusebench.report import run_report, service_runs
 from reusebench.run import plan, provenance, runner, session
 from reusebench.run.opening import Interrupted, open_run
+from reusebench.run.progress import fit
 from reusebench.run.selection import Repeats, Selection
 from reusebench.run.service import ScheduleDeviation, resolve_for_workload, service_run
 from reusebench.tap import InFront
@@ -32,7 +33,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                           corpus_name=args.corpus, verify=not args.no_verify, early_stop=not args.full_prefills,
                           repeats=repeats, on_failure=args.on_failure)
     if args.dry_run:
-        print(plan.render_plan(runner.plan_profile(profile, selection)))
+        planned = plan.render_plan(runner.plan_profile(profile, selection))
+        print(planned if args.wide else fit(planned, common.TERMINAL_COLUMNS))
         return Exit.OK
     started = time.monotonic()
     try:

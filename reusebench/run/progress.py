@@ -93,17 +93,26 @@ class Lines(io.StringIO):
         return self.tty
 
 
+def fit(text: str, width: int) -> str:
+    """Each line of `text` wrapped to `width` columns, its continuation indented under it; a word longer than the
+    width (a path) stays whole, and a live line (``\\r``) keeps its control characters."""
+    fitted_lines = []
+    for line in text.split("\n"):
+        live, mark, body = line.rpartition("\r")
+        if mark and body.startswith("\033[K"):
+            mark, body = mark + "\033[K", body.removeprefix("\033[K")
+        indent = " " * (len(body) - len(body.lstrip(" ")))
+        fitted_lines.append(live + mark + (textwrap.fill(body, width, subsequent_indent=indent + "    ",
+                                                         break_long_words=False, break_on_hyphens=False)
+                                           if body.strip() else body))
+    return "\n".join(fitted_lines)
+
+
 def fitted(to: TextIO, width: int) -> Lines:
-    """`to`, with each line wrapped to `width` columns and its continuation indented under it; a word longer than
-    the width (a path) stays whole, and a live line (``\\r``) goes through as it is."""
+    """`to`, with each line fitted to `width` columns (``fit``) as it is written."""
 
     def say(line: str) -> None:
-        live, mark, text = line.rpartition("\r")
-        if mark and text.startswith("\033[K"):
-            mark, text = mark + "\033[K", text.removeprefix("\033[K")
-        indent = " " * (len(text) - len(text.lstrip(" ")))
-        to.write(live + mark + (textwrap.fill(text, width, subsequent_indent=indent + "    ", break_long_words=False,
-                                              break_on_hyphens=False) if text.strip() else text) + "\n")
+        to.write(fit(line, width) + "\n")
 
     def partial(text: str) -> None:
         to.write(text)
