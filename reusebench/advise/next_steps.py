@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 from reusebench.capability import build
 from reusebench.config.profiles import Profile
-from reusebench.records import Record, Role, outcome
+from reusebench.records import Record, Role, StepVerdict, outcome
 
 
 def next_steps(profile: Profile, measured: Sequence[Record]) -> list[str]:
     """One line per suggestion, none when every step that should hit did."""
     missed = [r for r in measured if r.role == Role.MEASURE and not r.error and r.expected_hit is not False
-              and outcome(r) == "miss"]
+              and outcome(r) == StepVerdict.MISS]
     if not missed:
         return []
     ran = {r.variant for r in missed}

@@ -41,6 +41,7 @@ from reusebench.records.served import Served, served, served_by_log
 from reusebench.records.verdicts import (
     EXPECTED_TOLERANCE,
     HIT_TOLERANCE,
+    StepVerdict,
     apply_verification,
     deviation,
     interrupted,
@@ -65,6 +66,7 @@ __all__ = [
     "Role",
     "RunKind",
     "Served",
+    "StepVerdict",
     "apply_verification",
     "deviation",
     "failed_sessions",

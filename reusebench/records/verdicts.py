@@ -5,6 +5,7 @@ error of an interrupted call, and the deferred verifications a later record appl
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 from reusebench.records.schema import Record, Role
@@ -14,6 +15,19 @@ HIT_TOLERANCE = 8  # tokens over the ideal that still count as a hit (hybrids st
 # is UNEXPECTED. Zero: the model works on the token ids the server is sent and the server's rules are integer
 # arithmetic on them, so there is no noise to allow for; every token of difference is a rule the model lacks.
 EXPECTED_TOLERANCE = 0
+
+
+class StepVerdict(StrEnum):
+    """A measured step's verdict, as records keep it (the value) and reports and pages compare it."""
+
+    HIT = "hit"
+    PARTIAL = "partial"
+    MISS = "miss"
+    FULL = "full (cannot hit)"
+    WRONG_OUTPUT = "WRONG OUTPUT"
+    UNEXPECTED = "UNEXPECTED"
+    NOT_MODELLED = "NOT MODELLED"
+    FOREIGN_REUSE = "FOREIGN REUSE"
 
 
 def deviation(r: Record) -> int | None:
@@ -31,32 +45,32 @@ def was_interrupted(error: str | None) -> bool:
     return bool(error) and str(error).startswith("interrupted (")
 
 
-def outcome(r: Record, shared: int = 0) -> str:
+def outcome(r: Record, shared: int = 0) -> StepVerdict:
     """The one rule for hit, partial and miss, for every report and page: a hit re-processed no more than
     HIT_TOLERANCE tokens over what a perfect cache would; a miss reused nothing beyond `shared` tokens (a system
     prompt every conversation of a service starts with; 0 for a scenario); partial lies between. Whether the turn
     should hit is the record's own ``expected_hit``."""
     if (r.excess or 0) <= HIT_TOLERANCE:
-        return "hit"
-    return "miss" if (r.cache_n or 0) <= shared else "partial"
+        return StepVerdict.HIT
+    return StepVerdict.MISS if (r.cache_n or 0) <= shared else StepVerdict.PARTIAL
 
 
-def verdict(r: Record, shared: int = 0) -> str:
+def verdict(r: Record, shared: int = 0) -> StepVerdict:
     """One word per measured step: hit, partial, miss, full (cannot hit), wrong output, foreign reuse,
     UNEXPECTED when prompt_n is not what the reuse model predicts (a wrong output outranks it: the
     report's output column and cause columns still show both), or NOT MODELLED where the model predicts nothing
     for this memory (``extra["not_modelled"]`` says why). `shared` is ``outcome``'s: a workload's turn that reused
     no more than the system prompt is a miss (or full, when it cannot hit), as its service report counts it."""
     if r.matches_reference is False:
-        return "WRONG OUTPUT"
+        return StepVerdict.WRONG_OUTPUT
     if abs(deviation(r) or 0) > EXPECTED_TOLERANCE:
-        return "UNEXPECTED"
+        return StepVerdict.UNEXPECTED
     if r.extra.get("not_modelled"):
-        return "NOT MODELLED"
+        return StepVerdict.NOT_MODELLED
     if r.extra.get("foreign_reused"):
-        return "FOREIGN REUSE"
+        return StepVerdict.FOREIGN_REUSE
     if not r.expected_hit and (r.cache_n or 0) <= max(HIT_TOLERANCE, shared):
-        return "full (cannot hit)"
+        return StepVerdict.FULL
     return outcome(r, shared)
 
 

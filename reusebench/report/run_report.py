@@ -16,7 +16,7 @@ from tabulate import tabulate
 
 from reusebench.config.sizes import size_label
 from reusebench.machine import spread
-from reusebench.records import Record, Role, RunKind, deviation, outcome, was_interrupted
+from reusebench.records import Record, Role, RunKind, StepVerdict, deviation, outcome, was_interrupted
 from reusebench.report import replay_report, run_kinds, service_runs
 
 
@@ -192,10 +192,10 @@ def miss_rates(records: Iterable[Record]) -> str:
     measured = [r for r in records if r.role == Role.MEASURE and not r.error]
     should = [r for r in measured if r.expected_hit is not False]  # unknown (older records) counts as should
     cannot = [r for r in measured if r.expected_hit is False]
-    missed = sum(outcome(r) == "miss" for r in should)
+    missed = sum(outcome(r) == StepVerdict.MISS for r in should)
     all_full = sum(not r.cache_n for r in measured)  # a fact, not an outcome: what report B's single rate counted
     wrong = sum(r.matches_reference is False for r in measured)
-    unexpected = [r for r in measured if r.verdict == "UNEXPECTED"]
+    unexpected = [r for r in measured if r.verdict == StepVerdict.UNEXPECTED]
     foreign = sum(bool(r.extra.get("foreign_reused")) for r in measured)
     not_modelled = dict.fromkeys(str(r.extra["not_modelled"]) for r in measured if r.extra.get("not_modelled"))
     return "\n".join((*plainly(records),

@@ -26,7 +26,7 @@ from typing import Any
 from tabulate import tabulate
 
 from reusebench.config import users, workload
-from reusebench.records import Extra, Record, Role, lora_applied, outcome
+from reusebench.records import Extra, Record, Role, StepVerdict, lora_applied, outcome
 
 LORA_AFTER_RESTORE = "LoRA-change clear after restore"
 SIMILARITY_STOLE = "similarity stole the slot"
@@ -42,10 +42,10 @@ class Turn:
     """One user turn as the report sees it."""
 
     record: Record
-    outcome: str  # "hit" | "partial" | "miss"
+    outcome: StepVerdict  # hit, partial or miss
     route: str  # one of ROUTES
     cause: str | None  # why a should-hit turn was not a hit; None for hits and turns that cannot hit
-    expected: str | None = None  # the outcome the reuse model predicted (a serial run's), else None
+    expected: StepVerdict | None = None  # the outcome the reuse model predicted (a serial run's), else None
 
     @property
     def should_hit(self) -> bool:
@@ -145,13 +145,13 @@ def turns(records: Sequence[Record]) -> list[Turn]:
             continue
         result = outcome(r, ctx.system_tokens)
         cause = None
-        if result != "hit" and r.expected_hit:
+        if result != StepVerdict.HIT and r.expected_hit:
             cause = next(name for name, fits in MISS_CAUSES if fits(r, ctx))
         found.append(Turn(r, result, route(r), cause, _expected_outcome(r, ctx.system_tokens)))
     return found
 
 
-def _expected_outcome(r: Record, shared: int) -> str | None:
+def _expected_outcome(r: Record, shared: int) -> StepVerdict | None:
     """The outcome had the turn re-processed what the reuse model predicted."""
     if r.expected is None or r.prompt_tokens is None:
         return None
@@ -174,9 +174,9 @@ def miss_table(found: Sequence[Turn]) -> str:
     predicted = bool(found) and all(t.expected is not None for t in found)
 
     def row(label: str, group: list[Turn]) -> list[str]:
-        misses = sum(t.outcome == "miss" for t in group)
-        partial = sum(t.outcome == "partial" for t in group)
-        expected = [str(sum(t.expected == "miss" for t in group))] if predicted else []
+        misses = sum(t.outcome == StepVerdict.MISS for t in group)
+        partial = sum(t.outcome == StepVerdict.PARTIAL for t in group)
+        expected = [str(sum(t.expected == StepVerdict.MISS for t in group))] if predicted else []
         return [label, str(len(group)), _rate(misses, len(group)), *expected, str(partial)]
 
     should = [t for t in found if t.should_hit]
@@ -411,7 +411,7 @@ def figures(records: Sequence[Record]) -> dict[str, float]:
     summary = next((r for r in records if r.role == Role.SESSION), None)
     long_tokens = summary.extra.get("long_prefill_tokens", 4096) if summary else 4096
     found = turns(records)
-    missed = [t for t in found if t.should_hit and t.outcome != "hit"]
+    missed = [t for t in found if t.should_hit and t.outcome != StepVerdict.HIT]
     causes = miss_causes(found)
     out: dict[str, float] = {
         "should hit": len(missed),

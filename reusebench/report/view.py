@@ -28,7 +28,7 @@ from reusebench.budget import prefill_budgets
 from reusebench.check.verdicts import Verdict
 from reusebench.config.sizes import size_label
 from reusebench.machine.host import under_load
-from reusebench.records import Record, Role, RunKind, run_kind, was_interrupted
+from reusebench.records import Record, Role, RunKind, StepVerdict, run_kind, was_interrupted
 from reusebench.report import markdown_html, replay_view, run_kinds, run_report, service_report
 from reusebench.report.run_kinds import CHECK_FILE, WHATIF_FILE
 from reusebench.reuse import verification
@@ -150,7 +150,7 @@ def _records_status(rs: Sequence[Record]) -> str:
     if any(was_interrupted(r.error) for r in rs):
         return "interrupted"
     failed = sum(bool(r.error) for r in rs)
-    unexpected = sum(r.verdict == "UNEXPECTED" for r in rs)
+    unexpected = sum(r.verdict == StepVerdict.UNEXPECTED for r in rs)
     said = [f"{failed} failed"] * bool(failed) + [f"{unexpected} UNEXPECTED"] * bool(unexpected)
     return ", ".join(said) or "ok"
 
@@ -290,8 +290,8 @@ def _service(name: str, rs: list[Record]) -> str:
     calls = sorted((r for r in rs if r.user is not None and r.endpoint and not r.error), key=lambda r: r.started_at)
     outcomes = {id(t.record): t for t in service_report.turns(rs)}
     should = [t for t in outcomes.values() if t.should_hit]
-    missed = sum(t.outcome == "miss" for t in should)
-    partial = sum(t.outcome == "partial" for t in should)
+    missed = sum(t.outcome == StepVerdict.MISS for t in should)
+    partial = sum(t.outcome == StepVerdict.PARTIAL for t in should)
     probes = [r for r in calls if r.role == Role.PROBE]
     cards = (("requests", f"{len(calls)}"), ("users", f"{len({r.user for r in calls if r.role != Role.PROBE})}"),
              ("health checks", f"{len(probes)}"),
