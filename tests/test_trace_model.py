@@ -54,8 +54,8 @@ def test_whatif_s_children_answer_in_launch_order_and_their_failures_are_raised(
         return spec * 2
 
     monkeypatch.setattr(prediction, "_predict_one", stand_in)
-    assert prediction._predict_all([], None, [1, 2, 3, 4, 5], 2) == [2, 4, 6, 8, 10]  # type: ignore[arg-type]
+    assert prediction._predict_all([], None, [1, 2, 3, 4, 5], 2) == [2, 4, 6, 8, 10]  # type: ignore[arg-type, list-item]
     with pytest.raises(ValueError, match="launch thirty"):
-        prediction._predict_all([], None, [1, 30, 3], 2)  # type: ignore[arg-type]
+        prediction._predict_all([], None, [1, 30, 3], 2)  # type: ignore[arg-type, list-item]
     with pytest.raises(RuntimeError, match=r"launch 2 ended without an answer \(exit status 7\)"):
-        prediction._predict_all([], None, [1, 40], 2)  # type: ignore[arg-type]
+        prediction._predict_all([], None, [1, 40], 2)  # type: ignore[arg-type, list-item]
