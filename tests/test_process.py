@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -160,11 +161,13 @@ def test_handle_restart_gets_a_client_on_the_new_port_and_reads_the_log_by_mark(
         _ = handle.client
 
 
-def test_tests_stopped_by_sigterm_leave_no_server(tmp_path: Path):
-    # a test that holds a server, its pytest sent SIGTERM (as a cancelled CI job or `timeout` does)
+def test_tests_stopped_by_sigterm_leave_no_server_and_no_raw_log(tmp_path: Path):
+    # a test that holds a server, its pytest sent SIGTERM (as a cancelled CI job or `timeout` does): the server
+    # stops, and its raw log (-lv 4 may carry prompt text) goes with it
     (tmp_path / "test_holds.py").write_text(
         "import time\nfrom pathlib import Path\nimport pytest\nfrom test_process import make_server\n\n"
         "@pytest.mark.e2e\ndef test_holds():\n    with make_server() as server:\n"
+        f"        Path({str(tmp_path / 'log')!r}).write_text(str(server.raw_log_path))\n"
         f"        Path({str(tmp_path / 'pid')!r}).write_text(str(server.pid))\n        time.sleep(600)\n")
     tests = Path(__file__).parent
     env = {**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -185,6 +188,19 @@ def test_tests_stopped_by_sigterm_leave_no_server(tmp_path: Path):
         if (tmp_path / "pid").exists() and process_group_alive(int((tmp_path / "pid").read_text())):
             os.killpg(int((tmp_path / "pid").read_text()), signal.SIGKILL)  # what the assert below reports
     assert not left
+    raw_log = Path((tmp_path / "log").read_text())
+    assert not raw_log.exists() and not raw_log.parent.exists()
+
+
+def test_a_server_object_never_closed_leaves_no_private_directory():
+    # made, started and stopped, never closed (a driver that lost it): its directory goes with the object
+    server = make_server().start()
+    private = server.raw_log_path.parent
+    server.stop()
+    assert private.exists()
+    del server
+    gc.collect()
+    assert not private.exists()
 
 
 def test_a_starter_killed_outright_takes_its_server_with_it(tmp_path: Path):

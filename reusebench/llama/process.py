@@ -16,6 +16,7 @@ import ctypes
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -111,8 +113,10 @@ class ServerProcess:
         self.popen: subprocess.Popen[bytes] | None = None
         self._private_dir = Path(tempfile.mkdtemp(prefix="reusebench-server-"))
         os.chmod(self._private_dir, 0o700)
-        # Raw log at -lv 4 may carry prompt text; it stays private and is deleted on close().
+        # Raw log at -lv 4 may carry prompt text; it stays private and is deleted on close(), or, for a server
+        # never closed, when this object goes or the process exits (Ctrl-C, SIGTERM, an error anywhere).
         self.raw_log_path = self._private_dir / "server.log"
+        weakref.finalize(self, shutil.rmtree, self._private_dir, ignore_errors=True)
         self.starts = 0
         self._start_offset = 0
 
@@ -155,6 +159,7 @@ class ServerProcess:
     def _start_once(self) -> ServerProcess:
         if self.popen is not None:
             raise ServerError("server already started")
+        self._private_dir.mkdir(mode=0o700, exist_ok=True)  # again after a close()
         if not self.binary.is_file() or not os.access(self.binary, os.X_OK):
             raise ServerError(f"llama-server binary missing or not executable: {self.binary}")
         self.port = self.requested_port or free_port()
@@ -273,12 +278,7 @@ class ServerProcess:
     def close(self) -> None:
         """Stop the server and delete the private raw log."""
         self.stop()
-        if self.raw_log_path.exists():
-            self.raw_log_path.unlink()
-        try:
-            self._private_dir.rmdir()
-        except OSError:
-            pass
+        shutil.rmtree(self._private_dir, ignore_errors=True)
 
     def __enter__(self) -> ServerProcess:
         return self.start()
