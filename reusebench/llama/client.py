@@ -69,6 +69,8 @@ class Completion:
     tokens: list[int] = field(default_factory=list)
     probs: list[TokenProbs] = field(default_factory=list)
     status: int = 200
+    draft_n: int | None = None  # speculative decoding: tokens drafted, and accepted (None: no speculation)
+    draft_accepted: int | None = None
 
 
 def _timings(obj: dict[str, Any]) -> dict[str, Any]:
@@ -134,8 +136,10 @@ class LlamaClient:
         on_progress: ProgressCallback | None = None,
         extra: dict[str, Any] | None = None,
         timeout_s: float | None = None,
+        whole: bool = False,
     ) -> Completion:
-        """Greedy ``/completion``, streamed. ``prompt`` is text or token ids.
+        """Greedy ``/completion``, streamed (``whole``: answered at once, no progress). ``prompt`` is text or token
+        ids.
 
         ``timeout_s`` bounds the whole call (prefill and generation); a server that
         stops sending (hung, stopped) fails it at the latest then. ``cache_prompt=None``
@@ -159,6 +163,8 @@ class LlamaClient:
         if id_slot is not None:
             body["id_slot"] = id_slot
         body.update(extra or {})
+        if whole:  # unstreamed, the ids come only when asked for
+            return self._whole("/completion", {**body, "return_tokens": True}, _completion_chunk, timeout_s)
         return self._stream("/completion", body, on_progress, _completion_chunk, timeout_s)
 
     def chat(
@@ -170,8 +176,10 @@ class LlamaClient:
         n_probs: int = 5,
         on_progress: ProgressCallback | None = None,
         timeout_s: float | None = None,
+        whole: bool = False,
     ) -> tuple[Completion, str]:
-        """Greedy ``/v1/chat/completions``, streamed; returns the measurement and the reply text.
+        """Greedy ``/v1/chat/completions``, streamed (``whole``: answered at once, no progress); returns the
+        measurement and the reply text.
 
         The measurement carries the generated token ids and top logprobs (OpenAI
         ``logprobs``; llama-server adds the ids), as ``complete`` does. The reply
@@ -194,7 +202,7 @@ class LlamaClient:
 
         def chunk(obj: dict[str, Any], acc: _Accumulator) -> None:
             for choice in obj.get("choices", []):
-                piece = (choice.get("delta") or {}).get("content")
+                piece = (choice.get("delta") or choice.get("message") or {}).get("content")
                 if piece:
                     reply.append(piece)
                     acc.first_token()
@@ -203,8 +211,22 @@ class LlamaClient:
                 acc.probs.extend(_token_probs(generated))
             acc.timings = _timings(obj) or acc.timings
 
-        completion = self._stream("/v1/chat/completions", body, on_progress, chunk, timeout_s)
+        completion = (self._whole("/v1/chat/completions", body, chunk, timeout_s) if whole else
+                      self._stream("/v1/chat/completions", body, on_progress, chunk, timeout_s))
         return completion, "".join(reply)
+
+    def _whole(self, path: str, body: dict[str, Any], on_answer: Callable[[dict[str, Any], _Accumulator], None],
+               timeout_s: float | None = None) -> Completion:
+        """One unstreamed call: its answer read as a stream's one last chunk; no progress, no time to first
+        token."""
+        acc = _Accumulator(time.perf_counter())
+        response = self._request("POST", path, json={**body, "stream": False, "return_progress": False},
+                                 **_timeout(timeout_s))
+        answer = response.json()
+        on_answer({**answer, "stop": True}, acc)
+        acc.timings = _timings(answer) or acc.timings
+        acc.t_first_token = None
+        return acc.result()
 
     def _stream(
         self,
@@ -325,6 +347,8 @@ class _Accumulator:
             wall_ms=(end - self.t0) * 1000.0,
             tokens=self.tokens,
             probs=self.probs,
+            draft_n=None if t.get("draft_n") is None else int(t["draft_n"]),
+            draft_accepted=None if t.get("draft_n_accepted") is None else int(t["draft_n_accepted"]),
         )
 
 

@@ -85,6 +85,8 @@ class Extra(TypedDict, total=False):
     # every driver
     repeat: int  # which of repeated sessions or runs wrote it
     diverges_at: int | None  # where the prompt first differs from what its slot held (a position)
+    draft_n: int  # speculative decoding: tokens drafted for this answer (the server's timings)
+    draft_accepted: int  # ... and of them accepted
     # the session
     slot_from: str  # "disk": the slot was restored from a file just before
     expected_wrong_output: bool  # the reuse model knows the reused state to be foreign

@@ -79,6 +79,9 @@ class Launch:
     lora_adapters: int = 0
     n_ctx: int = 0  # --ctx-size; 0: not known, then a slot's context bounds nothing
     swa_full: bool = False
+    # speculative decoding on (--spec-type other than none, or a draft model): b11434 streams a token's
+    # probabilities only for the first token of each accepted draft (llama.cpp #27196), so its calls go unstreamed
+    speculative: bool = False
 
     @property
     def n_streams(self) -> int:
@@ -129,6 +132,7 @@ def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False
         lora_adapters=lora_adapters,
         n_ctx=n_ctx,
         swa_full=bool(options.get("swa-full")),
+        speculative=str(options.get("spec-type", "none")) != "none" or options.get("spec-draft-model") is not None,
     )
 
 

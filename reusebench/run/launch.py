@@ -115,6 +115,6 @@ def resolve(variant: Variant, build: Build, *, context: Context, metrics: bool =
     spec = LaunchSpec(variant, build, server_inputs.memory_of(built, state), launch, tuple(added),
                       slot_save_path=None if save_path is None else Path(str(save_path)),
                       sleep_idle_s=variant.number("sleep-idle-seconds"), verify=variant.verify and verify,
-                      early_stop=early_stop)
+                      early_stop=early_stop and not launch.speculative)  # unstreamed calls give no progress to stop at
     # a stopped step's slot is erased at once: a server that refuses slot actions cannot have a step stopped
     return spec if spec.slot_actions else replace(spec, early_stop=False)

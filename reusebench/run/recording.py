@@ -145,6 +145,8 @@ class Recorder:
         record.ttft_ms, record.wall_ms = c.ttft_ms, c.wall_ms
         record.output_hash = self.hash_tokens(c.tokens)
         record.excess = None if record.ideal is None else c.prompt_n - record.ideal
+        if c.draft_n is not None:
+            record.extra.update(Extra(draft_n=c.draft_n, draft_accepted=c.draft_accepted or 0))
 
     @staticmethod
     def attach_task(record: Record, task: Task) -> None:

@@ -31,8 +31,8 @@ class Request:
 class Requests:
     """Makes `Request`s for one server; tokenizes each text once."""
 
-    def __init__(self, server: SessionServer, n_predict: int) -> None:
-        self.server, self.n_predict = server, n_predict
+    def __init__(self, server: SessionServer, n_predict: int, *, whole: bool = False) -> None:
+        self.server, self.n_predict, self.whole = server, n_predict, whole  # whole: unstreamed (speculation)
         self._tokens: dict[str, list[int]] = {}
         self._user_start: list[int] | None = None  # the chat template's user-message marker, asked once
 
@@ -50,21 +50,21 @@ class Requests:
         # exactly those, and spends no time tokenizing text outside its prompt time (~1 ms per 1K tokens here),
         # which would otherwise sit between the client's TTFT and the server's prompt_ms.
         tokens = self.prompt_tokens(prompt)
-        handle, n_predict = self.server, self.n_predict
+        handle, n_predict, whole = self.server, self.n_predict, self.whole
 
         def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
             return handle.client.complete(tokens, n_predict=n_predict, cache_prompt=cache_prompt, lora=lora,
-                                          on_progress=progress, timeout_s=timeout_s), ""
+                                          on_progress=progress, timeout_s=timeout_s, whole=whole), ""
 
         return Request("/completion", tokens, lora, (), send)
 
     def chat(self, messages: scenarios.Messages) -> Request:
         messages = [dict(m) for m in messages]  # a deferred reference must send this turn, not a later one
-        handle, n_predict = self.server, self.n_predict
+        handle, n_predict, whole = self.server, self.n_predict, self.whole
 
         def send(cache_prompt: bool, progress: ProgressCallback | None, timeout_s: float) -> tuple[Completion, str]:
             return handle.client.chat(messages, n_predict=n_predict, cache_prompt=cache_prompt,
-                                      on_progress=progress, timeout_s=timeout_s)
+                                      on_progress=progress, timeout_s=timeout_s, whole=whole)
 
         # the server's own rendering, tokenized as it does (BOS added), so `ideal` compares what it compares
         tokens = self.tokens(handle.client.apply_template(messages))

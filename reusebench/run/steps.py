@@ -55,7 +55,7 @@ class SessionSteps(VariantSteps):
                  progress: Progress) -> None:
         self.spec, self.corpus_spec, self.server, self.recorder, self.progress = (spec, corpus_spec, server, recorder,
                                                                                  progress)
-        self.requests = Requests(server, spec.variant.n_predict)
+        self.requests = Requests(server, spec.variant.n_predict, whole=spec.launch.speculative)
         self.diagnosis = Diagnosis(server, recorder)
         self.references = ReferenceKeeper(spec.verify, progress)
         # what the server should do, request by request: from the GGUF, the launch options and the build's probed

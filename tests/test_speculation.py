@@ -1,0 +1,35 @@
+"""Speculative decoding on the tiny hybrid, on the real llama-server: the counts with n-gram speculation on are the
+reuse model's, step for step, and the same as with it off; the drafts the server accepted are recorded.
+
+b11434 streams a token's probabilities (and a chat's token ids) only for the first token of each accepted draft
+(llama.cpp #27196), so a speculating launch's calls go unstreamed: the growth chat's answers fed back to the reuse
+model, and the outputs compared, are then whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reusebench import cli
+from reusebench.records import Role, StepVerdict, read_records
+
+pytestmark = pytest.mark.e2e
+
+PROFILE = Path(__file__).parent / "data" / "tiny-qwen35-spec.yaml"
+
+
+def test_n_gram_speculation_re_processes_what_the_model_expects_and_what_no_speculation_does(tmp_path: Path) -> None:
+    assert cli.main(["run", "--profile", str(PROFILE), "--size", "2K", "--scenario", "resend", "--scenario", "reask",
+                     "--scenario", "growth", "--scenario", "restore_disk", "--results", str(tmp_path)]) == 0
+    measured = [r for r in read_records(next(tmp_path.glob("runs/*/records.jsonl"))) if r.role == Role.MEASURE]
+    by_variant = {v: [r for r in measured if r.variant == v] for v in ("spec-type=none", "spec-type=ngram-mod")}
+    on = by_variant["spec-type=ngram-mod"]
+    assert len(on) == 10 and all(r.prompt_n == r.expected for r in on), [(r.step, r.prompt_n, r.expected) for r in on]
+    # the same counts with speculation off (growth turn 2: 1 + the 40-token question; the restore: everything)
+    assert [r.prompt_n for r in on] == [r.prompt_n for r in by_variant["spec-type=none"]]
+    assert not any(r.verdict == StepVerdict.WRONG_OUTPUT for r in on)
+    # a conversation that repeats its answers gets drafts accepted; the off launch drafts nothing
+    assert sum(r.extra.get("draft_accepted", 0) for r in on if r.scenario == "growth") > 0
+    assert not any("draft_n" in r.extra for r in by_variant["spec-type=none"])
+    assert all(r.ttft_ms is None for r in on)  # unstreamed: no first token seen apart from the whole answer
