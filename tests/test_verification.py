@@ -57,6 +57,18 @@ def test_the_difference_is_in_probability_so_a_rare_token_s_logprob_moves_nothin
     assert abs(difference(moved, completion([1], [math.log(0.5)])).delta - 0.1) < 1e-12
 
 
+def test_a_draft_s_accepted_token_without_probabilities_compares_by_its_id_only() -> None:
+    # speculation: the server gives an accepted draft token no alternatives and a placeholder logprob 0 (p = 1);
+    # against the reference's real 0.5 that would read as a difference of 0.5 / 1 that reuse did not make
+    drafted = completion([1, 2], [math.log(0.5), 0.0], top=[((1, math.log(0.5)),), ()])
+    found = difference(drafted, completion([1, 2], [math.log(0.5), math.log(0.5)]))
+    assert (found.delta, found.first_token, found.compared) == (0.0, None, 2)
+    assert not found.identical and judge(found, 0.0) == WITHIN_NOISE  # not claimed identical: not all was shown
+    wrong_id = difference(completion([1, 3], [math.log(0.5), 0.0], top=[((1, math.log(0.5)),), ()]),
+                          completion([1, 2], [math.log(0.5), math.log(0.5)]))
+    assert wrong_id.first_token == 1 and judge(wrong_id, 0.0) == WRONG  # a flip no probability shows as a near-tie
+
+
 def test_outputs_are_compared_up_to_the_first_differing_token_and_not_after() -> None:
     # Position 1 flips a near-tie (0.50 against 0.48); position 2 continues from other text and is left out.
     got = completion([1, 2, 3], [-0.1, math.log(0.50), -5.0],

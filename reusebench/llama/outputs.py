@@ -67,7 +67,11 @@ def _probabilities(position: TokenProbs) -> dict[int, float]:
 def _position_delta(a: TokenProbs, b: TokenProbs) -> float:
     """The largest probability difference of a token either top-k list holds at one position, over the
     probability of the position's most likely token: a real model's sharp distribution and a random model's flat
-    one on one scale."""
+    one on one scale. A position either side gave no alternatives for compares its token only: llama-server
+    b11434 sets no probabilities for a speculative draft's accepted tokens (its logprob a placeholder 0, llama.cpp
+    #27196), and a placeholder against a real probability would read as a difference reuse did not make."""
+    if not a.top or not b.top:
+        return 0.0
     pa, pb = _probabilities(a), _probabilities(b)
     least_a, least_b = min(pa.values()), min(pb.values())
 
@@ -90,6 +94,8 @@ def difference(got: Completion, reference: Completion) -> Difference:
         compared += 1
         if a.id != b.id:
             first = position
+            if not a.top or not b.top:  # a flip no probability can show to be a near-tie: counted in full
+                delta = 1.0
             break
     shared = common_prefix(got.tokens, reference.tokens)
     if first is None and (shared < max(len(got.tokens), len(reference.tokens))):
