@@ -33,15 +33,17 @@ def test_version_names_the_package_and_the_pinned_llama_cpp(capsys: pytest.Captu
                                                f"b{builder.PINNED.build_number}, {builder.PINNED.requirement})")
 
 
-def test_every_command_has_a_description_the_exit_table_and_q_v() -> None:
+def test_every_command_has_a_description_its_exit_statuses_in_short_and_q_v() -> None:
     found = commands()
     assert len(found) == 21  # replay and whatif are the 18th and 19th, bisect the 20th, fuzz the 21st
     for name, parser in found.items():
         text = parser.format_help()
         assert parser.description and len(parser.description) > 30, name
-        assert exits.table() in text and common.ENVIRONMENT_DOC in text, name
+        # the statuses in two lines, pointing at the whole table, which only the top-level --help prints
+        assert exits.short() in text and exits.table() not in text and common.ENVIRONMENT_DOC in text, name
         assert "-q, --quiet" in text and "-v, --verbose" in text, name
     assert exits.table() in cli.build_parser().format_help()
+    assert all(f"{code.value} " in exits.short() for code in exits.Exit)
 
 
 def test_the_exit_table_keeps_config_errors_apart_from_usage_errors() -> None:

@@ -27,6 +27,7 @@ ENVIRONMENT_DOC = "docs/environment.md"
 PAGES_WRITTEN_BY = ("`run`, `workload`, `tap` and `check` write their run's page and the list when they end; `view` "
                     "writes them again from a run's files.")
 EPILOG = f"{exits.table()}\n\nenvironment variables: {ENVIRONMENT_DOC} in the reusebench repository"
+COMMAND_EPILOG = f"{exits.short()}\nenvironment variables: {ENVIRONMENT_DOC} in the reusebench repository"
 
 
 def _verbosity() -> argparse.ArgumentParser:
@@ -45,8 +46,8 @@ VERBOSITY = _verbosity()
 
 def add_command(sub: Subparsers, name: str, summary: str, description: str | None = None) -> argparse.ArgumentParser:
     """A command's parser: its one-line summary in the list of commands, its description atop its own --help, and
-    -q/-v and the exit statuses on every one."""
-    return sub.add_parser(name, help=summary, description=wrapped(description or summary), epilog=EPILOG,
+    -q/-v and the exit statuses in one line on every one (the whole table is the top-level --help's)."""
+    return sub.add_parser(name, help=summary, description=wrapped(description or summary), epilog=COMMAND_EPILOG,
                           parents=[VERBOSITY], formatter_class=argparse.RawDescriptionHelpFormatter)
 
 

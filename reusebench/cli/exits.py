@@ -34,3 +34,11 @@ def table() -> str:
     """The exit statuses as `--help` prints them, one per line."""
     return "exit status:\n" + "\n".join(textwrap.fill(MEANING[code], 100, initial_indent=f"  {code.value:<4} ",
                                                       subsequent_indent=" " * 7) for code in Exit)
+
+
+def short() -> str:
+    """One line of the statuses, for a subcommand's --help; `reusebench --help` has the whole table."""
+    return textwrap.fill("exit status: " + ", ".join(f"{code.value} {word}" for code, word in (
+        (Exit.OK, "done"), (Exit.FINDING, "a finding"), (Exit.USAGE, "a wrong command line"),
+        (Exit.CONFIG, "a wrong file"), (Exit.BUSY, "busy"), (Exit.INTERRUPTED, "interrupted")))
+        + "; what each means: reusebench --help", 100)
