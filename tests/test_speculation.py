@@ -7,6 +7,8 @@ model, and the outputs compared, are then whole."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,19 @@ def test_n_gram_speculation_re_processes_what_the_model_expects_and_what_no_spec
     assert sum(r.extra.get("draft_accepted", 0) for r in on if r.scenario == "growth") > 0
     assert not any("draft_n" in r.extra for r in by_variant["spec-type=none"])
     assert all(r.ttft_ms is None for r in on)  # unstreamed: no first token seen apart from the whole answer
+
+
+def test_check_says_whether_the_server_drafts_and_how_it_undoes_a_rejected_draft(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a passage, the model's answer to it and the passage again: the n-gram drafter drafts the answer's tokens; the
+    # hybrid's recurrent state is not rolled back (n_rs_seq 0 on this CPU build), so a speculative checkpoint undoes
+    # a rejected draft
+    assert cli.main(["check", "--profile", str(PROFILE), "--option", "spec-type", "--results", str(tmp_path),
+                     "--json"]) == 0
+    verdicts = {report["variant"]: report["verdicts"][0] for report in json.loads(capsys.readouterr().out)}
+    off, on = verdicts["spec-type=none"], verdicts["spec-type=ngram-mod"]
+    assert (off["verdict"], off["evidence"]) == ("ACTIVE", ["speculation off, as set"])
+    assert on["verdict"] == "ACTIVE"
+    accepted = int(re.search(r"accepted (\d+)", on["evidence"][0]).group(1))  # type: ignore[union-attr]
+    assert accepted > 0
+    assert on["evidence"][1] == "log: n_rs_seq = 0: a rejected draft is undone from a speculative checkpoint"

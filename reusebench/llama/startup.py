@@ -20,6 +20,7 @@ APPLIED_NUMBERS = {
     "n_batch": re.compile(r"llama_context: n_batch += (\d+)"),
     "n_ubatch": re.compile(r"llama_context: n_ubatch += (\d+)"),
     "n_threads": re.compile(r"system_info: n_threads = (\d+)"),
+    "n_rs_seq": re.compile(r"llama_context: n_rs_seq += (\d+)"),  # how far a recurrent state can roll back
 }
 
 

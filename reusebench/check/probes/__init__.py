@@ -32,6 +32,7 @@ from reusebench.check.probes.reuse import (
     probe_slot_prompt_similarity,
     probe_swa_full,
 )
+from reusebench.check.probes.speculation import probe_spec_type
 
 SLEEP_OPTION = "sleep-idle-seconds"
 # Option -> probe, run in this order. Probes that change what later ones see come last: slot-save-path
@@ -55,6 +56,7 @@ PROBES: dict[str, Probe] = {
     "cache-ram": probe_cache_ram,
     "cache-reuse": probe_cache_reuse,
     "swa-full": probe_swa_full,
+    "spec-type": probe_spec_type,
     "slot-save-path": probe_slot_save_path,
     SLEEP_OPTION: probe_sleep_idle_seconds,
 }
