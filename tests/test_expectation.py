@@ -80,6 +80,23 @@ def test_a_restored_slot_file_has_no_checkpoints_so_only_a_strict_extension_reus
     assert send(m, extension) == (len(Q2) + 1, f"kept {len(PROMPT) + 7} tokens in slot")  # the last answer token
 
 
+def test_b9246_to_b9442_send_an_extension_of_all_the_slot_holds_back_to_a_checkpoint() -> None:
+    # The next turn of a chat extends everything the slot holds (the prompt, the answer but its last token). b11434
+    # keeps it all: 1 + the question. The builds whose test took `n_past <= n_tokens` one lower go back to the
+    # checkpoint 4 before the prompt's end: 4 + the 7 answer tokens + 1 + the question. After a restore, with no
+    # checkpoint, everything.
+    turn = PROMPT + ANSWER + Q2
+    for rules, expected in ((Capabilities(), len(Q2) + 1), (Capabilities(extension_returns_to_checkpoint=True),
+                                                            4 + 7 + 1 + len(Q2))):
+        m = model(rules=rules)
+        send(m, PROMPT)
+        assert send(m, turn)[0] == expected, rules
+    m = model(rules=Capabilities(extension_returns_to_checkpoint=True))
+    saved = saved_and_restored_after_restart(m)
+    m.restore(0, saved)
+    assert send(m, turn) == (len(turn), "forced full re-processing (no checkpoint before divergence)")
+
+
 def test_a_build_whose_slot_files_carry_checkpoints_restores_them() -> None:
     # b11549: the file holds 1550 and 2062, so a restart loses nothing a checkpoint can give back
     m = model(rules=Capabilities(slot_file_checkpoints=True))

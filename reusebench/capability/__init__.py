@@ -43,6 +43,11 @@ class Capabilities:
     # A slot can be saved, restored and erased while an mmproj is loaded (not 2026-03, which refuses every slot
     # action then, HTTP 501).
     mmproj_slot_actions: bool | None = _rule(True, "slot save, restore and erase with an mmproj loaded", MMPROJ)
+    # A prompt that extends everything a recurrent slot holds is tested like one that diverges, so the slot goes back
+    # to a checkpoint, or re-reads everything where it has none, as after a restore (b9246 to b9442: the test took
+    # `n_past <= n_tokens` with a threshold one lower before b9518's `has_new_tokens` let an extension through).
+    extension_returns_to_checkpoint: bool | None = _rule(False, "a prompt extending all the slot holds goes back "
+                                                                "to a checkpoint")
     # A slot that holds nothing (erased, just started) takes a matching RAM prompt-cache entry (not 2026-03, which
     # updates the cache only for a slot with tokens).
     empty_slot_loads_from_ram: bool | None = _rule(True, "an empty slot loads from the RAM cache")

@@ -99,6 +99,8 @@ def _slot_probes(client: LlamaClient, found: Found, evidence: Evidence) -> None:
     client.slot_erase(0)
     _close_checkpoints(client, words, found, evidence)
     client.slot_erase(0)
+    _extension(client, words, found, evidence)
+    client.slot_erase(0)
     _user_messages(client, words, found, evidence)
 
 
@@ -126,7 +128,7 @@ def probe(binary: Binary, say: Say = lambda _m: None, *, env: Mapping[str, str] 
         servers: list[tuple[str, tuple[str, ...], list[str], Path | None, Callable[..., None]]] = [
             ("slot files, restores and checkpoints",
              ("slot_file_checkpoints", "restore_keeps_slot_checkpoints", "close_checkpoints",
-              "user_message_checkpoints", "completion_message_delimiters"),
+              "extension_returns_to_checkpoint", "user_message_checkpoints", "completion_message_delimiters"),
              ["--cache-ram", "0"], None, lambda h: _slot_probes(h.client, found, evidence)),
             ("slot actions with an mmproj loaded", ("mmproj_slot_actions",),
              ["--mmproj", str(tiny.mmproj_path(MMPROJ_MODEL))], tiny.model_path(MMPROJ_MODEL),
@@ -212,6 +214,17 @@ def _close_checkpoints(client: LlamaClient, words: Words, found: dict[str, bool 
     found["close_checkpoints"] = True if got == len(prompt) - near else False if got == len(prompt) - far else None
     evidence["close_checkpoints"] = (f"a {len(prompt)}-token prompt resent: cache_n={got} (checkpoints at "
                                      f"{len(prompt) - far} and {len(prompt) - near})")
+
+
+def _extension(client: LlamaClient, words: Words, found: Found, evidence: Evidence) -> None:
+    """A 100-token prompt and its answer, then all the slot holds (the prompt and the answer but its last token,
+    which was sampled and never fed) and 8 words more: kept whole, or back at a checkpoint before the end."""
+    prompt = words.prompt(99)
+    held = prompt + _complete(client, prompt).tokens[:-1]
+    got = _complete(client, held + words.tokens(8)).cache_n
+    found["extension_returns_to_checkpoint"] = False if got == len(held) else True if got < len(held) else None
+    evidence["extension_returns_to_checkpoint"] = (f"a {len(prompt)}-token prompt and its answer, then the "
+                                                   f"{len(held)} tokens the slot holds and 8 more: cache_n={got}")
 
 
 def _mmproj_slot_actions(client: LlamaClient, words: Words, found: dict[str, bool | None],

@@ -345,6 +345,8 @@ class ServerModel:
         has_new = n_past < len(tokens)
         threshold = max(0, n_past - self.window - (0 if has_new or not bounded else 1))
         tested = n_past <= len(held.tokens) if bounded else n_past < len(held.tokens)
+        if self.rules.extension_returns_to_checkpoint:  # b9246 to b9442: an extension is tested too, one lower
+            threshold, tested = max(0, n_past - self.window - 1), n_past <= len(held.tokens)
         if not tested or self._pos_min(slot, last_pos) < threshold:
             return _Kept(n_past, f"kept {n_past} tokens in slot", stale or shifted > 0, True)
         for checkpoint in reversed(held.checkpoints):
