@@ -31,6 +31,8 @@ def test_n_gram_speculation_re_processes_what_the_model_expects_and_what_no_spec
     # the same counts with speculation off (growth turn 2: 1 + the 40-token question; the restore: everything)
     assert [r.prompt_n for r in on] == [r.prompt_n for r in by_variant["spec-type=none"]]
     assert not any(r.verdict == StepVerdict.WRONG_OUTPUT for r in on)
+    # greedy: each step's answer token for token as without speculation (the outputs' hashes, keyed by the run)
+    assert [r.output_hash for r in on] == [r.output_hash for r in by_variant["spec-type=none"]]
     # a conversation that repeats its answers gets drafts accepted; the off launch drafts nothing
     assert sum(r.extra.get("draft_accepted", 0) for r in on if r.scenario == "growth") > 0
     assert not any("draft_n" in r.extra for r in by_variant["spec-type=none"])
