@@ -202,6 +202,10 @@ def summarise(measured: list[records.Record], records_paths: list[str],
             # measured minus what the reuse model predicts: 0 while the build behaves as its rules say
             "deviation_from_expected": _median_known(records.deviation(r) for r in rs),
             "mismatch": max(int(r.matches_reference is False) for r in rs),  # any repeat that differed
+            # speculative decoding: n/a for a variant that does not speculate (benchmarks/speculation.py)
+            "drafted_tokens": _median_known(r.extra.get("draft_n") for r in rs),
+            "accepted_tokens": _median_known(r.extra.get("draft_accepted") for r in rs),
+            "decode_seconds": _median_known(None if r.predicted_ms is None else r.predicted_ms / 1000 for r in rs),
             # the machine state beside the figures (benchmarks/gpu_state.py)
             **{name: _median_known((r.gpu or {}).get(name) for r in rs) for name in GPU_STATE},
             "model_page_cache_fraction": _median_known((r.host or {}).get("model_page_cache_fraction") for r in rs),

@@ -104,7 +104,7 @@ def fit(text: str, width: int) -> str:
         indent = " " * (len(body) - len(body.lstrip(" ")))
         fitted_lines.append(live + mark + (textwrap.fill(body, width, subsequent_indent=indent + "    ",
                                                          break_long_words=False, break_on_hyphens=False)
-                                           if body.strip() else body))
+                                           if len(body) > width and body.strip() else body))
     return "\n".join(fitted_lines)
 
 
