@@ -243,3 +243,11 @@ def test_launch_options_read_as_the_server_reads_them() -> None:
     assert (one.n_slots, one.kv_unified, one.cache_idle_slots, one.n_ubatch) == (1, False, False, 2048)
 
 
+
+
+def test_a_launch_speculates_with_a_spec_type_or_a_draft_model() -> None:
+    # its calls then go unstreamed (llama.cpp #27196), and no step stops at its count
+    assert not launch_of_options(TINY_BASE).speculative
+    assert not launch_of_options({**TINY_BASE, "spec-type": "none"}).speculative
+    assert launch_of_options({**TINY_BASE, "spec-type": "ngram-mod"}).speculative
+    assert launch_of_options({**TINY_BASE, "spec-draft-model": "draft.gguf"}).speculative
