@@ -37,6 +37,7 @@ def test_n_gram_speculation_re_processes_what_the_model_expects_and_what_no_spec
     assert sum(r.extra.get("draft_accepted", 0) for r in on if r.scenario == "growth") > 0
     assert not any("draft_n" in r.extra for r in by_variant["spec-type=none"])
     assert all(r.ttft_ms is None for r in on)  # unstreamed: no first token seen apart from the whole answer
+    assert all(r.prompt_ms is not None for r in on)  # and no step stopped at its count: nothing streams progress
 
 
 def test_check_says_whether_the_server_drafts_and_how_it_undoes_a_rejected_draft(

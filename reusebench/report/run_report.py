@@ -261,7 +261,8 @@ def summary_json(records: Iterable[Record]) -> str:
     keep = ("session", "profile", "variant", "build", "size", "scenario", "step", "prompt_tokens", "prompt_n",
             "cache_n", "ideal", "excess", "expected", "cause_expected", "prompt_ms", "ttft_ms", "wall_ms", "verdict", "matches_reference",
             "mismatch", "expected_hit", "error")
-    checks = ("output_check", "output_delta", "noise_band", "repeat", "expected_wrong_output", "not_modelled")
+    checks = ("output_check", "output_delta", "noise_band", "repeat", "expected_wrong_output", "not_modelled", "draft_n",
+              "draft_accepted")
     rows = [{k: getattr(r, k) for k in keep} | {"cause": cause_words(r) or None} | {k: r.extra.get(k) for k in checks}
             | {"unverified": unverified(r), "cut_short": was_interrupted(r.error)}
             for r in records if r.role == Role.MEASURE]
