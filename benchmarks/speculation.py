@@ -9,8 +9,9 @@ re-processed tokens (``reuse.ReprocessedTokens``) and the outputs (``correctness
 from . import common
 
 
-class DraftTokens(common.SessionFigures):
-    """Tokens drafted, and of them accepted, for the answer of each reuse step (n/a without speculation)."""
+class Speculation(common.SessionFigures):
+    """Tokens drafted, and of them accepted, for the answer of each reuse step (n/a without speculation), and the
+    seconds spent generating it: what speculation is meant to shorten."""
 
     params = (common.SIZES, common.VARIANTS, common.REUSE_STEPS)
     param_names = ["size", "variant", "step"]
@@ -19,14 +20,4 @@ class DraftTokens(common.SessionFigures):
 
     track_drafted_tokens = common.track("drafted_tokens")
     track_accepted_tokens = common.track("accepted_tokens")
-
-
-class DecodeSeconds(common.SessionFigures):
-    """Seconds the server spent generating each reuse step's answer: what speculation is meant to shorten."""
-
-    params = (common.SIZES, common.VARIANTS, common.REUSE_STEPS)
-    param_names = ["size", "variant", "step"]
-    unit = "seconds"
-    version = "1"
-
-    track_decode_seconds = common.track("decode_seconds")
+    track_decode_seconds = common.track("decode_seconds", unit="seconds")

@@ -91,9 +91,9 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "reuse.ReprocessedTokens.track_excess_over_ideal",
         "reuse.ExpectedTokens.track_deviation_from_expected",
         "correctness.ReusedOutputMismatch.track_mismatch",
-        "speculation.DraftTokens.track_drafted_tokens",
-        "speculation.DraftTokens.track_accepted_tokens",
-        "speculation.DecodeSeconds.track_decode_seconds",
+        "speculation.Speculation.track_drafted_tokens",
+        "speculation.Speculation.track_accepted_tokens",
+        "speculation.Speculation.track_decode_seconds",
         *(f"gpu_state.FirstLoadGpuState.track_{name}"
           for name in ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s",
                        "model_page_cache_fraction")),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -208,6 +209,7 @@ def test_a_starter_killed_outright_takes_its_server_with_it(tmp_path: Path):
     # signal is what stops the server then
     script = ("import os, signal, sys\nfrom pathlib import Path\nfrom test_process import make_server\n"
               f"server = make_server().start()\nPath({str(tmp_path / 'pid')!r}).write_text(str(server.pid))\n"
+              f"Path({str(tmp_path / 'log')!r}).write_text(str(server.raw_log_path.parent))\n"
               "os.kill(os.getpid(), signal.SIGKILL)\n")
     env = {**os.environ, "PYTHONPATH": f"{Path(__file__).parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     starter = subprocess.run([sys.executable, "-c", script], env=env, timeout=SLOW_MACHINE_S)
@@ -219,4 +221,6 @@ def test_a_starter_killed_outright_takes_its_server_with_it(tmp_path: Path):
     left = process_group_alive(pgid)
     if left:
         os.killpg(pgid, signal.SIGKILL)  # what the assert below reports
+    # nothing ran to delete the raw log after SIGKILL: the test removes what its starter left
+    shutil.rmtree((tmp_path / "log").read_text(), ignore_errors=True)
     assert not left

@@ -71,10 +71,9 @@ def inspect(profile: Profile, sizes: Sequence[int]) -> Inspection:
     announces, so the two agree step by step. A size the model or a slot cannot hold is refused as `run` refuses
     it, before any server starts."""
     (variant,) = profile.variants
-    planned = runner.plan_profile(profile, Selection(sizes=tuple(sizes)))
-    server_build = build.of(variant.binary)  # the build's own rules (probed once, kept)
-    built = server_build.memory(variant.model)
-    spec = launch.resolve(variant, server_build, context=launch.session_context(min(sizes)), memory=built)
+    sessions, planned = runner.planned_sessions(profile, Selection(sizes=tuple(sorted(sizes))))
+    built = build.of(variant.binary).memory(variant.model)  # as its binary built it (learned once, kept)
+    spec = sessions[0].spec  # the smallest size's launch: what the verdicts below are of
     costs = {size_label(session.size): [
         StepCost(f"{c.scenario}/{c.step}", c.prompt_tokens, None if built.not_modelled else c.expected)
         for c in session.calls if c.role == Role.MEASURE] for session in planned}

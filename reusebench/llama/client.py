@@ -223,8 +223,7 @@ class LlamaClient:
         response = self._request("POST", path, json={**body, "stream": False, "return_progress": False},
                                  **_timeout(timeout_s))
         answer = response.json()
-        on_answer({**answer, "stop": True}, acc)
-        acc.timings = _timings(answer) or acc.timings
+        on_answer({**answer, "stop": True}, acc)  # each endpoint's reader takes the timings of a last chunk
         acc.t_first_token = None
         return acc.result()
 

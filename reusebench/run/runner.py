@@ -158,6 +158,13 @@ def plan_profile(profile: profiles.Profile, selection: Selection = selection_mod
     """What `run_profile` with this selection would send, without sending anything (``--dry-run``): by each
     binary's rules, on the model's memory as its binary builds it (each learned by short starts the first time,
     then kept)."""
+    return planned_sessions(profile, selection)[1]
+
+
+def planned_sessions(profile: profiles.Profile, selection: Selection
+                     ) -> tuple[list[PlannedSession], list[plan.SessionPlan]]:
+    """The sessions (each resolved launch, size and scenarios) and ``plan_profile``'s plans of them (one per
+    repeat)."""
     chosen = selection_mod.sessions(profile, selection)
     refuse_beyond_context([(variant, size, size) for variant, size, _ in chosen])
     by_path = {variant.binary.path: variant.binary for variant, _, _ in chosen}  # each binary's Build, once
@@ -165,7 +172,7 @@ def plan_profile(profile: profiles.Profile, selection: Selection = selection_mod
     planned = plan_sessions(sessions, corpus.load_spec(selection.corpus_name or profile.corpus),
                             repeats=selection.repeats)
     refuse_beyond_context(_longest(sessions, planned))
-    return planned
+    return sessions, planned
 
 
 def refuse_beyond_context(sessions: Sequence[tuple[profiles.Variant, int, int]]) -> None:
