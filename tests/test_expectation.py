@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from reusebench.capability import Capabilities
 from reusebench.reuse.expectation import ServerModel
+from reusebench.reuse.image_runs import run_ids
 from reusebench.reuse.segments import user_starts
 from reusebench.reuse.server_inputs import Launch, Memory, active_cache_reuse, launch_of_options
 from reusebench.reuse.server_state import Held
@@ -251,3 +252,28 @@ def test_a_launch_speculates_with_a_spec_type_or_a_draft_model() -> None:
     assert not launch_of_options({**TINY_BASE, "spec-type": "none"}).speculative
     assert launch_of_options({**TINY_BASE, "spec-type": "ngram-mod"}).speculative
     assert launch_of_options({**TINY_BASE, "spec-draft-model": "draft.gguf"}).speculative
+
+
+def test_no_checkpoint_follows_an_image_so_one_4_tokens_before_the_end_sends_a_resend_back_past_it() -> None:
+    # tests/data/logs/images.log, b11434: BOS, image (16), 3,360 text tokens, image (16), 4 tokens = 3,397. The batch
+    # after the second image is the last 4 tokens, so no checkpoint 4 before the end: only 3,397 - 516 = 2,881.
+    first, second = run_ids(0, 16), run_ids(1, 16)
+    text = list(range(1000, 4360))
+    prompt = BOS + first + text + second + [7, 8, 9, 10]
+    images = ((1, 16), (3377, 16))
+    m = model()
+    assert send(m, prompt, images=images) == (3397, "empty slot")
+    assert checkpoints(m) == [2881]
+    assert send(m, prompt, images=images) == (516, "restored checkpoint at n_tokens=2881")
+    # another image in the second's place: the prompts share everything up to it, and the same checkpoint serves
+    other = BOS + first + text + run_ids(2, 16) + [7, 8, 9, 10]
+    assert send(m, other, images=images) == (516, "restored checkpoint at n_tokens=2881")
+
+
+def test_a_text_batch_stops_where_an_image_begins_and_the_image_is_one_chunk() -> None:
+    # an image 100 tokens before the end: the checkpoints 4 + 512 and 4 before the end are both made (the batch
+    # after the image runs to 4 before the end; the last 4 start a batch of their own, not after an image)
+    prompt = BOS + list(range(1000, 3000)) + run_ids(0, 16) + list(range(3000, 3100))
+    m = model()
+    assert send(m, prompt, images=((2001, 16),))[0] == 2117
+    assert checkpoints(m) == [2117 - 516, 2117 - 4]

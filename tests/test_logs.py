@@ -69,6 +69,7 @@ EXPECTED_SUMMARIES = {
     ("b9873_hybrid", "resend"): "restored checkpoint at n_tokens=1553",
     ("b9873_hybrid", "back_to_first"): "found in RAM cache (f_keep=0.997, f_sim=1.000), restored checkpoint at n_tokens=1553",
     ("b9873_hybrid", "next_turn"): "found in RAM cache (f_keep=1.000, f_sim=0.990)",
+    ("images", "resend"): "restored checkpoint at n_tokens=2881",
 }
 
 ALL_STEPS = [(name, step) for name in FIXTURES for step in _steps(name)]
@@ -108,6 +109,17 @@ def test_cause_fields_of_selected_scenarios() -> None:
     assert first.slot_was_empty and first.checkpoints_created == (628, 692) and first.n_tokens_after == 699
 
 
+def test_an_image_4_tokens_before_the_end_is_encoded_again_on_every_resend() -> None:
+    # b11434, tiny qwen35 with its mmproj: BOS, an image, 1,200 words, another image, 4 tokens (3,397 in all). No
+    # checkpoint follows an image, so the one 4 tokens before the end is never made: a resend returns to the one
+    # 4 + 512 before it (3,397 - 516 = 2,881), before the second image, and encodes that image again.
+    cold, resend = _step_cause("images", "cold"), _step_cause("images", "resend")
+    assert (cold.images_encoded, cold.checkpoints_created) == (2, (2881,))
+    assert (resend.images_encoded, resend.checkpoint_n_tokens, resend.prompt_n) == (1, 2881, 516)
+    assert resend.image_encode_ms is not None and resend.image_encode_ms > 0
+    assert resend.image_decode_ms is not None and resend.image_decode_ms >= 0
+
+
 def test_cause_to_dict_is_json() -> None:
     cause = _step_cause("cache_reuse", "cut")
     as_dict = json.loads(json.dumps(cause.to_dict()))
@@ -143,7 +155,6 @@ def test_summary_precedence(events: list[logs.Event], summary_start: str) -> Non
 # Kinds whose message format is read from the b11434 source (docs/llama-server-reuse.md, "Log messages the parser
 # keys on") but that the -lv 4 captures did not produce; one example message each, built from that format.
 REFERENCE_ONLY_EXAMPLES = {
-    "checkpoint_superseded": "superseding context checkpoint at n_tokens = 630",
     "checkpoint_erased_old": "erasing old context checkpoint (pos_min = 10, pos_max = 10, n_tokens = 11, size = 0.057 MiB)",
     "ram_entry_evicted_over_limit": " - cache size limit reached, removing oldest entry (size = 747.843 MiB)",
     "ram_entry_evicted_over_token_limit":

@@ -132,6 +132,7 @@ class Recorder:
     questions = ("Q1", "Q2")
     lora_adapters = 1
     multimodal = False
+    images = False
     capabilities = PINNED
     slot_actions = True
     n_slots, ram_cache, sleep_idle_s = 4, True, None  # llama-server's defaults: auto slots, a RAM cache, no sleep

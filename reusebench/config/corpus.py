@@ -11,6 +11,11 @@ edit inserted at 50%, and a summary for the head-insert case. Sources:
   (``pydoc_data.topics``, about 100K tokens), topic by topic;
 - ``file``: any UTF-8 text file (``path:``).
 
+A spec may give the documents images (``images:``): ``at``, the fractions of the text where one goes each (at the
+word break before), and either ``size`` (generated seeded images of that many pixels a side, 32 unless given) or
+``files`` (image files, one per position, relative to the spec). The other document carries images of its own at the
+same places. A document's ``size`` counts its text; its images come on top.
+
 ``python-docs`` and ``file`` are never repeated: a text with fewer tokens than the
 requested size is an error that names it and both sizes (a repeated text would let a
 cache match the document against itself).
@@ -25,21 +30,41 @@ from __future__ import annotations
 import math
 import random
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from reusebench import reader, tiny
+from reusebench.config import images as images_mod
 
 MAX_TOKENIZER_CALLS = 5
-SPEC_KEYS = {"description", "source", "seed", "path", "questions", "edit", "summary"}
+SPEC_KEYS = {"description", "source", "seed", "path", "questions", "edit", "summary", "images"}
+IMAGE_KEYS = {"at", "size", "files"}
+IMAGE_SIDE = 32  # the tiny projector's own input size (tiny.shapes): a generated image is not resized
 SOURCES = ("words", "stdlib", "python-docs", "file")
 CORPORA_DIR = Path(__file__).resolve().parents[2] / "corpora"
 
 
 class CorpusError(ValueError):
     """A corpus spec or source that cannot give the requested documents."""
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """Where a document's images go and what they are: generated (`side` pixels) or `files`."""
+
+    at: tuple[float, ...]
+    side: int = IMAGE_SIDE
+    files: tuple[Path, ...] = ()
+
+    def images(self, seed: int, variant: int, where: str) -> list[images_mod.Image]:
+        """The images of document `variant` (0: the document, 1: the other), in the order they appear."""
+        if self.files:
+            # the other document shows the same files mirrored in order, so it differs from the first where it can
+            files = self.files if variant == 0 else tuple(reversed(self.files))
+            return [images_mod.read_file(f, where=f"{where}: images.files") for f in files]
+        return [images_mod.generated(seed, variant * len(self.at) + k, self.side) for k in range(len(self.at))]
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,7 @@ class CorpusSpec:
     edit: str
     summary: str
     file: Path | None = None
+    images: ImageSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +90,7 @@ class Corpus:
     other: str
     edited: str
     tokenizer_calls: int
+    images: tuple[images_mod.Image, ...] = ()  # by their placeholders' numbers: the document's, then the other's
 
     @property
     def questions(self) -> tuple[str, str]:
@@ -117,6 +144,7 @@ def load_spec(name_or_path: str | Path, corpora_dir: Path = CORPORA_DIR) -> Corp
     seed = data.get("seed", 0)
     if not isinstance(seed, int):
         raise fail("seed", "must be an integer")
+    image_spec = _image_spec(data["images"], path, fail) if "images" in data else None
     return CorpusSpec(
         name=path.stem,
         path=path,
@@ -126,7 +154,37 @@ def load_spec(name_or_path: str | Path, corpora_dir: Path = CORPORA_DIR) -> Corp
         edit=data["edit"],
         summary=data["summary"],
         file=file,
+        images=image_spec,
     )
+
+
+def _image_spec(images: object, spec_path: Path, fail: Callable[[str, str], CorpusError]) -> ImageSpec:
+    if not isinstance(images, dict):
+        raise fail("images", "must be a mapping with `at` and `size` or `files`")
+    for key in images:
+        if key not in IMAGE_KEYS:
+            raise fail("images", f"unknown field {key!r}; valid fields: {', '.join(sorted(IMAGE_KEYS))}")
+    at = images.get("at")
+    if not (isinstance(at, list) and at and all(isinstance(f, (int, float)) and 0 <= f <= 1 for f in at)
+            and list(at) == sorted(at)):
+        raise fail("images", "`at` must be a list of fractions from 0 to 1, in order (where each image goes)")
+    if "files" in images:
+        files = images["files"]
+        if "size" in images:
+            raise fail("images", "give `size` (generated images) or `files`, not both")
+        if not (isinstance(files, list) and len(files) == len(at) and all(isinstance(f, str) for f in files)):
+            raise fail("images", f"`files` must be a list of {len(at)} paths, one per position in `at`")
+        paths = tuple((spec_path.parent / f).resolve() for f in files)
+        for file in paths:  # read now: a bad file fails before any server starts
+            try:
+                images_mod.read_file(file, where=f"{spec_path}: images.files")
+            except images_mod.ImageError as exc:
+                raise CorpusError(str(exc)) from exc
+        return ImageSpec(tuple(float(f) for f in at), files=paths)
+    side = images.get("size", IMAGE_SIDE)
+    if not (isinstance(side, int) and 1 <= side <= 4096):
+        raise fail("images", "`size` must be the side of the generated images in pixels, 1 to 4096")
+    return ImageSpec(tuple(float(f) for f in at), side)
 
 
 def source_text(spec: CorpusSpec, variant: int, n_chars: int) -> str:
@@ -206,6 +264,15 @@ def exact_document(spec: CorpusSpec, tokenizer: Tokenizer, size: int, *, variant
 def build_corpus(spec: CorpusSpec, tokenizer: Tokenizer, size: int) -> Corpus:
     document, calls_main = exact_document(spec, tokenizer, size, variant=0)
     other, calls_other = exact_document(spec, tokenizer, size, variant=1)
+    images: list[images_mod.Image] = []
+    if spec.images is not None:
+        try:
+            mine, others = (spec.images.images(spec.seed, variant, str(spec.path)) for variant in (0, 1))
+        except images_mod.ImageError as exc:
+            raise CorpusError(str(exc)) from exc
+        document = images_mod.place(document, spec.images.at, 0)
+        other = images_mod.place(other, spec.images.at, len(mine))
+        images = [*mine, *others]
     return Corpus(
         spec=spec,
         size=size,
@@ -213,6 +280,7 @@ def build_corpus(spec: CorpusSpec, tokenizer: Tokenizer, size: int) -> Corpus:
         other=other,
         edited=insert_line(document, spec.edit, 0.5),
         tokenizer_calls=calls_main + calls_other,
+        images=tuple(images),
     )
 
 

@@ -76,6 +76,9 @@ class Steps(Protocol):
     def multimodal(self) -> bool: ...  # an mmproj is loaded
 
     @property
+    def images(self) -> bool: ...  # the documents carry images (the corpus's ``images:``)
+
+    @property
     def slot_actions(self) -> bool: ...  # the server takes slot saves, restores and erases
 
     @property
@@ -158,7 +161,17 @@ def needs_slot_files(s: Steps) -> str | None:
     return None
 
 
+def needs_text_ids(s: Steps) -> str | None:
+    """A scenario that sends a prompt of token ids (a generated answer in it) cannot send the document's images."""
+    if s.images:
+        return ("sends a prompt built from token ids, and /completion takes images only with a prompt string "
+                "(the corpus's documents carry images)")
+    return None
+
+
 def needs_lora_one_slot_ram_cache(s: Steps) -> str | None:
+    if needs_text_ids(s):
+        return needs_text_ids(s)
     missing = [what for ok, what in (
         (s.lora_adapters > 0, "a LoRA adapter (`lora:`)"),
         (s.n_slots == 1, "one slot (`parallel: 1`)"),
@@ -254,7 +267,8 @@ def save_first_prompt(s: Steps) -> None:
 
 
 def restore_disk(s: Steps) -> None:
-    """Restart the server, restore the slot saved with D + Q1, then resend, re-ask and strictly extend. Each
+    """Restart the server, restore the slot saved with D + Q1, then resend, re-ask and strictly extend (not with
+    images: the extension is token ids). Each
     step restores the file first, so the resend and the re-ask may stop once their counts are known (the re-ask's
     reference was computed before the restart)."""
     s.restart("restore_disk")
@@ -262,6 +276,8 @@ def restore_disk(s: Steps) -> None:
     s.measure("restore_disk", "resend", s.prompt(s.document, s.questions[0]), may_stop=True)
     s.restore_slot("restore_disk", SAVED_SLOT)
     s.measure("restore_disk", "reask", s.prompt(s.document, s.questions[1]), may_stop=True)
+    if s.images:  # the extension is token ids (the saved answer's), which /completion takes with no image
+        return
     # A restored slot carries no checkpoints, so a hybrid can use it only for a prompt that extends the saved
     # tokens, generated ones included (docs/llama-server-reuse.md).
     s.restore_slot("restore_disk", SAVED_SLOT)
@@ -296,7 +312,7 @@ CATALOGUE: tuple[Scenario, ...] = (
     Scenario("chunk_removed", "a chunk near the start removed", chunk_removed, (CHUNK_STEP,)),
     Scenario("interleave", "other document, then back", interleave, ("back to first",)),
     Scenario("reask", "new question", reask, ("new question",)),
-    Scenario("probe_eviction", "a tiny request between two turns", probe_eviction, ("next turn",)),
+    Scenario("probe_eviction", "a tiny request between two turns", probe_eviction, ("next turn",), needs_text_ids),
     Scenario("edit_middle", "one line inserted at 50%", edit_middle, ("line at 50%",)),
     Scenario("head_insert", "summary inserted at the head", head_insert, ("summary at the head",)),
     Scenario("growth", "chat that only appends", growth, GROWTH_STEPS),

@@ -43,6 +43,9 @@ class Cause:
     n_tokens_after: int | None = None  # slot size after the request ("stop processing")
     checkpoints_created: tuple[int, ...] = ()  # n_tokens of the checkpoints this request created
     slots_purged: tuple[int, ...] = ()
+    images_encoded: int = 0  # images the vision tower encoded for this request
+    image_encode_ms: float | None = None  # how long the encodes took (the log's timestamps), and the decode of
+    image_decode_ms: float | None = None  # their tokens into the model (its own lines)
 
     def to_dict(self) -> dict[str, object]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -116,7 +119,16 @@ def explain(events: Iterable[Event]) -> Cause:
     sent one at a time every other event in the window belongs to it or to the cache work it triggered.
     """
     values: dict[str, Any] = {}
+    encoding_at: float | None = None  # the last encode that has not reached its decode yet
     for e in events:
+        if e.kind == "mtmd_encoding":
+            values["images_encoded"] = values.get("images_encoded", 0) + int(e.fields["n_chunks"])
+            encoding_at = e.at_s
+        elif e.kind == "image_decoding" and encoding_at is not None and e.at_s is not None:
+            values["image_encode_ms"] = values.get("image_encode_ms", 0.0) + (e.at_s - encoding_at) * 1000.0
+            encoding_at = None
+        elif e.kind == "image_decoded":
+            values["image_decode_ms"] = values.get("image_decode_ms", 0.0) + float(e.fields["ms"])
         if e.kind in _SELECTION_BY_KIND:
             values.update(selection=_SELECTION_BY_KIND[e.kind], slot=e.slot, slot_was_empty=e.fields.get("t_last") == -1)
         elif e.kind == "processing_task" and "task" not in values:

@@ -17,7 +17,17 @@ from typing import Any
 
 import httpx
 
-Prompt = str | Sequence[int]
+
+@dataclass(frozen=True)
+class MediaPrompt:
+    """A prompt with images: its text with the server's media marker where each goes, and the images (base64) in
+    the markers' order (``/completion``'s ``multimodal_data``; a multimodal prompt cannot be token ids)."""
+
+    text: str
+    media: tuple[str, ...]
+
+
+Prompt = str | Sequence[int] | MediaPrompt
 # (processed, cached, total) on every prompt-progress event; a true result ends the stream there (StreamEnded)
 ProgressCallback = Callable[[int, int, int], bool | None]
 CONNECT_TIMEOUT_S = 5.0  # a loopback server that does not accept within this is not answering
@@ -71,6 +81,12 @@ class Completion:
     status: int = 200
     draft_n: int | None = None  # speculative decoding: tokens drafted, and accepted (None: no speculation)
     draft_accepted: int | None = None
+
+
+def _prompt_json(prompt: Prompt) -> Any:
+    if isinstance(prompt, MediaPrompt):
+        return {"prompt_string": prompt.text, "multimodal_data": list(prompt.media)}
+    return prompt if isinstance(prompt, str) else list(prompt)
 
 
 def _timings(obj: dict[str, Any]) -> dict[str, Any]:
@@ -138,15 +154,15 @@ class LlamaClient:
         timeout_s: float | None = None,
         whole: bool = False,
     ) -> Completion:
-        """Greedy ``/completion``, streamed (``whole``: answered at once, no progress). ``prompt`` is text or token
-        ids.
+        """Greedy ``/completion``, streamed (``whole``: answered at once, no progress). ``prompt`` is text, token
+        ids or text with images.
 
         ``timeout_s`` bounds the whole call (prefill and generation); a server that
         stops sending (hung, stopped) fails it at the latest then. ``cache_prompt=None``
         leaves the field out, so the server's ``--cache-prompt`` default decides.
         """
         body: dict[str, Any] = {
-            "prompt": prompt if isinstance(prompt, str) else list(prompt),
+            "prompt": _prompt_json(prompt),
             "n_predict": n_predict,
             "temperature": 0.0,
             "top_k": 1,
@@ -169,7 +185,7 @@ class LlamaClient:
 
     def chat(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         *,
         n_predict: int,
         cache_prompt: bool = True,
@@ -272,7 +288,7 @@ class LlamaClient:
     def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
         return list(self._json("POST", "/tokenize", json={"content": text, "add_special": add_special})["tokens"])
 
-    def apply_template(self, messages: list[dict[str, str]]) -> str:
+    def apply_template(self, messages: list[dict[str, Any]]) -> str:
         """The prompt ``/v1/chat/completions`` builds from ``messages`` (``/apply-template``)."""
         return str(self._json("POST", "/apply-template", json={"messages": messages})["prompt"])
 

@@ -19,6 +19,10 @@ AUTO_SLOTS = 4  # -np auto: 4 slots with a unified KV cache
 END_OFFSETS = 4  # checkpoints 4 and 4 + n_ubatch tokens before the end of a prompt
 F_KEEP_SAVE = 0.5  # a slot picked by similarity is saved to RAM when less than this share of it is kept
 F_KEEP_LOAD = 0.25  # a RAM entry is never loaded when less than this share of it is kept
+# An image's place in a prompt string: random at every start of b11434 unless the environment pins it, which the
+# suite does so that a request made before a restart can be sent after it; a build that reads no such variable uses
+# its fixed "<__media__>", and /props names the marker either way
+MEDIA_MARKER_ENV, MEDIA_MARKER = "LLAMA_MEDIA_MARKER", "<__reusebench_media__>"
 
 # A request's `lora` that turns every adapter off. Explicit: a request without `lora` runs the server's global
 # adapters, which --lora applies at scale 1 (this build ignores --lora-init-without-apply: /lora-adapters still

@@ -90,6 +90,10 @@ EVENT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("stop_processing", r"stop processing: n_tokens = {n_tokens}, truncated = {truncated}"),
     ("all_slots_idle", r"all slots are idle"),
     ("prompt_cleared", r"clearing prompt with {n_tokens} tokens"),
+    # images (mtmd chunks): the encode goes out with the slot's prefix, the projected tokens' decode without
+    ("mtmd_encoding", r"encoding mtmd batch from idx = {idx}, n_chunks = {n_chunks}"),
+    ("image_decoding", r"decoding image batch {batch}/{n_batches}, n_tokens_batch = {n_tokens}"),
+    ("image_decoded", r"image decoded \(batch {batch}/{n_batches}\) in {ms} ms"),
     ("slot_purged", r"purging slot {purged_slot} with {n_tokens} tokens"),
     ("kv_cache_full_retry",
      r"failed to find free space in the KV cache, retrying with smaller batch size, off = {off}, n_batch = {n_batch}, "
@@ -157,7 +161,7 @@ _COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple((kind, _compile(p)) f
 
 # "0.01.234.567 I " (timestamp and level letter are each optional), then the slot or srv prefix
 _LINE = re.compile(
-    r"(?:\d+\.\d{2}\.\d{3}\.\d{3} )?(?:(?P<letter>[IWED]) )?"
+    r"(?:(?P<stamp>\d+\.\d{2}\.\d{3}\.\d{3}) )?(?:(?P<letter>[IWED]) )?"
     r"(?:slot (?P<slot_func>[^:|]{1,12}): id +(?P<slot>-?\d+) \| task (?P<task>-?\d+) \| "
     r"|(?P<module>srv|que|res|cmn|spec) +(?P<func>[^:|]{1,12}): )?"
     r"(?P<msg>.*)"
@@ -176,6 +180,15 @@ class Event:
     task: int | None
     fields: Mapping[str, int | float | str]
     line: str  # the message without prefix; only numbers-only lines become events, so it is safe to keep
+    at_s: float | None = None  # seconds since the server started (--log-timestamps), None without a timestamp
+
+
+def _seconds(stamp: str | None) -> float | None:
+    """"0.01.234.567" (minutes, seconds, milliseconds, microseconds) in seconds."""
+    if stamp is None:
+        return None
+    minutes, seconds, millis, micros = (int(p) for p in stamp.split("."))
+    return minutes * 60 + seconds + millis / 1e3 + micros / 1e6
 
 
 def _typed(value: str) -> int | float | str:
@@ -229,7 +242,8 @@ def parse_lines(lines: Iterable[str]) -> list[Event]:
             if found:
                 kind, values = found
                 line_level = level or _LEVEL_BY_LETTER.get(m.group("letter") or "")
-                events.append(Event(kind, line_level, slot, task, values, m.group("msg").strip()))
+                events.append(Event(kind, line_level, slot, task, values, m.group("msg").strip(),
+                                    _seconds(m.group("stamp"))))
     return events
 
 

@@ -87,6 +87,10 @@ class Extra(TypedDict, total=False):
     diverges_at: int | None  # where the prompt first differs from what its slot held (a position)
     draft_n: int  # speculative decoding: tokens drafted for this answer (the server's timings)
     draft_accepted: int  # ... and of them accepted
+    # prompts with images (the corpus's ``images:``)
+    image: dict[str, Any]  # an image-size call: the image's digest, pixels and bytes (never the image)
+    images_sent: int  # images in the prompt
+    image_tokens: int  # the prompt's tokens that are images' (what the server encoded: the cause, from its log)
     # the session
     slot_from: str  # "disk": the slot was restored from a file just before
     expected_wrong_output: bool  # the reuse model knows the reused state to be foreign

@@ -21,7 +21,10 @@ The RAM cache's limits are held as the server holds them: its size in bytes (eac
 measured for the model by ``capability.state_bytes``) and its token limit (the context, raised to what the size holds at
 the cache's bytes per token). Where the state's bytes were not measured, a size limit is not modelled.
 
-Not modelled: multimodal chunks in a prompt, aLoRA, speculative decoding, the memories ``ModelMemory.not_modelled``
+Images in a prompt (``reuse.image_runs``): an image is a run of ids of its own, so it matches whole or not at all; the
+prefill processes it as one chunk, a text batch stops where one begins, and no checkpoint is made for the batch that
+follows images (b11434: "do not checkpoint after mtmd chunks"). Not modelled: M-RoPE images, whose positions are
+fewer than their tokens, aLoRA, speculative decoding, the memories ``ModelMemory.not_modelled``
 names (a window in a hybrid, a chunked or symmetric window, caches other than attention, window and recurrent).
 """
 
@@ -186,8 +189,10 @@ class ServerModel:
         return tuple(given.get(i, 0.0) for i in range(self.launch.lora_adapters))
 
     def complete(self, tokens: Sequence[int], *, lora: Sequence[Mapping[str, float]] | None = None,
-                 user_starts: Sequence[int] = (), cache_prompt: bool | None = None) -> Expected:
-        """Predict one completion request and advance the state as the server would."""
+                 user_starts: Sequence[int] = (), images: Sequence[tuple[int, int]] = (),
+                 cache_prompt: bool | None = None) -> Expected:
+        """Predict one completion request and advance the state as the server would; `images` are the (start,
+        length) of the prompt's images."""
         tokens = _ids(tokens)
         self.task += 1
         scales = self.scales(lora)
@@ -218,7 +223,7 @@ class ServerModel:
         if cells is not None:
             cells.seq_rm(slot.index, n_past)
         marked = user_starts if self.rules.user_message_checkpoints else ()
-        self._prefill(slot, tokens, n_past, frozenset(marked))
+        self._prefill(slot, tokens, n_past, frozenset(marked), dict(images))
         slot.t_last = self.task
         where = served(checkpoint=checkpoint, ram_restored=ram_restored, similar_slot=similar,
                        ram_cache=self.launch.cache_ram_mib != 0)
@@ -387,12 +392,14 @@ class ServerModel:
                 head_c += 1
         return gained, last_pos
 
-    def _prefill(self, slot: Slot, tokens: Ids, start: int, user_starts: frozenset[int]) -> None:
-        """Process the prompt in batches as the server does, creating checkpoints where it would."""
+    def _prefill(self, slot: Slot, tokens: Ids, start: int, user_starts: frozenset[int],
+                 images: Mapping[int, int]) -> None:
+        """Process the prompt in batches as the server does, creating checkpoints where it would; an image (by its
+        start: its length) is a chunk of its own."""
         cells = self._cells(slot)
         slot.held = replace(slot.held, tokens=tokens)
         if not self.checkpointing:
-            if cells is not None:
+            if cells is not None:  # an image's tokens decode like text's here: only the window's cells are followed
                 for batch_start in range(start, len(tokens), self.launch.n_batch):
                     batch = range(batch_start, min(len(tokens), batch_start + self.launch.n_batch))
                     cells.decode(slot.index, batch, self.launch.n_ubatch)
@@ -402,13 +409,22 @@ class ServerModel:
         last_user = max(user_starts, default=-1)
         ends = [end - offset for offset in end_checkpoint_offsets(n_batch, n_ubatch)]  # a batch stops before these
         users = sorted(user_starts)
+        image_starts = sorted(images)
         n = start
         while n < end:
+            after_image = False
+            while n in images:  # images first, each whole, then the text that follows in the same step
+                if cells is not None:
+                    cells.decode(slot.index, range(n, n + images[n]), n_ubatch)
+                n, after_image = n + images[n], True
+            if n >= end:
+                break
             batch_start = n
             checkpoints = slot.held.checkpoints
             # the batch runs to its size or the prompt's end, and stops early at a user message that gets a
-            # checkpoint, or where a checkpoint before the end goes: the first of these after its start
-            stops = [min(end, batch_start + n_batch), *(e for e in ends if e > batch_start)]
+            # checkpoint, where a checkpoint before the end goes, or where an image begins: the first of these
+            stops = [min(end, batch_start + n_batch), *(e for e in ends if e > batch_start),
+                     *image_starts[bisect.bisect_right(image_starts, batch_start):][:1]]
             stops += [u for u in users[bisect.bisect_right(users, batch_start):]
                       if u == last_user or not checkpoints or u > checkpoints[-1].n_tokens + min_step][:1]
             n = min(stops)
@@ -417,6 +433,7 @@ class ServerModel:
             wanted = (n == end or batch_start in user_starts or near_end) and batch_start > 0 and (
                 not checkpoints or batch_start == last_user or near_end
                 or batch_start > checkpoints[-1].n_tokens + min_step)
+            wanted = wanted and not after_image
             if wanted and not self.rules.close_checkpoints:  # 2026-03: 64 tokens in, 64 apart
                 wanted = n >= MIN_CHECKPOINT_SPACING and (
                     not checkpoints or batch_start > checkpoints[-1].n_tokens + MIN_CHECKPOINT_SPACING)

@@ -11,6 +11,7 @@ the session, a workload's run, ``check`` and ``advise`` take the spec and read n
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 from reusebench.capability import Capabilities, state_bytes
 from reusebench.capability.build import Build
 from reusebench.config.profiles import Variant
+from reusebench.llama import facts
 from reusebench.llama.memory_log import ModelMemory
 from reusebench.llama.server import Server
 from reusebench.reuse import expectation, server_inputs
@@ -80,8 +82,10 @@ class LaunchSpec:
         return expectation.ServerModel(self.memory, self.launch, self.capabilities)
 
     def server(self, *, call_timeout_s: float, extra_args: Sequence[str] = ()) -> Server:
-        """The server of this launch, not started; `extra_args` come last (a later option wins)."""
-        return Server.of(self.variant.binary.path, [*self.args, *extra_args], call_timeout_s=call_timeout_s)
+        """The server of this launch, not started; `extra_args` come last (a later option wins). With an mmproj, the
+        media marker is pinned (``facts.MEDIA_MARKER``)."""
+        env = {**os.environ, facts.MEDIA_MARKER_ENV: facts.MEDIA_MARKER} if self.variant.mmproj else None
+        return Server.of(self.variant.binary.path, [*self.args, *extra_args], call_timeout_s=call_timeout_s, env=env)
 
 
 def resolve(variant: Variant, build: Build, *, context: Context, metrics: bool = False,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from reusebench.config import corpus as corpus_mod
-from reusebench.config import scenarios
+from reusebench.config import images, scenarios
 from reusebench.config.sizes import size_label
 from reusebench.llama.client import Completion
 from reusebench.records import Lora, Record, Role, lora_key, tokens_hash
@@ -68,13 +68,16 @@ class PlanSteps(VariantSteps):
     """``scenarios.Steps`` without a server: words for tokens, the reuse model for the server."""
 
     def __init__(self, spec: LaunchSpec, corpus_spec: corpus_mod.CorpusSpec, size: int, plan: SessionPlan) -> None:
-        self.spec, self.plan = spec, plan
+        self.spec, self.corpus_spec, self.plan = spec, corpus_spec, plan
         self.model = spec.reuse_model()
         self._ids: dict[str, int] = {}
         self._tokenized: dict[str, list[int]] = {}
         # documents of `size` tokens, as the session's are (``corpus.exact_document``); the question comes on top
         self.document = self._words("d", size)
         self.other = self._words("o", size)
+        if corpus_spec.images is not None:  # each image a word here: its tokens are measured only by the session
+            at = corpus_spec.images.at
+            self.document, self.other = images.place(self.document, at, 0), images.place(self.other, at, len(at))
         lines = self.document.split("\n")
         middle = len(lines) // 2
         self.edited = "\n".join([*lines[:middle], corpus_spec.edit, *lines[middle:]])

@@ -146,7 +146,15 @@ def probe_binaries(variants: Sequence[profiles.Variant], out: TextIO) -> dict[Pa
 
 def plan_sessions(sessions: Sequence[PlannedSession], corpus_spec: corpus.CorpusSpec, *,
                   repeats: Repeats | None = None) -> list[plan.SessionPlan]:
-    """Each session's planned calls (``plan.plan_session``), repeated sessions one plan each."""
+    """Each session's planned calls (``plan.plan_session``), repeated sessions one plan each; a corpus with images
+    on a variant without an mmproj is refused first."""
+    if corpus_spec.images is not None:
+        for spec, *_ in sessions:
+            if spec.variant.mmproj is None:
+                raise profiles.ProfileError(
+                    f"{corpus_spec.path}: images: the corpus's documents carry images, and {spec.variant.profile} "
+                    f"[{spec.variant.name}] loads no mmproj to read them (set `mmproj:` in the profile, or choose a "
+                    "corpus without images)")
     first_load = _repeated(repeats) if repeats is not None else []
     numbers = [None] if repeats is None else range(1, repeats.count + 1)
     return [plan.plan_session(spec, size, selected if repeats is None else first_load, corpus_spec,

@@ -22,13 +22,14 @@ from functools import partial
 from typing import Any
 
 from reusebench.config import corpus as corpus_mod
+from reusebench.config import images as images_mod
 from reusebench.config import scenarios
 from reusebench.llama.client import ClientError, Completion, ProgressCallback, StreamEnded
 from reusebench.llama.outputs import common_prefix
 from reusebench.llama.process import ServerError
 from reusebench.llama.task_log import Task
 from reusebench.records import DEFAULT_LORA, Extra, Lora, Record, Role, interrupted, lora_key, slot_answer, verdict
-from reusebench.reuse import server_state
+from reusebench.reuse import image_runs, server_state
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.reuse.verification import Unjudged
 from reusebench.run import noise
@@ -38,12 +39,14 @@ from reusebench.run.plan import stops_at
 from reusebench.run.progress import Progress
 from reusebench.run.recording import Recorder
 from reusebench.run.references import ReferenceKeeper
-from reusebench.run.requests import Prompt, Request, Requests
+from reusebench.run.requests import Media, Prompt, Request, Requests
 from reusebench.run.session_server import SessionServer
 from reusebench.run.variant_steps import VariantSteps
 
 BAND_PROMPTS = 2  # at most this many prompts measured for the noise band: the largest difference is the band
 SLOT_LINE_WAIT_S = 5.0  # at most, for the log to name a stopped step's slot (it takes milliseconds)
+LEGACY_MEDIA_MARKER = "<__media__>"  # a build whose /props names no marker uses this one
+IMAGE_PROBE_TAIL = " image"  # the text after the image whose tokens are measured
 STOPPED = "not measured: stopped at the first progress event once its count was known (--full-prefills times it)"
 
 
@@ -80,6 +83,42 @@ class SessionSteps(VariantSteps):
         self.corpus = corpus_mod.build_corpus(self.corpus_spec, self.server.client, size)
         self.corpus_timing = {"corpus_s": time.monotonic() - building,
                               "corpus_tokenizer_calls": self.corpus.tokenizer_calls}
+        if self.corpus.images:
+            self._measure_images()
+
+    def _measure_images(self) -> None:
+        """The tokens the server gives each size of image: the image alone with a word after it (b11434 aborts on a
+        prompt that ends with an image), without reuse, its slot erased after (a setup record each), so the first
+        load still finds every slot empty. The reuse model and the perfect cache see these calls as the server did."""
+        marker = str(self.server.client.props().get("media_marker") or LEGACY_MEDIA_MARKER)  # the same every start
+        n_tokens: dict[int, int] = {}
+        by_size: dict[tuple[int, int], int] = {}
+        for index, image in enumerate(self.corpus.images):
+            size = (image.width, image.height)
+            if size not in by_size:
+                by_size[size] = self._image_tokens(index, Media(self.corpus.images, {}, marker))
+            n_tokens[index] = by_size[size]
+        self.requests.media = Media(self.corpus.images, n_tokens, marker)
+
+    def _image_tokens(self, index: int, media: Media) -> int:
+        image = self.corpus.images[index]
+        bos, after = self.tokens(""), self.tokens(IMAGE_PROBE_TAIL, bos=False)
+        record = self.recorder.open("images", f"tokens of a {image.width}x{image.height} image", Role.SETUP,
+                                    "/completion", tokens=None, slot=self.last_slot)
+        record.extra["image"] = image.describe()
+        completion = self.server.client.complete(media.prompt(images_mod.placeholder(index) + IMAGE_PROBE_TAIL),
+                                                 n_predict=1, cache_prompt=False, timeout_s=self._deadline(len(bos)))
+        self._answered(record, completion)
+        self.recorder.write(record)
+        n_image = completion.prompt_n - len(bos) - len(after)
+        tokens = [*bos, *image_runs.run_ids(index, n_image), *after]
+        self.expectation.complete(tokens, images=((len(bos), n_image),), cache_prompt=False)
+        self.expectation.answered(completion.tokens)
+        self._seen.setdefault(DEFAULT_LORA, PerfectCache()).add(tokens)
+        slot = completion.id_slot if completion.id_slot is not None else self.last_slot
+        self._call("images", "erase slot", f"/slots/{slot}?action=erase", lambda: self.server.client.slot_erase(slot))
+        self.expectation.erase(slot)
+        return n_image
 
     # -- the protocol: what scenarios read ------------------------------------------------------
 
@@ -240,7 +279,11 @@ class SessionSteps(VariantSteps):
         if self._restored:
             record.extra["slot_from"], self._restored = "disk", False
         record.expected_hit = expect_hit
-        expected = self.expectation.complete(request.tokens, lora=request.lora, user_starts=request.user_starts)
+        expected = self.expectation.complete(request.tokens, lora=request.lora, user_starts=request.user_starts,
+                                             images=request.images)
+        if request.images:
+            record.extra.update(Extra(images_sent=len(request.images),
+                                      image_tokens=sum(length for _, length in request.images)))
         if self.spec.memory.not_modelled:  # no prediction rather than a wrong one: the counts are still measured
             record.extra["not_modelled"] = self.spec.memory.not_modelled
         else:
@@ -386,7 +429,8 @@ class SessionSteps(VariantSteps):
             self._answered(record, reference)
             # a reference overwrites the slot like any request
             self.expectation.complete(pending.request.tokens, lora=pending.request.lora,
-                                      user_starts=pending.request.user_starts, cache_prompt=False)
+                                      user_starts=pending.request.user_starts, images=pending.request.images,
+                                      cache_prompt=False)
             self.expectation.answered(reference.tokens)
             self.references.use(record, reference)
             self.recorder.write(record)

@@ -12,6 +12,7 @@ class VariantSteps:
     """The launch's slots, adapters, sleep, build capabilities and the prompt format, as a scenario sees them."""
 
     spec: LaunchSpec
+    corpus_spec: corpus_mod.CorpusSpec
 
     @property
     def capabilities(self) -> Capabilities:
@@ -24,6 +25,10 @@ class VariantSteps:
     @property
     def multimodal(self) -> bool:
         return self.spec.launch.multimodal
+
+    @property
+    def images(self) -> bool:
+        return self.corpus_spec.images is not None
 
     @property
     def slot_actions(self) -> bool:
