@@ -1,31 +1,24 @@
 """What a llama-server build should re-process for a request, and why: a model of its prompt reuse.
 
-The model is pure: it reads nothing but its inputs and keeps the history of one server (what each slot holds, its
-checkpoints and where they sit, what the RAM prompt cache holds, what was saved to disk). It is fed the same requests
-the server is, as token ids, and predicts ``prompt_n`` with its cause before the server's answer is looked at. The
-server's answer contributes only the tokens it generated, which a slot keeps (``answered``). Every rule is written down
-in docs/llama-server-reuse.md with its source line; the comments below name the section.
+The model is pure: it keeps the history of one server (slots, their checkpoints, the RAM cache, slot files), is fed
+the requests the server is, as token ids, and predicts ``prompt_n`` with its cause before the server's answer is looked
+at; the answer contributes only its generated tokens (``answered``). Every rule is in docs/llama-server-reuse.md.
 
-What the model is told about the world (``reuse.server_inputs``): the model's memory as the server that loads it built
-it (``memory_of`` over ``llama.memory_log.ModelMemory``, from one start's log: attention, recurrent, hybrid or sliding-
-window, the window, and whether its attention cache can shift), the launch options that decide reuse
-(``launch_of_options``), and the build's capabilities where llama.cpp builds differ, as its probes showed them
-(``reusebench.capability``; b11434's rules where nothing was probed). It is deliberately not told what the measured
-server logged about its reuse options: a build that quietly changes a rule no probe covers (say, turns checkpoints off)
-must show up as a step the model did not expect.
-
-A sliding-window model's window cache is replayed cell by cell (``reuse.swa``): which positions it still holds decides
-whether a prompt can keep its state without a checkpoint.
+What the model is told (``reuse.server_inputs``): the model's memory as its server built it (``memory_of`` over
+``llama.memory_log.ModelMemory``: attention, recurrent, hybrid or sliding-window, the window, whether its attention cache
+can shift), the launch options that decide reuse (``launch_of_options``), and the build's capabilities as its probes
+showed them (``reusebench.capability``; b11434's where nothing was probed). It is not told what the measured server
+logged about its options: a build that quietly changes a rule no probe covers must show as a step the model did not
+expect. A sliding-window model's window cache is replayed cell by cell (``reuse.swa``).
 
 The RAM cache's limits are held as the server holds them: its size in bytes (each entry's state and checkpoints, as
 measured for the model by ``capability.state_bytes``) and its token limit (the context, raised to what the size holds at
 the cache's bytes per token). Where the state's bytes were not measured, a size limit is not modelled.
 
-Images in a prompt (``reuse.image_runs``): an image is a run of ids of its own, so it matches whole or not at all; the
-prefill processes it as one chunk, a text batch stops where one begins, and no checkpoint is made for the batch that
-follows images (b11434: "do not checkpoint after mtmd chunks"). Not modelled: M-RoPE images, whose positions are
-fewer than their tokens, aLoRA, speculative decoding, the memories ``ModelMemory.not_modelled``
-names (a window in a hybrid, a chunked or symmetric window, caches other than attention, window and recurrent).
+Images (``reuse.image_runs``): an image is a run of ids of its own, matched whole or not at all and prefilled as one
+chunk; a text batch stops where one begins, and the batch after images gets no checkpoint ("do not checkpoint after mtmd
+chunks"). Not modelled: an image whose positions are not its tokens (b11434 logs them equal for the tiny projector),
+aLoRA, speculative decoding, the memories ``ModelMemory.not_modelled`` names.
 """
 
 from __future__ import annotations
@@ -42,7 +35,7 @@ from reusebench.reuse import swa
 from reusebench.reuse.prompt_cache import PromptCache
 from reusebench.reuse.segments import Segments, common_prefix, shared_run
 from reusebench.reuse.server_inputs import Launch, Memory, active_cache_reuse, window_cells
-from reusebench.reuse.server_state import CacheEntry, Checkpoint, Held, Ids, Slot
+from reusebench.reuse.server_state import CacheEntry, Checkpoint, Held, Ids, Slot, kept_before
 
 MIN_CHECKPOINT_SPACING = 64  # on a build without close checkpoints: none before this many tokens, none closer
 
@@ -444,18 +437,6 @@ class ServerModel:
 
     def _checkpoint(self, slot: Slot, n_tokens: int) -> None:
         """create_checkpoint: thin out earlier tasks' close ones when full, drop the oldest, replace a twin."""
-        limit, min_step = self.launch.ctx_checkpoints, self.launch.checkpoint_min_step
-        kept: list[Checkpoint] = []
-        last = -1
-        for index, checkpoint in enumerate(slot.held.checkpoints):
-            full = len(kept) + len(slot.held.checkpoints) - index + 1 >= limit
-            if full and checkpoint.task != self.task and last >= 0 and checkpoint.n_tokens <= last + min_step:
-                continue
-            last = checkpoint.n_tokens
-            kept.append(checkpoint)
-        while len(kept) >= limit:
-            kept.pop(0)
-        kept = [c for c in kept if c.n_tokens != n_tokens]
         cells = self._cells(slot)
         state, streams = self.memory.state, self.launch.n_streams
         if cells is None:
@@ -464,4 +445,6 @@ class ServerModel:
             window = cells.state(slot.index, bool(self.rules.swa_state_window_only))
             made = Checkpoint(n_tokens, self.task, pos_min=cells.pos_min(slot.index), pos_max=n_tokens - 1,
                               window=window, bytes=state.partial(len(window), streams) if state else 0)
+        kept = kept_before(slot.held.checkpoints, made, limit=self.launch.ctx_checkpoints,
+                           min_step=self.launch.checkpoint_min_step)
         slot.held = replace(slot.held, checkpoints=(*kept, made))

@@ -3,6 +3,7 @@ checkpoint (``Checkpoint``) and a RAM prompt-cache entry (``CacheEntry``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from reusebench.reuse.segments import Segments
@@ -55,3 +56,19 @@ class CacheEntry:
     held: Held
     lora: tuple[float, ...]
     bytes: int = 0
+
+
+def kept_before(checkpoints: Sequence[Checkpoint], made: Checkpoint, *, limit: int, min_step: int) -> list[Checkpoint]:
+    """The checkpoints a slot keeps as `made` is created (``create_checkpoint``): when full, earlier tasks' close
+    ones thinned out, then the oldest dropped; a twin of `made` replaced."""
+    kept: list[Checkpoint] = []
+    last = -1
+    for index, checkpoint in enumerate(checkpoints):
+        full = len(kept) + len(checkpoints) - index + 1 >= limit
+        if full and checkpoint.task != made.task and last >= 0 and checkpoint.n_tokens <= last + min_step:
+            continue
+        last = checkpoint.n_tokens
+        kept.append(checkpoint)
+    while len(kept) >= limit:
+        kept.pop(0)
+    return [c for c in kept if c.n_tokens != made.n_tokens]

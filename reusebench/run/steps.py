@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from reusebench.config import corpus as corpus_mod
@@ -31,8 +30,6 @@ from reusebench.llama.task_log import Task
 from reusebench.records import DEFAULT_LORA, Extra, Lora, Record, Role, interrupted, lora_key, slot_answer, verdict
 from reusebench.reuse import image_runs, server_state
 from reusebench.reuse.perfect_cache import PerfectCache
-from reusebench.reuse.verification import Unjudged
-from reusebench.run import noise
 from reusebench.run.diagnosis import Diagnosis, deadline_s
 from reusebench.run.launch import LaunchSpec
 from reusebench.run.plan import stops_at
@@ -42,15 +39,15 @@ from reusebench.run.references import ReferenceKeeper
 from reusebench.run.requests import Media, Prompt, Request, Requests
 from reusebench.run.session_server import SessionServer
 from reusebench.run.variant_steps import VariantSteps
+from reusebench.run.verifying import Verifying
 
-BAND_PROMPTS = 2  # at most this many prompts measured for the noise band: the largest difference is the band
 SLOT_LINE_WAIT_S = 5.0  # at most, for the log to name a stopped step's slot (it takes milliseconds)
 LEGACY_MEDIA_MARKER = "<__media__>"  # a build whose /props names no marker uses this one
 IMAGE_PROBE_TAIL = " image"  # the text after the image whose tokens are measured
 STOPPED = "not measured: stopped at the first progress event once its count was known (--full-prefills times it)"
 
 
-class SessionSteps(VariantSteps):
+class SessionSteps(VariantSteps, Verifying):
     """What a scenario can do (``scenarios.Steps``): measured and setup completions, chat turns, slot saves and
     restores, idling until asleep, restarts."""
 
@@ -405,83 +402,3 @@ class SessionSteps(VariantSteps):
             record.speedup = self._first_load_ms / c.prompt_ms
         self._outcome(record)
         self.references.judge(record, c, request)
-
-    def deferred_references(self) -> None:
-        """The references nothing computed along the way: one ``cache_prompt: false`` call per prompt and LoRA, as
-        soon as the state they overwrite is no longer needed (before a restart or a sleep), else at the end."""
-        waiting = self.references.waiting()
-        if waiting and not self.server.process.is_running():
-            steps = sum(len(p.steps) for p in waiting)
-            self.progress.say(f"{steps} measured step(s) left unverified: the server is gone before their references")
-            return
-        for pending in waiting:
-            first = pending.steps[0][0]
-            record = self.recorder.open(first.scenario, first.step, Role.REFERENCE, pending.request.endpoint,
-                                        tokens=pending.request.tokens, lora=pending.request.lora, slot=self.last_slot)
-            timeout = self._deadline(len(pending.request.tokens))
-            try:
-                reference, _ = pending.request.send(
-                    False, self.progress.callback(first.scenario, first.step, Role.REFERENCE), timeout)
-            except ClientError as exc:
-                self.progress.clear()
-                raise self.diagnosis.fail(record, exc) from exc
-            self.progress.clear()
-            self._answered(record, reference)
-            # a reference overwrites the slot like any request
-            self.expectation.complete(pending.request.tokens, lora=pending.request.lora,
-                                      user_starts=pending.request.user_starts, images=pending.request.images,
-                                      cache_prompt=False)
-            self.expectation.answered(reference.tokens)
-            self.references.use(record, reference)
-            self.recorder.write(record)
-            self.progress.done(record)
-
-    def noise_band(self) -> None:
-        """When a reused output is not identical to its reference: the noise band of this model and build
-        (``noise.measure``: the session's server restarted at another ubatch, after the session is done with it),
-        from up to BAND_PROMPTS waiting prompts, each a recorded call. The steps are judged against the band
-        (``verification.judge``); the band's last record carries their verdicts."""
-        waiting = self.references.unjudged()
-        if not waiting:
-            return
-        steps = sum(len(w.steps) for w in waiting)
-        if not self.server.process.is_running():
-            self.progress.say(f"{steps} reused output(s) left unjudged: the server is gone before the noise band")
-            return
-
-        band_prompts = waiting[:BAND_PROMPTS]
-        tokens = sum(len(p.request.tokens) for p in band_prompts)
-        took = self.progress.estimate.of(tokens) if self.progress.estimate else ""
-
-        def announce(n_ubatch: int) -> None:
-            self.progress.say(f"  {steps} reused output(s) differ from no reuse: measuring the noise band at ubatch "
-                              f"{n_ubatch} (the session's: {self.spec.launch.n_ubatch}): a restart and "
-                              f"{len(band_prompts)} prompt(s), {tokens:,} tokens" + (f", {took}" if took else ""))
-
-        records: list[Record] = []  # the band's calls, in order
-
-        def again(prompt: Unjudged[Request]) -> Completion:
-            first = prompt.steps[0][0]
-            record = self.recorder.open(first.scenario, first.step, Role.NOISE, prompt.request.endpoint,
-                                        tokens=prompt.request.tokens, lora=prompt.request.lora, slot=self.last_slot)
-            try:
-                alternative, _ = prompt.request.send(
-                    False, self.progress.callback(first.scenario, first.step, Role.NOISE),
-                    self._deadline(len(prompt.request.tokens)))
-            except ClientError as exc:
-                self.progress.clear()
-                raise self.diagnosis.fail(record, exc) from exc
-            self.progress.clear()
-            self._answered(record, alternative)
-            records.append(record)
-            return alternative
-
-        measured = noise.measure(self.server, self.spec.launch.n_ubatch,
-                                 [(p.reference, partial(again, p)) for p in band_prompts], announce=announce)
-        for record, sample in zip(records, measured.samples):
-            record.extra.update(Extra(n_ubatch=measured.n_ubatch, band_sample=sample))
-        checks = [check for _, done in self.references.settle(measured.band) for check in done]
-        records[-1].extra.update(Extra(noise_band=measured.band, verifies=checks))
-        for record in records:
-            self.recorder.write(record)
-        self.noise = {"noise_band": measured.band, "n_ubatch": measured.n_ubatch, "tokens": measured.prefilled}
