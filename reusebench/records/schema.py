@@ -90,7 +90,7 @@ class Extra(TypedDict, total=False):
     # prompts with images (the corpus's ``images:``)
     image: dict[str, Any]  # an image-size call: the image's digest, pixels and bytes (never the image)
     images_sent: int  # images in the prompt
-    image_tokens: int  # the prompt's tokens that are images' (what the server encoded: the cause, from its log)
+    image_spans: list[list[int]]  # each image's [start, tokens] in the prompt (what the server encoded: the cause)
     # the session
     slot_from: str  # "disk": the slot was restored from a file just before
     expected_wrong_output: bool  # the reuse model knows the reused state to be foreign

@@ -103,8 +103,37 @@ def _narrow(rs: list[Record], width: int) -> str:
     legend = textwrap.fill("s: prompt seconds, - for a step stopped at its count; output: against no reuse (in noise: "
                            "within the noise of batch shapes); expected: the reuse model's, wrong where it knows the "
                            "reused state to be foreign, n/m where it does not model the memory", width)
-    return ("\n\n".join(parts) + f"\n\n{legend}\n\nwhy (largest size; the reuse model's in brackets):\n"
+    return ("\n\n".join(parts) + _images(rs) + f"\n\n{legend}\n\nwhy (largest size; the reuse model's in brackets):\n"
             + "\n".join(why))
+
+
+def image_cells(r: Record) -> list[str]:
+    """A step with images: the images sent, those after what the step kept (re-processed: whole, as one chunk) and
+    their tokens, the images the server encoded (its log: equal to the re-processed unless it holds an encoding),
+    and the seconds the encodes took; blanks without images."""
+    spans = r.extra.get("image_spans") or []
+    if not spans:
+        return ["", "", "", ""]
+    kept = r.cache_n or 0
+    again = [length for start, length in spans if start >= kept]
+    cause = r.cause or {}
+    encoded, encode_ms = cause.get("images_encoded"), cause.get("image_encode_ms")
+    return [f"{len(again)} / {len(spans)}", f"{sum(again):,}", "?" if encoded is None else str(encoded),
+            "-" if not encode_ms else f"{encode_ms / 1000:.3f}"]
+
+
+IMAGE_HEADERS = ["images re-processed / sent", "their tokens", "encoded (log)", "encode s"]
+
+
+def _images(rs: list[Record]) -> str:
+    """The images of each step at the largest size: "" when no step sent one."""
+    with_images = [r for r in rs if r.role == Role.MEASURE and r.extra.get("image_spans") and not r.error]
+    if not with_images:
+        return ""
+    size = max(r.size for r in with_images)
+    table = [[f"{r.scenario}/{step_label(r)}", *image_cells(r)] for r in with_images if r.size == size]
+    return f"\n\nimages at {size_label(size)}\n" + tabulate(table, ["step", *IMAGE_HEADERS], tablefmt="simple",
+                                                             disable_numparse=True)
 
 
 def _short_expected(r: Record) -> str:
@@ -132,16 +161,19 @@ def variant_tables(records: Iterable[Record], width: int | None = None) -> list[
             if r.role == Role.MEASURE:
                 rows.setdefault((r.scenario, step_label(r)), {})[r.size] = r
         header = ["scenario", "step"]
+        images = any(r.extra.get("image_spans") for r in rs)
         for size in sizes:
             label = size_label(size)
             header += [f"{label} re-processed / ideal", f"{label} expected", f"{label} prompt s", f"{label} verdict",
                        f"{label} output"]
+            header += [f"{label} {h}" for h in IMAGE_HEADERS] if images else []
         header += ["why (largest size)", "model's why (largest size)"]
         table = []
         for (scenario, step), by_size in rows.items():
             line: list[Any] = [scenario, step]
             for size in sizes:
                 line += _cell(by_size[size]) if size in by_size else ["", "", "", "", ""]
+                line += (image_cells(by_size[size]) if size in by_size else [""] * 4) if images else []
             largest = by_size[max(by_size)]
             line += [cause_words(largest), largest.cause_expected or ""]
             table.append(line)

@@ -280,7 +280,7 @@ class SessionSteps(VariantSteps, Verifying):
                                              images=request.images)
         if request.images:
             record.extra.update(Extra(images_sent=len(request.images),
-                                      image_tokens=sum(length for _, length in request.images)))
+                                      image_spans=[[start, length] for start, length in request.images]))
         if self.spec.memory.not_modelled:  # no prediction rather than a wrong one: the counts are still measured
             record.extra["not_modelled"] = self.spec.memory.not_modelled
         else:
