@@ -180,6 +180,20 @@ def test_check_strict_exits_1_on_report_a_s_disabled_cache_reuse(tmp_path: Path,
 
 
 @pytest.mark.e2e
+def test_an_image_is_kept_on_a_resend_and_encoded_again_by_a_re_ask_whose_checkpoint_lies_before_it() -> None:
+    # one image 16 tokens before the end of a prompt of ~800 tokens: the checkpoint 4 before the end lies after it,
+    # the one 4 + 512 before the end before it, and none follows the image itself, so a re-ask goes back to that one
+    verdicts = checked("tiny-qwen35", "mmproj=on,cache-reuse=256")
+    resend, reask = verdicts["mmproj[image on a resend]"], verdicts["mmproj[image before a re-ask]"]
+    assert resend.verdict is Verdict.ACTIVE
+    assert "no image was encoded" in evidence(resend) and "prompt_n=4" in evidence(resend)
+    assert "output: identical to the cache_prompt:false reference" in resend.evidence
+    assert reask.verdict is Verdict.INEFFECTIVE
+    assert "log [info] encoding mtmd batch from idx = " in evidence(reask)
+    assert "prompt_n=516" in evidence(reask)  # back to the checkpoint 4 + 512 before the end
+
+
+@pytest.mark.e2e
 def test_qwen35_cache_reuse_is_disabled_by_the_context_without_mmproj() -> None:
     verdicts = checked("tiny-qwen35", "mmproj=off,cache-reuse=256")
     assert verdicts["cache-reuse"].verdict is Verdict.DISABLED

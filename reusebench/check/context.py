@@ -9,7 +9,7 @@ from typing import Any
 from reusebench import tiny
 from reusebench.check.verdicts import OptionVerdict, Setting
 from reusebench.llama import facts, logs, startup
-from reusebench.llama.client import Completion, LlamaClient
+from reusebench.llama.client import Completion, LlamaClient, Prompt
 from reusebench.llama.logs import Event
 from reusebench.llama.server import Server
 from reusebench.reuse import verification
@@ -113,7 +113,7 @@ class ProbeContext:
                 return first, second
         raise ValueError("random questions keep starting with the same token")
 
-    def complete(self, prompt: Sequence[int], **kwargs: Any) -> Completion:
+    def complete(self, prompt: Prompt, **kwargs: Any) -> Completion:
         return self.client.complete(prompt, n_predict=PROBE_N_PREDICT, n_probs=1, **kwargs)
 
     def complete_with_server_default(self, prompt: Sequence[int], id_slot: int = -1) -> Completion:
@@ -137,7 +137,7 @@ class ProbeContext:
 
     # reused output against no reuse
 
-    def output_check(self, reused: Completion, reference: Completion, prompt: Sequence[int],
+    def output_check(self, reused: Completion, reference: Completion, prompt: Prompt,
                      **kwargs: Any) -> tuple[str, str]:
         """identical, within noise or WRONG (``verification.judge``), with its evidence. An output that is not
         identical is judged against the noise band of its prompt (``noise.measure``: this server restarted at

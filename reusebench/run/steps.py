@@ -23,6 +23,7 @@ from typing import Any
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import images as images_mod
 from reusebench.config import scenarios
+from reusebench.llama import facts
 from reusebench.llama.client import ClientError, Completion, ProgressCallback, StreamEnded
 from reusebench.llama.outputs import common_prefix
 from reusebench.llama.process import ServerError
@@ -42,7 +43,6 @@ from reusebench.run.variant_steps import VariantSteps
 from reusebench.run.verifying import Verifying
 
 SLOT_LINE_WAIT_S = 5.0  # at most, for the log to name a stopped step's slot (it takes milliseconds)
-LEGACY_MEDIA_MARKER = "<__media__>"  # a build whose /props names no marker uses this one
 IMAGE_PROBE_TAIL = " image"  # the text after the image whose tokens are measured
 STOPPED = "not measured: stopped at the first progress event once its count was known (--full-prefills times it)"
 
@@ -87,7 +87,7 @@ class SessionSteps(VariantSteps, Verifying):
         """The tokens the server gives each size of image: the image alone with a word after it (b11434 aborts on a
         prompt that ends with an image), without reuse, its slot erased after (a setup record each), so the first
         load still finds every slot empty. The reuse model and the perfect cache see these calls as the server did."""
-        marker = str(self.server.client.props().get("media_marker") or LEGACY_MEDIA_MARKER)  # the same every start
+        marker = str(self.server.client.props().get("media_marker") or facts.LEGACY_MEDIA_MARKER)  # the same every start
         n_tokens: dict[int, int] = {}
         by_size: dict[tuple[int, int], int] = {}
         for index, image in enumerate(self.corpus.images):

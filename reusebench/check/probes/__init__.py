@@ -12,13 +12,13 @@ from __future__ import annotations
 import functools
 
 from reusebench.check.context import Probe
+from reusebench.check.probes.images import probe_mmproj_and_images
 from reusebench.check.probes.launch import (
     probe_kv_unified,
     probe_logged_value,
     probe_lora,
     probe_lora_init_without_apply,
     probe_metrics,
-    probe_mmproj,
     probe_parallel,
 )
 from reusebench.check.probes.lifecycle import probe_sleep_idle_seconds, probe_slot_save_path
@@ -40,7 +40,7 @@ SLEEP_OPTION = "sleep-idle-seconds"
 PROBES: dict[str, Probe] = {
     "parallel": probe_parallel,
     "kv-unified": probe_kv_unified,
-    "mmproj": probe_mmproj,
+    "mmproj": probe_mmproj_and_images,
     "ctx-size": functools.partial(probe_logged_value, what="n_ctx"),
     "batch-size": functools.partial(probe_logged_value, what="n_batch"),
     "ubatch-size": functools.partial(probe_logged_value, what="n_ubatch"),
