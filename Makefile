@@ -10,12 +10,14 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 # pure-attention control at 32K, the option verdicts of all four mmproj x cache-reuse
 # variants, then the asv site from the hybrid run's records and the two service workloads
 # asv measures (report-b-service's counts, interference's timings) with its replay of the Mooncake trace's
-# first 300 requests, and the report of all five runs.
+# first 300 requests, report A's steps with images at 32K, and the report of all six runs.
 REPORT_A := first_load resend interleave reask edit_middle restore_disk
 REPORT_A_SCENARIOS := $(foreach step,$(REPORT_A),--scenario $(step))
 HYBRID_VARIANT := mmproj=on,cache-reuse=256
 HYBRID_SIZES ?= --size 32K --size 128K
 CONTROL_SIZES ?= --size 32K
+# report A's steps again with two images in each document (corpora/tiny-words-images.yaml), after the asv site
+IMAGES_SIZES ?= --size 32K
 # --full-prefills times every step to its end (the default stops a step whose output nothing needs at its count)
 RUN_FLAGS ?=
 
@@ -75,7 +77,8 @@ bench: setup site-assets
 	  $(BIN)/asv run --python=same --set-commit-hash=$$(git rev-parse HEAD)
 	$(BIN)/asv publish
 	$(BIN)/python -m reusebench.report.site vendor results/html > /dev/null
-	$(BIN)/reusebench report --last 5
+	$(BIN)/reusebench run --profile tiny-qwen35 --variant $(HYBRID_VARIANT) $(IMAGES_SIZES) --corpus tiny-words-images $(REPORT_A_SCENARIOS) $(RUN_FLAGS)
+	$(BIN)/reusebench report --last 6
 	@echo "run pages: results/index.html (each run's steps as bars on a log axis; opens from file://)"
 	@echo "asv site: results/html/index.html (serve on loopback: $(BIN)/reusebench site --config asv.conf.json --serve)"
 

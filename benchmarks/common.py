@@ -162,6 +162,22 @@ def _measure() -> dict[str, Any]:
 GPU_STATE = ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s")
 
 
+def _image_figures(rs: list[records.Record]) -> dict[str, float]:
+    """The images after what each step kept (re-processed whole) and their tokens, those the log shows encoded,
+    and the seconds the encodes took: medians over repeats, n/a without images."""
+    with_images = [r for r in rs if r.extra.get("image_spans")]
+
+    def after_kept(r: records.Record) -> list[int]:
+        return [length for start, length in r.extra["image_spans"] if start >= (r.cache_n or 0)]
+
+    return {
+        "image_tokens_reprocessed": _median_known(sum(after_kept(r)) for r in with_images),
+        "images_encoded": _median_known((r.cause or {}).get("images_encoded") for r in with_images),
+        "image_encode_seconds": _median_known(((r.cause or {}).get("image_encode_ms") or 0.0) / 1000
+                                              for r in with_images if r.cause is not None),
+    }
+
+
 def _median_known(values: Iterable[float | None]) -> float:
     """Median of the known values; NaN, which asv shows as n/a (None would read "failed"), when none is known."""
     known = [v for v in values if v is not None]
@@ -206,6 +222,8 @@ def summarise(measured: list[records.Record], records_paths: list[str],
             "drafted_tokens": _median_known(r.extra.get("draft_n") for r in rs),
             "accepted_tokens": _median_known(r.extra.get("draft_accepted") for r in rs),
             "decode_seconds": _median_known(None if r.predicted_ms is None else r.predicted_ms / 1000 for r in rs),
+            # images in the prompt: n/a for a step that sent none (benchmarks/images.py)
+            **_image_figures(rs),
             # the machine state beside the figures (benchmarks/gpu_state.py)
             **{name: _median_known((r.gpu or {}).get(name) for r in rs) for name in GPU_STATE},
             "model_page_cache_fraction": _median_known((r.host or {}).get("model_page_cache_fraction") for r in rs),

@@ -94,6 +94,9 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "speculation.Speculation.track_drafted_tokens",
         "speculation.Speculation.track_accepted_tokens",
         "speculation.Speculation.track_decode_seconds",
+        "images.Images.track_image_tokens_reprocessed",
+        "images.Images.track_images_encoded",
+        "images.Images.track_image_encode_seconds",
         *(f"gpu_state.FirstLoadGpuState.track_{name}"
           for name in ("start_temperature_c", "sm_clock_mean_mhz", "throttled_fraction", "idle_before_s",
                        "model_page_cache_fraction")),

@@ -99,3 +99,14 @@ def test_a_corpus_of_the_user_s_own_image_files_is_sent_as_they_are(tmp_path: Pa
         data = (tmp_path / image).read_bytes()
         assert data[16:48] not in kept and base64.b64encode(data)[:40] not in kept
     assert b"data:image" not in kept and b"reusebench-image" not in kept and b"reusebench_media" not in kept
+
+
+def test_asv_tracks_the_images_each_step_re_processed_and_encoded(qwen35):
+    from benchmarks import common
+
+    figures = common.summarise(list(qwen35.values()), ["records.jsonl"])["figures"]
+    variant = "mmproj=on,cache-reuse=256"
+    cold, resend = figures[(variant, "2K", "first_load/cold")], figures[(variant, "2K", "resend/same prompt")]
+    assert (cold["images_encoded"], cold["image_tokens_reprocessed"]) == (2, 32)  # two images of 16 tokens
+    assert (resend["images_encoded"], resend["image_tokens_reprocessed"], resend["image_encode_seconds"]) == (0, 0, 0)
+    assert cold["image_encode_seconds"] > 0
