@@ -16,6 +16,7 @@ from reusebench import cli
 from reusebench.cli.exits import Exit
 from reusebench.config import profiles
 from reusebench.records import Record, Role
+from reusebench.report import view
 from reusebench.run import runner
 from reusebench.run.selection import Selection
 
@@ -93,6 +94,8 @@ def test_a_corpus_of_the_user_s_own_image_files_is_sent_as_they_are(tmp_path: Pa
     assert [length for _, length in cold.extra["image_spans"]] == [16, 16]
     assert (cold.cause or {})["images_encoded"] == 2 and (resend.cause or {})["images_encoded"] == 0
     assert (cold.prompt_n, resend.prompt_n) == (cold.expected, resend.expected)
+    page = view.write_run_page(result.run_dir).read_text()  # the run's page has an images column
+    assert "<th>images</th>" in page and "2 / 2 re-processed (32 tokens); encoded 2 in " in page
     # images are content: nothing the run kept holds an image, its base64 or where the prompt text put it
     kept = b"".join(p.read_bytes() for p in (tmp_path / "results").rglob("*") if p.is_file())
     for image in ("scan.jpg", "chart.png"):

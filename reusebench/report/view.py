@@ -207,11 +207,20 @@ def _session(name: str, rs: list[Record]) -> str:
     if not measured:
         return head + "<p>no measured step</p>"
     scale = max(r.prompt_tokens or 1 for r in measured)
-    rows = "".join(_row(r, scale) for r in measured)
+    images = any(r.extra.get("image_spans") for r in measured)
+    rows = "".join(_row(r, scale, images) for r in measured)
     return (head + "<table class=steps><tr><th>step</th><th>tokens (log axis)</th><th>re-processed / ideal / "
             "expected</th><th>diverged at / resumed at</th><th>verdict</th><th>output</th><th>why</th>"
-            "<th>model's why</th><th>prefill s</th><th>machine before and during</th></tr>"
-            + rows + "</table>")
+            "<th>model's why</th><th>prefill s</th>" + ("<th>images</th>" if images else "")
+            + "<th>machine before and during</th></tr>" + rows + "</table>")
+
+
+def _images(r: Record) -> str:
+    """Images after what the step kept, of those sent, with their tokens; those the log shows encoded, and the
+    seconds."""
+    again, tokens, encoded, seconds = run_report.image_cells(r)
+    return (f"<td class=n>{_e(again)} re-processed ({_e(tokens)} tokens); encoded {_e(encoded)}"
+            + ("" if seconds == "-" else f" in {_e(seconds)} s") + "</td>")
 
 
 def _noise_band(rs: list[Record]) -> str:
@@ -225,10 +234,10 @@ def _noise_band(rs: list[Record]) -> str:
             "the same)")
 
 
-def _row(r: Record, scale: int) -> str:
+def _row(r: Record, scale: int, images: bool = False) -> str:
     if r.error:
         return (f"<tr data-step='{_e(r.scenario)}/{_e(r.step)}'><td>{_e(r.scenario)}/{_e(r.step)}</td>"
-                f"<td colspan=9>failed: {_e(r.error)}</td></tr>")
+                f"<td colspan={10 if images else 9}>failed: {_e(r.error)}</td></tr>")
     load = under_load(r.host)
     seconds = "n/a (stopped at its count)" if r.prompt_ms is None else f"{r.prompt_ms / 1000:.2f}"
     numbers = " / ".join("-" if getattr(r, field) is None else f"{getattr(r, field):,}" for _, field, _ in BARS)
@@ -239,7 +248,8 @@ def _row(r: Record, scale: int) -> str:
             f"<td>{_e(run_report.correctness(r))}</td><td>{_e(run_report.cause_words(r))}</td>"
             f"<td>{_e(r.cause_expected or '')}</td>"
             f"<td class='n{' loaded' if load else ''}' title='{_e(load or '')}'>{seconds}"
-            f"{' (under load)' if load else ''}</td><td class=machine>{_e(machine_state(r))}</td></tr>")
+            f"{' (under load)' if load else ''}</td>" + (_images(r) if images else "")
+            + f"<td class=machine>{_e(machine_state(r))}</td></tr>")
 
 
 def machine_state(r: Record) -> str:
