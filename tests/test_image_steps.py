@@ -113,3 +113,16 @@ def test_asv_tracks_the_images_each_step_re_processed_and_encoded(qwen35):
     assert (cold["images_encoded"], cold["image_tokens_reprocessed"]) == (2, 32)  # two images of 16 tokens
     assert (resend["images_encoded"], resend["image_tokens_reprocessed"], resend["image_encode_seconds"]) == (0, 0, 0)
     assert cold["image_encode_seconds"] > 0
+
+
+@pytest.mark.parametrize("family", ["nemotron_h", "gemma3"])
+def test_another_hybrid_and_a_windowed_model_keep_their_images_as_the_model_expects(tmp_path: Path,
+                                                                                   family: str) -> None:
+    # Mamba2 layers (no multi-position RoPE) and a 128-token sliding window, each with the generated projector
+    profile = tmp_path / f"{family}.yaml"
+    profile.write_text(f"extends: tiny-base\nmodel: tiny:{family}\nmmproj: tiny:{family}\n")
+    measured = run_with_images(str(profile), "default", tmp_path / "results")
+    assert len(measured) == 11  # five steps, four chat turns, and the resend and re-ask after a restore
+    for r in measured:
+        assert r.prompt_n == r.expected and (r.cause or {})["images_encoded"] == images_after_kept(r), r.step
+        assert r.matches_reference is not False, r.step
