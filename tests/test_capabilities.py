@@ -129,17 +129,18 @@ def test_a_workload_predicts_with_its_own_binary_s_rules_not_the_pinned_build_s(
 
 
 def test_check_shows_only_the_rules_its_launch_can_meet_and_quotes_a_shared_probe_once() -> None:
-    # 13 rules: one each about an mmproj, LoRA and sleep; a launch with none of them reads 10 and one line saying so
+    # 14 rules: two about an mmproj, one each about LoRA and sleep; a launch with none of them reads 10 and one line
+    # saying so
     probed = Capabilities(**PINNED_RULES, how="probed",  # type: ignore[arg-type]  # bool fields
                           evidence={"slot_file_checkpoints": "restore: 2069 re-processed",
                                     "restore_keeps_slot_checkpoints": "restore: 2069 re-processed"})
     plain = probed.lines(capability.features(mmproj=False, lora=False, sleeps=False))
     assert len(plain) == 10 + 1
-    assert plain[-1] == ("this build: 3 rule(s) about an mmproj, LoRA adapters, sleep left out, which this launch "
+    assert plain[-1] == ("this build: 4 rule(s) about an mmproj, LoRA adapters, sleep left out, which this launch "
                          "does not use (`reusebench probe` lists every rule)")
     assert not any("LoRA" in line or "mmproj loaded" in line or "sleeping" in line for line in plain[:-1])
     assert sum("(restore: 2069 re-processed)" in line for line in plain) == 1
     assert "(the same probe as above)" in plain[1]
     with_lora = probed.lines(capability.features(mmproj=False, lora=True, sleeps=False))
     assert any("RAM cache entries keep their LoRA" in line for line in with_lora) and len(with_lora) == 11 + 1
-    assert len(probed.lines()) == 13  # `probe`: every rule
+    assert len(probed.lines()) == 14  # `probe`: every rule

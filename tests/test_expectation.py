@@ -268,6 +268,10 @@ def test_no_checkpoint_follows_an_image_so_one_4_tokens_before_the_end_sends_a_r
     # another image in the second's place: the prompts share everything up to it, and the same checkpoint serves
     other = BOS + first + text + run_ids(2, 16) + [7, 8, 9, 10]
     assert send(m, other, images=images) == (516, "restored checkpoint at n_tokens=2881")
+    # a build that checkpoints right after an image (probed: checkpoint_after_image) keeps all but the last 4
+    after = model(rules=Capabilities(checkpoint_after_image=True))
+    send(after, prompt, images=images)
+    assert send(after, prompt, images=images) == (4, "restored checkpoint at n_tokens=3393")
 
 
 def test_a_text_batch_stops_where_an_image_begins_and_the_image_is_one_chunk() -> None:

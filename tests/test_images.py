@@ -10,12 +10,13 @@ import pytest
 from PIL import Image as PILImage
 
 from reusebench.config import corpus, images
+from reusebench.llama import media
 from reusebench.reuse import image_runs
 from reusebench.reuse.segments import common_prefix
 
 
 def test_a_generated_image_is_the_same_png_for_the_same_seed_and_index() -> None:
-    first, again, other = images.generated(7, 0, 32), images.generated(7, 0, 32), images.generated(7, 1, 32)
+    first, again, other = media.generated(7, 0, 32), media.generated(7, 0, 32), media.generated(7, 1, 32)
     assert first.data == again.data and first.digest == again.digest
     assert other.digest != first.digest
     with PILImage.open(io.BytesIO(first.data)) as decoded:
@@ -23,7 +24,7 @@ def test_a_generated_image_is_the_same_png_for_the_same_seed_and_index() -> None
 
 
 def test_what_a_record_may_keep_of_an_image_is_its_digest_and_sizes_never_its_bytes() -> None:
-    image = images.generated(7, 0, 32)
+    image = media.generated(7, 0, 32)
     assert image.describe() == {"digest": image.digest, "width": 32, "height": 32, "bytes": len(image.data)}
 
 
@@ -34,30 +35,30 @@ def test_what_a_record_may_keep_of_an_image_is_its_digest_and_sizes_never_its_by
 def test_a_file_that_is_not_an_image_is_an_error_naming_the_file(tmp_path: Path, content: bytes, why: str) -> None:
     path = tmp_path / "figure.png"
     path.write_bytes(content)
-    with pytest.raises(images.ImageError, match=rf"images.files: .*figure\.png: {why}"):
-        images.read_file(path, where="images.files")
+    with pytest.raises(media.ImageError, match=rf"images.files: .*figure\.png: {why}"):
+        media.read_file(path, where="images.files")
 
 
 def test_an_image_llama_cpp_does_not_decode_is_an_error_naming_the_format(tmp_path: Path) -> None:
     path = tmp_path / "figure.webp"
     PILImage.new("RGB", (8, 8)).save(path, format="WEBP")
-    with pytest.raises(images.ImageError, match=r"figure\.webp: a WEBP image, which llama\.cpp does not decode"):
-        images.read_file(path, where="images.files")
+    with pytest.raises(media.ImageError, match=r"figure\.webp: a WEBP image, which llama\.cpp does not decode"):
+        media.read_file(path, where="images.files")
 
 
 def test_an_image_of_more_pixels_than_the_cap_is_refused_before_it_is_decoded(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "big.png"
     PILImage.new("RGB", (64, 64)).save(path)
-    monkeypatch.setattr(images, "MAX_PIXELS", 64 * 64 - 1)
-    with pytest.raises(images.ImageError, match=r"big\.png: 64x64 pixels, more than the 4,095"):
-        images.read_file(path, where="images.files")
+    monkeypatch.setattr(media, "MAX_PIXELS", 64 * 64 - 1)
+    with pytest.raises(media.ImageError, match=r"big\.png: 64x64 pixels, more than the 4,095"):
+        media.read_file(path, where="images.files")
 
 
 def test_a_jpeg_file_is_read_with_its_size(tmp_path: Path) -> None:
     path = tmp_path / "scan.jpg"
     PILImage.new("RGB", (40, 24), (200, 10, 10)).save(path, format="JPEG")
-    image = images.read_file(path, where="images.files")
+    image = media.read_file(path, where="images.files")
     assert (image.format, image.width, image.height, image.data) == ("JPEG", 40, 24, path.read_bytes())
 
 

@@ -43,6 +43,9 @@ class Capabilities:
     # A slot can be saved, restored and erased while an mmproj is loaded (not 2026-03, which refuses every slot
     # action then, HTTP 501).
     mmproj_slot_actions: bool | None = _rule(True, "slot save, restore and erase with an mmproj loaded", MMPROJ)
+    # The batch right after an image gets a checkpoint like any other (not b11434: "do not checkpoint after mtmd
+    # chunks", so an image within a prompt's last 4 tokens sends a resend back before it).
+    checkpoint_after_image: bool | None = _rule(False, "a checkpoint right after an image", MMPROJ)
     # A prompt that extends everything a recurrent slot holds is tested like one that diverges, so the slot goes back
     # to a checkpoint, or re-reads everything where it has none, as after a restore (b9246 to b9442: the test took
     # `n_past <= n_tokens` with a threshold one lower before b9518's `has_new_tokens` let an extension through).

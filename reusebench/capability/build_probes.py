@@ -21,9 +21,9 @@ from pathlib import Path
 
 from reusebench import tiny
 from reusebench.capability import Capabilities
-from reusebench.llama import binaries, facts
+from reusebench.llama import binaries, facts, media
 from reusebench.llama.binaries import Binary
-from reusebench.llama.client import ClientError, Completion, LlamaClient
+from reusebench.llama.client import ClientError, Completion, LlamaClient, MediaPrompt
 from reusebench.llama.outputs import difference
 from reusebench.llama.process import ServerError
 from reusebench.llama.server import Server
@@ -84,7 +84,7 @@ def _server(binary: Binary, slot_dir: Path, env: Mapping[str, str] | None, *extr
     return Server.of(binary.path, args, env=env, call_timeout_s=CALL_TIMEOUT_S)
 
 
-def _complete(client: LlamaClient, prompt: Sequence[int], **kwargs: object) -> Completion:
+def _complete(client: LlamaClient, prompt: Sequence[int] | MediaPrompt, **kwargs: object) -> Completion:
     # No id_slot: a request for a named slot skips the RAM cache. One slot, so it is slot 0 either way.
     return client.complete(prompt, n_predict=N_PREDICT, n_probs=1, **kwargs)  # type: ignore[arg-type]
 
@@ -130,9 +130,9 @@ def probe(binary: Binary, say: Say = lambda _m: None, *, env: Mapping[str, str] 
              ("slot_file_checkpoints", "restore_keeps_slot_checkpoints", "close_checkpoints",
               "extension_returns_to_checkpoint", "user_message_checkpoints", "completion_message_delimiters"),
              ["--cache-ram", "0"], None, lambda h: _slot_probes(h.client, found, evidence)),
-            ("slot actions with an mmproj loaded", ("mmproj_slot_actions",),
+            ("slot actions and checkpoints with an mmproj loaded", ("mmproj_slot_actions", "checkpoint_after_image"),
              ["--mmproj", str(tiny.mmproj_path(MMPROJ_MODEL))], tiny.model_path(MMPROJ_MODEL),
-             lambda h: _mmproj_slot_actions(h.client, Words(h.client), found, evidence)),
+             lambda h: _mmproj_probes(h.client, found, evidence)),
             ("the RAM cache, with a LoRA", ("empty_slot_loads_from_ram", "ram_cache_keeps_lora"),
              ["--lora", str(tiny.lora_path(MODEL)), "--cache-ram", "64"], None,
              lambda h: _ram_probes(h.client, found, evidence)),
@@ -225,6 +225,28 @@ def _extension(client: LlamaClient, words: Words, found: Found, evidence: Eviden
     found["extension_returns_to_checkpoint"] = False if got == len(held) else True if got < len(held) else None
     evidence["extension_returns_to_checkpoint"] = (f"a {len(prompt)}-token prompt and its answer, then the "
                                                    f"{len(held)} tokens the slot holds and 8 more: cache_n={got}")
+
+
+def _mmproj_probes(client: LlamaClient, found: Found, evidence: Evidence) -> None:
+    words = Words(client)
+    _mmproj_slot_actions(client, words, found, evidence)
+    client.slot_erase(0)
+    _checkpoint_after_image(client, words, found, evidence)
+
+
+def _checkpoint_after_image(client: LlamaClient, words: Words, found: Found, evidence: Evidence) -> None:
+    """Words, an image, 4 words; then the same again. The batch of the last 4 tokens is the one right after the
+    image: with a checkpoint there the resend keeps all but 4 tokens, without one it goes back before the image."""
+    tail = next((text for text in (words.text(4) for _ in range(8)) if len(client.tokenize(text)) == 4), None)
+    if tail is None:
+        evidence["checkpoint_after_image"] = "could not make a 4-token text to follow the image"
+        return
+    marker = str(client.props().get("media_marker") or facts.LEGACY_MEDIA_MARKER)
+    prompt = MediaPrompt(words.text(N_UBATCH + 64) + marker + tail, (media.generated(0, 0, 32).base64(),))
+    total = _complete(client, prompt).prompt_n
+    got = _complete(client, prompt).cache_n
+    found["checkpoint_after_image"] = True if got == total - 4 else False if got < total - 4 - 16 else None
+    evidence["checkpoint_after_image"] = (f"{total} tokens, an image 4 tokens before the end, resent: cache_n={got}")
 
 
 def _mmproj_slot_actions(client: LlamaClient, words: Words, found: dict[str, bool | None],

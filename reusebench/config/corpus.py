@@ -37,6 +37,7 @@ from typing import Protocol
 
 from reusebench import reader, tiny
 from reusebench.config import images as images_mod
+from reusebench.llama import media
 
 MAX_TOKENIZER_CALLS = 5
 SPEC_KEYS = {"description", "source", "seed", "path", "questions", "edit", "summary", "images"}
@@ -58,13 +59,13 @@ class ImageSpec:
     side: int = IMAGE_SIDE
     files: tuple[Path, ...] = ()
 
-    def images(self, seed: int, variant: int, where: str) -> list[images_mod.Image]:
+    def images(self, seed: int, variant: int, where: str) -> list[media.Image]:
         """The images of document `variant` (0: the document, 1: the other), in the order they appear."""
         if self.files:
             # the other document shows the same files mirrored in order, so it differs from the first where it can
             files = self.files if variant == 0 else tuple(reversed(self.files))
-            return [images_mod.read_file(f, where=f"{where}: images.files") for f in files]
-        return [images_mod.generated(seed, variant * len(self.at) + k, self.side) for k in range(len(self.at))]
+            return [media.read_file(f, where=f"{where}: images.files") for f in files]
+        return [media.generated(seed, variant * len(self.at) + k, self.side) for k in range(len(self.at))]
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class Corpus:
     other: str
     edited: str
     tokenizer_calls: int
-    images: tuple[images_mod.Image, ...] = ()  # by their placeholders' numbers: the document's, then the other's
+    images: tuple[media.Image, ...] = ()  # by their placeholders' numbers: the document's, then the other's
 
     @property
     def questions(self) -> tuple[str, str]:
@@ -177,8 +178,8 @@ def _image_spec(images: object, spec_path: Path, fail: Callable[[str, str], Corp
         paths = tuple((spec_path.parent / f).resolve() for f in files)
         for file in paths:  # read now: a bad file fails before any server starts
             try:
-                images_mod.read_file(file, where=f"{spec_path}: images.files")
-            except images_mod.ImageError as exc:
+                media.read_file(file, where=f"{spec_path}: images.files")
+            except media.ImageError as exc:
                 raise CorpusError(str(exc)) from exc
         return ImageSpec(tuple(float(f) for f in at), files=paths)
     side = images.get("size", IMAGE_SIDE)
@@ -264,11 +265,11 @@ def exact_document(spec: CorpusSpec, tokenizer: Tokenizer, size: int, *, variant
 def build_corpus(spec: CorpusSpec, tokenizer: Tokenizer, size: int) -> Corpus:
     document, calls_main = exact_document(spec, tokenizer, size, variant=0)
     other, calls_other = exact_document(spec, tokenizer, size, variant=1)
-    images: list[images_mod.Image] = []
+    images: list[media.Image] = []
     if spec.images is not None:
         try:
             mine, others = (spec.images.images(spec.seed, variant, str(spec.path)) for variant in (0, 1))
-        except images_mod.ImageError as exc:
+        except media.ImageError as exc:
             raise CorpusError(str(exc)) from exc
         document = images_mod.place(document, spec.images.at, 0)
         other = images_mod.place(other, spec.images.at, len(mine))

@@ -426,7 +426,7 @@ class ServerModel:
             wanted = (n == end or batch_start in user_starts or near_end) and batch_start > 0 and (
                 not checkpoints or batch_start == last_user or near_end
                 or batch_start > checkpoints[-1].n_tokens + min_step)
-            wanted = wanted and not after_image
+            wanted = wanted and (not after_image or bool(self.rules.checkpoint_after_image))
             if wanted and not self.rules.close_checkpoints:  # 2026-03: 64 tokens in, 64 apart
                 wanted = n >= MIN_CHECKPOINT_SPACING and (
                     not checkpoints or batch_start > checkpoints[-1].n_tokens + MIN_CHECKPOINT_SPACING)

@@ -14,7 +14,7 @@ from typing import Any
 
 from reusebench.config import images as images_mod
 from reusebench.config import scenarios
-from reusebench.llama import facts
+from reusebench.llama import facts, media
 from reusebench.llama.client import Completion, MediaPrompt, ProgressCallback
 from reusebench.records import Lora, text_hash
 from reusebench.reuse import image_runs, segments
@@ -41,7 +41,7 @@ class Request:
 class Media:
     """A corpus's images as this server takes them: each image's tokens (measured) and the server's media marker."""
 
-    images: tuple[images_mod.Image, ...]
+    images: tuple[media.Image, ...]
     n_tokens: Mapping[int, int]  # image index -> the tokens the server gives it
     marker: str
 
