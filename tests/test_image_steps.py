@@ -126,3 +126,19 @@ def test_another_hybrid_and_a_windowed_model_keep_their_images_as_the_model_expe
     for r in measured:
         assert r.prompt_n == r.expected and (r.cause or {})["images_encoded"] == images_after_kept(r), r.step
         assert r.matches_reference is not False, r.step
+
+
+def test_the_real_gemma_with_a_generated_projector_keeps_its_images_as_the_model_expects(tmp_path: Path) -> None:
+    # real weights (Gemma 3 270M ships no projector: `tiny:projector` makes one 640 wide), its 512-token window, and
+    # prose with two images: the counts are the model's, and a reused output is the same as without reuse or
+    # within the noise a change of batch size alone makes
+    profile = tmp_path / "gemma-images.yaml"
+    profile.write_text("extends: gemma3-270m\nmmproj: tiny:projector\ncorpus: python-docs-images\n")
+    result = runner.run_profile(profiles.load_profile(str(profile)),
+                                Selection(sizes=(SIZE,), scenario_ids=("first_load", "resend", "reask")),
+                                results_dir=tmp_path / "results", out=io.StringIO())
+    measured = [r for r in result.records if r.role == Role.MEASURE]
+    assert [(r.step, r.prompt_n == r.expected) for r in measured] == [
+        ("cold", True), ("same prompt", True), ("new question", True)]
+    assert [(r.cause or {})["images_encoded"] for r in measured] == [2, 0, 0]
+    assert all(r.extra["output_check"] in ("identical", "within noise") for r in measured[1:])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,7 +219,7 @@ def _build(
     matrix: dict[str, list[OptionValue]] = merged.get("matrix", {})
     if check_binary:
         _check_against_help(binary, options, matrix, origins)
-    mmproj = _resolve_file(merged["mmproj"], "mmproj", origins) if "mmproj" in merged else None
+    mmproj = _resolve_mmproj(merged, origins) if "mmproj" in merged else None
     if MMPROJ_AXIS in matrix and mmproj is None:
         raise ProfileError(f"{origins.file('matrix.mmproj')}: matrix.mmproj: the profile sets no `mmproj:` to toggle")
     shared = dict(
@@ -293,6 +293,21 @@ def _expand_value(value: OptionValue, origins: _Origins, where: str) -> OptionVa
         return value
     with _reported_at(origins, where):
         return reader.expand_env(value, source=origins.file(where), field_name=where, error=ProfileError)
+
+
+TINY_PROJECTOR = "projector"  # `mmproj: tiny:projector`: generated for the profile's model
+
+
+def _resolve_mmproj(merged: Mapping[str, Any], origins: _Origins) -> Path:
+    """The profile's mmproj; `tiny:projector`: a tiny projector generated as wide as the profile's model (any
+    model, a real one too), so images reach a model that ships none."""
+    if merged["mmproj"] != f"tiny:{TINY_PROJECTOR}":
+        return _resolve_file(merged["mmproj"], "mmproj", origins)
+    from reusebench import tiny  # imported lazily: it pulls in numpy and gguf
+
+    model = _resolve_file(merged["model"], "model", origins)
+    with _reported_at(origins, "mmproj"):
+        return tiny.projector_path(gguf_check.embedding_length(model))
 
 
 def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:

@@ -166,6 +166,14 @@ def trained_context(path: Path) -> int | None:
     return None if found is None else int(found)
 
 
+def embedding_length(path: Path) -> int:
+    """The model's ``{arch}.embedding_length``: the width a projector's output must have to feed it."""
+    found = read_header(path).values.get(f"{architecture(path)}.embedding_length")
+    if found is None:
+        raise GgufError(f"{path}: no {architecture(path)}.embedding_length")
+    return int(found)
+
+
 def check_gguf(path: Path) -> None:
     """Raise GgufError unless ``path`` has a valid header and every tensor's data lies inside the file."""
     header = read_header(path)

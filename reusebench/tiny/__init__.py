@@ -60,6 +60,7 @@ __all__ = [
     "lora_path",
     "main",
     "mmproj_path",
+    "projector_path",
     "model_path",
 ]
 
@@ -115,7 +116,13 @@ def mmproj_path(name: str, cache_dir: Path | None = None) -> Path:
     """Path of a tiny CLIP projector (`--mmproj`) whose output matches `name`'s n_embd."""
     _recipe(name)
     # Every tiny text model has the same n_embd, so they share one projector file.
-    return _cached(f"mmproj-e{N_EMBD}-{_digest('mmproj', N_EMBD)}.gguf", lambda: build_mmproj(N_EMBD), cache_dir)
+    return projector_path(N_EMBD, cache_dir)
+
+
+def projector_path(n_embd: int, cache_dir: Path | None = None) -> Path:
+    """Path of a tiny CLIP projector whose output is `n_embd` wide: it feeds any text model of that width (a real
+    one too: ``mmproj: tiny:projector`` in a profile)."""
+    return _cached(f"mmproj-e{n_embd}-{_digest('mmproj', n_embd)}.gguf", lambda: build_mmproj(n_embd), cache_dir)
 
 
 
