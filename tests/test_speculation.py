@@ -54,3 +54,20 @@ def test_check_says_whether_the_server_drafts_and_how_it_undoes_a_rejected_draft
     accepted = int(re.search(r"accepted (\d+)", on["evidence"][0]).group(1))  # type: ignore[union-attr]
     assert accepted > 0
     assert on["evidence"][1] == "log: n_rs_seq = 0: a rejected draft is undone from a speculative checkpoint"
+    # greedy: the answer is the one the server restarted without speculation gives
+    assert "against the server without it (--spec-type none): identical" in on["evidence"][2]
+
+
+def test_a_hybrid_without_rollback_says_it_falls_back_to_speculative_checkpoints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # granitehybrid is not on llm_arch_supports_rs_rollback's list: its recurrent state cannot roll back a draft
+    profile = tmp_path / "granite-spec.yaml"
+    profile.write_text("extends: tiny-base\nmodel: tiny:granitehybrid\nn_predict: 32\noptions:\n"
+                       "  spec-type: ngram-mod\n")
+    assert cli.main(["check", "--profile", str(profile), "--option", "spec-type", "--results", str(tmp_path),
+                     "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    (verdict,) = report["verdicts"]
+    assert verdict["verdict"] == "ACTIVE"
+    assert verdict["evidence"][1] == "log: n_rs_seq = 0: a rejected draft is undone from a speculative checkpoint"
+    assert "(--spec-type none): identical" in verdict["evidence"][2]
