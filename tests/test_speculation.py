@@ -71,3 +71,31 @@ def test_a_hybrid_without_rollback_says_it_falls_back_to_speculative_checkpoints
     assert verdict["verdict"] == "ACTIVE"
     assert verdict["evidence"][1] == "log: n_rs_seq = 0: a rejected draft is undone from a speculative checkpoint"
     assert "(--spec-type none): identical" in verdict["evidence"][2]
+
+
+DRAFT_PROFILE = Path(__file__).parent / "data" / "tiny-qwen35-draft.yaml"
+
+
+def test_a_draft_model_whose_drafts_are_rejected_changes_no_count_and_no_answer(tmp_path: Path) -> None:
+    # tiny:llama drafts for tiny:qwen35 (one vocabulary, unrelated random weights): nearly every draft is rejected,
+    # so the hybrid's state is undone after nearly every draft, and still each answer is the one without speculation
+    assert cli.main(["run", "--profile", str(DRAFT_PROFILE), "--size", "2K", "--scenario", "resend", "--scenario",
+                     "reask", "--scenario", "growth", "--results", str(tmp_path)]) == 0
+    measured = [r for r in read_records(next(tmp_path.glob("runs/*/records.jsonl"))) if r.role == Role.MEASURE]
+    off, on = ([r for r in measured if r.variant == f"spec-type={kind}"] for kind in ("none", "draft-simple"))
+    assert len(on) == 7 and [r.prompt_n for r in on] == [r.expected for r in on] == [r.prompt_n for r in off]
+    assert [r.output_hash for r in on] == [r.output_hash for r in off]
+    drafted = sum(r.extra["draft_n"] for r in on)
+    assert drafted > 0 and sum(r.extra["draft_accepted"] for r in on) < drafted
+
+
+def test_after_a_restore_from_disk_the_draft_model_s_stale_context_fails_the_next_extension(tmp_path: Path) -> None:
+    # b11434 saves and restores only the target's context (llama.cpp #28619): after the re-ask (2,068 + 31 tokens in
+    # the draft's context, positions 0 to 2,098) the file's 2,100 tokens come back to the target alone, and the strict
+    # extension's draft batch starts at position 2,100: "inconsistent sequence positions", HTTP 500
+    assert cli.main(["run", "--profile", str(DRAFT_PROFILE), "--variant", "spec-type=draft-simple", "--size", "2K",
+                     "--scenario", "restore_disk", "--results", str(tmp_path)]) == 1
+    measured = {r.step: r for r in read_records(next(tmp_path.glob("runs/*/records.jsonl")))
+                if r.role == Role.MEASURE and r.scenario == "restore_disk"}
+    assert (measured["resend"].prompt_n, measured["reask"].prompt_n) == (2069, 2068)  # as the model expects
+    assert measured["extension"].error is not None and "HTTP 500" in measured["extension"].error

@@ -51,7 +51,8 @@ DEFAULT_N_PREDICT = 8
 DEFAULT_CORPUS = "tiny-words"  # the tiny models' vocabulary: one token per word
 REAL_PROSE_CORPUS = "python-docs"  # a real model's default: English prose shipped with Python (corpora/)
 # options that name a file the profile ships: relative to the file that sets them, and there before any launch
-FILE_OPTIONS = ("chat-template-file",)
+DRAFT_MODEL_OPTION = "spec-draft-model"  # a model: `tiny:NAME` and `real:NAME` name one, as `model:` does
+FILE_OPTIONS = ("chat-template-file", DRAFT_MODEL_OPTION)
 
 @dataclass(frozen=True)
 class Variant:
@@ -316,14 +317,17 @@ def _resolve_file(spec: str, where: str, origins: _Origins) -> Path:
     with _reported_at(origins, where):
         from reusebench import tiny  # imported lazily: it pulls in numpy and gguf
 
-        named = not where.startswith("options.")  # a model, mmproj or adapter may be generated or installed
+        # a model, mmproj or adapter may be generated or installed; a draft model too
+        a_model = where in ("model", f"options.{DRAFT_MODEL_OPTION}")
+        named = a_model or not where.startswith("options.")
         if named and real.is_real_spec(spec):
-            if where != "model":
-                raise ProfileError(f"{origins.file(where)}: {where}: {spec}: a real model is a `model:`")
+            if not a_model:
+                raise ProfileError(f"{origins.file(where)}: {where}: {spec}: a real model is a `model:` or a "
+                                   f"draft model (`{DRAFT_MODEL_OPTION}`)")
             return real.model_path(spec.removeprefix(real.SPEC_PREFIX))
         if named and tiny.is_tiny_spec(spec):
             name = spec.removeprefix(tiny.SPEC_PREFIX)
-            if where == "model":
+            if a_model:
                 return tiny.model_path(name)
             return tiny.mmproj_path(name) if where == "mmproj" else tiny.lora_path(name)
         expanded = Path(reader.expand_env(spec, source=origins.file(where), field_name=where,
