@@ -99,3 +99,14 @@ def test_after_a_restore_from_disk_the_draft_model_s_stale_context_fails_the_nex
                 if r.role == Role.MEASURE and r.scenario == "restore_disk"}
     assert (measured["resend"].prompt_n, measured["reask"].prompt_n) == (2069, 2068)  # as the model expects
     assert measured["extension"].error is not None and "HTTP 500" in measured["extension"].error
+
+
+def test_check_calls_a_draft_model_whose_drafts_are_never_accepted_ineffective(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", "--profile", str(DRAFT_PROFILE), "--variant", "spec-type=draft-simple", "--option",
+                     "spec-type", "--results", str(tmp_path), "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    (verdict,) = report["verdicts"]
+    assert verdict["verdict"] == "INEFFECTIVE"
+    assert ", accepted 0" in verdict["evidence"][0] and verdict["evidence"][-1].startswith("no draft was accepted")
+    assert "(--spec-type none): identical" in verdict["evidence"][2]  # rejected drafts leave the answer as it was

@@ -40,7 +40,12 @@ def probe_spec_type(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
         return [setting.verdict(Verdict.INEFFECTIVE, *evidence, "nothing was drafted on a passage the model had "
                                                                 "just read and answered")]
     outcome, output = _against_no_speculation(ctx, repeated)
-    return [setting.verdict(Verdict.UNSAFE if outcome == WRONG else Verdict.ACTIVE, *evidence, output)]
+    if outcome == WRONG:
+        return [setting.verdict(Verdict.UNSAFE, *evidence, output)]
+    if not again.draft_accepted:
+        return [setting.verdict(Verdict.INEFFECTIVE, *evidence, output, "no draft was accepted: drafting costs time "
+                                                                        "and saves none")]
+    return [setting.verdict(Verdict.ACTIVE, *evidence, output)]
 
 
 def _against_no_speculation(ctx: ProbeContext, prompt: list[int]) -> tuple[str, str]:
