@@ -281,7 +281,9 @@ def test_a_failed_first_look_at_the_server_is_tried_again(tmp_path, monkeypatch)
     with flaky_upstream() as upstream, tapped(upstream, tmp_path) as tap:
         assert httpx.post(tap.relay.address + "/completion", json=body, timeout=30).status_code == 200
         deadline = time.monotonic() + SLOW_MACHINE_S  # a hang's limit, not a margin: it ends when /props is learned
-        while not tap._learned and time.monotonic() < deadline:  # each request tries until /props answers
+        # each request tries until /props answers; the tap marks a look as taken before it answers, so what is waited
+        # for is what the look sets: the model, and then the build
+        while tap.recorder.build != "b1-flaky" and time.monotonic() < deadline:
             httpx.post(tap.relay.address + "/completion", json=body, timeout=30)
             time.sleep(0.05)
         httpx.post(tap.relay.address + "/completion", json=body, timeout=30)
