@@ -11,6 +11,8 @@ from PIL import Image as PILImage
 
 from reusebench.config import corpus, images
 from reusebench.llama import media
+from reusebench.records import Record
+from reusebench.report import run_report
 from reusebench.reuse import image_runs
 from reusebench.reuse.segments import common_prefix
 
@@ -110,3 +112,17 @@ def test_two_images_share_no_id_and_one_image_matches_itself_whole() -> None:
     assert image_runs.spans(with_0) == ((4, 4),)
     # two images side by side are two runs
     assert image_runs.spans([*image_runs.run_ids(2, 3), *image_runs.run_ids(5, 2), 4]) == ((0, 3), (3, 2))
+
+
+def test_a_step_stopped_at_its_count_shows_its_images_to_re_process_and_no_encode() -> None:
+    # two 16-token images at 100 and 300; the step kept 200 tokens: the second is re-processed whole. Stopped at its
+    # first progress event, the server never reached it: not "0 encoded" but "-"
+    def step(**fields: object) -> Record:
+        return Record(run_id="r", session="s@2048", profile="p", variant="v", build="b", model="m", size=2048,
+                      scenario="edit_middle", step="line at 50%", role="measure", endpoint="/completion",
+                      started_at=0.0, ended_at=0.0, cache_n=200, extra={"image_spans": [[100, 16], [300, 16]]},
+                      **fields)  # type: ignore[arg-type]
+
+    assert run_report.image_cells(step(prompt_ms=None)) == ["1 / 2", "16", "-", "-"]
+    ran = step(prompt_ms=9.0, cause={"images_encoded": 1, "image_encode_ms": 2.0})
+    assert run_report.image_cells(ran) == ["1 / 2", "16", "1", "0.002"]

@@ -109,8 +109,9 @@ def _narrow(rs: list[Record], width: int) -> str:
 
 def image_cells(r: Record) -> list[str]:
     """A step with images: the images sent, those after what the step kept (re-processed: whole, as one chunk) and
-    their tokens, the images the server encoded (its log: equal to the re-processed unless it holds an encoding),
-    and the seconds the encodes took; blanks without images."""
+    their tokens, the images the server encoded (its log: equal to the re-processed unless it holds an encoding;
+    "-" for a step stopped at its count, which ends before its images), and the seconds the encodes took; blanks
+    without images."""
     spans = r.extra.get("image_spans") or []
     if not spans:
         return ["", "", "", ""]
@@ -118,6 +119,8 @@ def image_cells(r: Record) -> list[str]:
     again = [length for start, length in spans if start >= kept]
     cause = r.cause or {}
     encoded, encode_ms = cause.get("images_encoded"), cause.get("image_encode_ms")
+    if r.prompt_ms is None:  # stopped at its count
+        return [f"{len(again)} / {len(spans)}", f"{sum(again):,}", "-", "-"]
     return [f"{len(again)} / {len(spans)}", f"{sum(again):,}", "?" if encoded is None else str(encoded),
             "-" if not encode_ms else f"{encode_ms / 1000:.3f}"]
 
@@ -132,8 +135,8 @@ def _images(rs: list[Record]) -> str:
         return ""
     size = max(r.size for r in with_images)
     table = [[f"{r.scenario}/{step_label(r)}", *image_cells(r)] for r in with_images if r.size == size]
-    return f"\n\nimages at {size_label(size)}\n" + tabulate(table, ["step", *IMAGE_HEADERS], tablefmt="simple",
-                                                             disable_numparse=True)
+    return (f"\n\nimages at {size_label(size)} (encoded: - for a step stopped at its count)\n"
+            + tabulate(table, ["step", *IMAGE_HEADERS], tablefmt="simple", disable_numparse=True))
 
 
 def _short_expected(r: Record) -> str:

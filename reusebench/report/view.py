@@ -219,8 +219,9 @@ def _images(r: Record) -> str:
     """Images after what the step kept, of those sent, with their tokens; those the log shows encoded, and the
     seconds."""
     again, tokens, encoded, seconds = run_report.image_cells(r)
-    return (f"<td class=n>{_e(again)} re-processed ({_e(tokens)} tokens); encoded {_e(encoded)}"
-            + ("" if seconds == "-" else f" in {_e(seconds)} s") + "</td>")
+    how = "not encoded: stopped at its count" if r.prompt_ms is None else f"encoded {_e(encoded)}" + (
+        "" if seconds == "-" else f" in {_e(seconds)} s")
+    return f"<td class=n>{_e(again)} re-processed ({_e(tokens)} tokens); {how}</td>"
 
 
 def _noise_band(rs: list[Record]) -> str:
