@@ -167,12 +167,8 @@ def _image_figures(rs: list[records.Record]) -> dict[str, float]:
     and the seconds the encodes took: medians over repeats, n/a without images."""
     with_images = [r for r in rs if r.extra.get("image_spans")]
     ran = [r for r in with_images if r.prompt_ms is not None]  # a step stopped at its count encoded nothing yet
-
-    def after_kept(r: records.Record) -> list[int]:
-        return [length for start, length in r.extra["image_spans"] if start >= (r.cache_n or 0)]
-
     return {
-        "image_tokens_reprocessed": _median_known(sum(after_kept(r)) for r in with_images),
+        "image_tokens_reprocessed": _median_known(sum(records.images_reprocessed(r)) for r in with_images),
         "images_encoded": _median_known((r.cause or {}).get("images_encoded") for r in ran),
         "image_encode_seconds": _median_known(((r.cause or {}).get("image_encode_ms") or 0.0) / 1000
                                               for r in ran if r.cause is not None),

@@ -15,7 +15,7 @@ from PIL import Image as PILImage
 from reusebench import cli
 from reusebench.cli.exits import Exit
 from reusebench.config import profiles
-from reusebench.records import Record, Role
+from reusebench.records import Record, Role, images_reprocessed
 from reusebench.report import view
 from reusebench.run import runner
 from reusebench.run.selection import Selection
@@ -41,7 +41,7 @@ def qwen35(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Re
 
 
 def images_after_kept(r: Record) -> int:
-    return sum(start >= (r.cache_n or 0) for start, _ in r.extra["image_spans"])
+    return len(images_reprocessed(r))
 
 
 def test_every_step_with_images_re_processes_what_the_reuse_model_expects(qwen35):

@@ -241,7 +241,7 @@ def _checkpoint_after_image(client: LlamaClient, words: Words, found: Found, evi
     if tail is None:
         evidence["checkpoint_after_image"] = "could not make a 4-token text to follow the image"
         return
-    marker = str(client.props().get("media_marker") or facts.LEGACY_MEDIA_MARKER)
+    marker = client.media_marker()
     prompt = MediaPrompt(words.text(N_UBATCH + 64) + marker + tail, (media.generated(0, 0, 32).base64(),))
     total = _complete(client, prompt).prompt_n
     got = _complete(client, prompt).cache_n

@@ -30,6 +30,7 @@ class MediaPrompt:
 Prompt = str | Sequence[int] | MediaPrompt
 # (processed, cached, total) on every prompt-progress event; a true result ends the stream there (StreamEnded)
 ProgressCallback = Callable[[int, int, int], bool | None]
+LEGACY_MEDIA_MARKER = "<__media__>"  # the marker of a build whose /props names none
 CONNECT_TIMEOUT_S = 5.0  # a loopback server that does not accept within this is not answering
 # every client of llama-server asks for a connection per request: the server closes one after a streamed response
 # and one idle for 5 s (cpp-httplib's keep-alive timeout, also httpx's expiry), and a pooled connection reused as it
@@ -303,6 +304,11 @@ class LlamaClient:
     def props(self) -> dict[str, Any]:
         """``/props``; does not wake a sleeping server."""
         return dict(self._json("GET", "/props"))
+
+    def media_marker(self) -> str:
+        """Where a prompt string puts an image: ``/props``'s ``media_marker``, or the fixed one of a build that names
+        none."""
+        return str(self.props().get("media_marker") or LEGACY_MEDIA_MARKER)
 
     def slots(self) -> list[dict[str, Any]]:
         """``GET /slots``. Wakes a sleeping server: never call it in sleep scenarios."""

@@ -35,6 +35,13 @@ def deviation(r: Record) -> int | None:
     return None if r.expected is None or r.prompt_n is None else r.prompt_n - r.expected
 
 
+def images_reprocessed(r: Record) -> list[int]:
+    """The tokens of each image a step re-processed: those after what it kept (an image is kept whole or not at
+    all); none without images."""
+    kept = r.cache_n or 0
+    return [length for start, length in r.extra.get("image_spans") or [] if start >= kept]
+
+
 def interrupted(why: str = "Ctrl-C") -> str:
     """The error of a call cut short because its run stopped (Ctrl-C, SIGTERM, the tap stopped): one spelling for
     the session, the workload and the tap."""

@@ -16,7 +16,16 @@ from tabulate import tabulate
 
 from reusebench.config.sizes import size_label
 from reusebench.machine import spread
-from reusebench.records import Record, Role, RunKind, StepVerdict, deviation, outcome, was_interrupted
+from reusebench.records import (
+    Record,
+    Role,
+    RunKind,
+    StepVerdict,
+    deviation,
+    images_reprocessed,
+    outcome,
+    was_interrupted,
+)
 from reusebench.report import replay_report, run_kinds, service_runs
 
 
@@ -115,8 +124,7 @@ def image_cells(r: Record) -> list[str]:
     spans = r.extra.get("image_spans") or []
     if not spans:
         return ["", "", "", ""]
-    kept = r.cache_n or 0
-    again = [length for start, length in spans if start >= kept]
+    again = images_reprocessed(r)
     cause = r.cause or {}
     encoded, encode_ms = cause.get("images_encoded"), cause.get("image_encode_ms")
     if r.prompt_ms is None:  # stopped at its count

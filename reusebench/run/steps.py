@@ -23,7 +23,6 @@ from typing import Any
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import images as images_mod
 from reusebench.config import scenarios
-from reusebench.llama import facts
 from reusebench.llama.client import ClientError, Completion, ProgressCallback, StreamEnded
 from reusebench.llama.outputs import common_prefix
 from reusebench.llama.process import ServerError
@@ -87,7 +86,7 @@ class SessionSteps(VariantSteps, Verifying):
         """The tokens the server gives each size of image: the image alone with a word after it (b11434 aborts on a
         prompt that ends with an image), without reuse, its slot erased after (a setup record each), so the first
         load still finds every slot empty. The reuse model and the perfect cache see these calls as the server did."""
-        marker = str(self.server.client.props().get("media_marker") or facts.LEGACY_MEDIA_MARKER)  # the same every start
+        marker = self.server.client.media_marker()  # the same at every start: the launch pins it
         n_tokens: dict[int, int] = {}
         by_size: dict[tuple[int, int], int] = {}
         for index, image in enumerate(self.corpus.images):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from reusebench.check.context import QUESTION_TOKENS, ProbeContext, of_kind, quote
 from reusebench.check.probes.launch import probe_mmproj
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
-from reusebench.llama import facts, media
+from reusebench.llama import media
 from reusebench.llama.client import MediaPrompt
 from reusebench.llama.logs import Event
 
@@ -29,7 +29,7 @@ def probe_mmproj_and_images(ctx: ProbeContext, setting: Setting) -> list[OptionV
 
 
 def probe_image_reuse(ctx: ProbeContext, setting: Setting) -> list[OptionVerdict]:
-    marker = str(ctx.client.props().get("media_marker") or facts.LEGACY_MEDIA_MARKER)
+    marker = ctx.client.media_marker()
     image = media.generated(0, 0, IMAGE_SIDE)
     document = ctx.client.detokenize(ctx.fresh(ctx.doc_tokens))
     first, second = (ctx.client.detokenize(q) for q in ctx.questions())
