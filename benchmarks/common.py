@@ -218,6 +218,7 @@ def summarise(measured: list[records.Record], records_paths: list[str],
             # speculative decoding: n/a for a variant that does not speculate (benchmarks/speculation.py)
             "drafted_tokens": _median_known(r.extra.get("draft_n") for r in rs),
             "accepted_tokens": _median_known(r.extra.get("draft_accepted") for r in rs),
+            "rolled_back_drafts": _median_known(records.drafts_rolled_back(r) for r in rs),
             "decode_seconds": _median_known(None if r.predicted_ms is None else r.predicted_ms / 1000 for r in rs),
             # images in the prompt: n/a for a step that sent none (benchmarks/images.py)
             **_image_figures(rs),

@@ -10,8 +10,9 @@ from . import common
 
 
 class Speculation(common.SessionFigures):
-    """Tokens drafted, and of them accepted, for the answer of each reuse step (n/a without speculation), and the
-    seconds spent generating it: what speculation is meant to shorten."""
+    """Tokens drafted, and of them accepted, for the answer of each reuse step (n/a without speculation), the drafts
+    with a token rejected (each one a rollback of the server's state), and the seconds spent generating it: what
+    speculation is meant to shorten."""
 
     params = (common.SIZES, common.VARIANTS, common.REUSE_STEPS)
     param_names = ["size", "variant", "step"]
@@ -20,4 +21,5 @@ class Speculation(common.SessionFigures):
 
     track_drafted_tokens = common.track("drafted_tokens")
     track_accepted_tokens = common.track("accepted_tokens")
+    track_rolled_back_drafts = common.track("rolled_back_drafts", unit="drafts")
     track_decode_seconds = common.track("decode_seconds", unit="seconds")

@@ -1,7 +1,7 @@
 """reusebench.llama.logs against real llama-server logs (tests/data/logs, captured at -lv 4 from build 7e4c0a9 on the tiny
 models, and b9873_hybrid from published build b9873, whose RAM cache and slot selection lines spell "sim" and
-"sim_best" where b11434 spells "f_sim" and "f_sim_best") and against the formats the reference documents but the
-captures did not show."""
+"sim_best" where b11434 spells "f_sim" and "f_sim_best", and spec_checkpoints from b11434 with n-gram speculation and
+LLAMA_TRACE set) and against the formats the reference documents but the captures did not show."""
 
 from __future__ import annotations
 
@@ -118,6 +118,18 @@ def test_an_image_4_tokens_before_the_end_is_encoded_again_on_every_resend() -> 
     assert (resend.images_encoded, resend.checkpoint_n_tokens, resend.prompt_n) == (1, 2881, 516)
     assert resend.image_encode_ms is not None and resend.image_encode_ms > 0
     assert resend.image_decode_ms is not None and resend.image_decode_ms >= 0
+
+
+def test_a_draft_undone_from_a_speculative_checkpoint_is_replayed_and_counted_once() -> None:
+    # b11434, tiny qwen35, --spec-type ngram-mod, LLAMA_TRACE=1: a 200-token passage and its 48-token answer, then the
+    # passage, the answer with its 21st token changed and the passage again. The drafter drafts the changed answer:
+    # 19 of 46 accepted, the state restored from a speculative checkpoint and the 19 + 1 sampled replayed ("20/20");
+    # 11 of 25, replayed ("12/12"); a 12-token draft accepted whole. The server's timings: 83 = 46 + 25 + 12 drafted,
+    # 42 = 19 + 11 + 12 accepted.
+    cause = _step_cause("spec_checkpoints", "passage_answer_passage")
+    assert (cause.drafts, cause.drafts_rolled_back, cause.spec_checkpoints_restored) == (3, 2, 2)
+    first = _step_cause("spec_checkpoints", "passage")  # a 1-token draft, accepted
+    assert (first.drafts, first.drafts_rolled_back, first.spec_checkpoints_restored) == (1, 0, 0)
 
 
 def test_cause_to_dict_is_json() -> None:

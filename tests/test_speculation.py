@@ -1,5 +1,6 @@
-"""Speculative decoding on the tiny hybrid, on the real llama-server: the counts with n-gram speculation on are the
-reuse model's, step for step, and the same as with it off; the drafts the server accepted are recorded.
+"""Speculative decoding on the tiny hybrid, on the real llama-server: the counts with n-gram speculation, a draft
+model or an MTP head on are the reuse model's, step for step, and the same as with it off; the drafts the server
+accepted, and those it undid (in place or from a speculative checkpoint), are recorded.
 
 b11434 streams a token's probabilities (and a chat's token ids) only for the first token of each accepted draft
 (llama.cpp #27196), so a speculating launch's calls go unstreamed: the growth chat's answers fed back to the reuse
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reusebench import cli
+from reusebench import cli, records
 from reusebench.records import Role, StepVerdict, read_records
 
 pytestmark = pytest.mark.e2e
@@ -87,6 +88,10 @@ def test_a_draft_model_whose_drafts_are_rejected_changes_no_count_and_no_answer(
     assert [r.output_hash for r in on] == [r.output_hash for r in off]
     drafted = sum(r.extra["draft_n"] for r in on)
     assert drafted > 0 and sum(r.extra["draft_accepted"] for r in on) < drafted
+    # qwen35 rolls back in place only for the kinds that ask for it (draft-mtp, eagle3, dflash, dspark:
+    # common.h need_n_rs_seq), so every draft with a rejected token is undone from a speculative checkpoint (the log)
+    rolled_back = [records.drafts_rolled_back(r) for r in on]
+    assert all(rolled_back) and rolled_back == [r.cause["spec_checkpoints_restored"] for r in on]
 
 
 def test_after_a_restore_from_disk_the_draft_model_s_stale_context_fails_the_next_extension(tmp_path: Path) -> None:
@@ -110,3 +115,37 @@ def test_check_calls_a_draft_model_whose_drafts_are_never_accepted_ineffective(
     assert verdict["verdict"] == "INEFFECTIVE"
     assert ", accepted 0" in verdict["evidence"][0] and verdict["evidence"][-1].startswith("no draft was accepted")
     assert "(--spec-type none): identical" in verdict["evidence"][2]  # rejected drafts leave the answer as it was
+
+
+MTP_PROFILE = Path(__file__).parent / "data" / "tiny-qwen35-mtp.yaml"
+
+
+def test_mtp_drafts_roll_the_hybrid_s_state_back_in_place_and_change_no_count_and_no_answer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # tiny:qwen35-mtp drafts 3 tokens at a time with its NextN block, and b11434 sizes the Gated DeltaNet state to roll
+    # back 3 (n_rs_seq = --spec-draft-n-max), so a draft with a rejected token is cut back in place: no speculative
+    # checkpoint is restored. Some drafts are accepted, most are not; each answer is the one without speculation.
+    assert cli.main(["run", "--profile", str(MTP_PROFILE), "--size", "2K", "--scenario", "resend", "--scenario",
+                     "reask", "--scenario", "growth", "--scenario", "restore_disk", "--results", str(tmp_path)]) == 0
+    measured = [r for r in read_records(next(tmp_path.glob("runs/*/records.jsonl"))) if r.role == Role.MEASURE]
+    off, on = ([r for r in measured if r.variant == f"spec-type={kind}"] for kind in ("none", "draft-mtp"))
+    assert len(on) == 10 and [r.prompt_n for r in on] == [r.expected for r in on] == [r.prompt_n for r in off]
+    assert [r.output_hash for r in on] == [r.output_hash for r in off]
+    for r in on:
+        drafts, rolled_back = r.cause["drafts"], records.drafts_rolled_back(r)
+        assert 0 < r.extra["draft_accepted"] < r.extra["draft_n"] <= 3 * drafts, (r.step, r.extra, r.cause)
+        assert rolled_back and r.cause["spec_checkpoints_restored"] == 0, (r.step, r.cause)
+    # unlike a draft model's context (test above), the MTP context takes the restored slot's extension
+    assert {r.step: r.prompt_n for r in on if r.scenario == "restore_disk"}["extension"] == 19
+    assert cli.main(["report", "--results", str(tmp_path)]) == 0
+    assert "speculation at 2K" in capsys.readouterr().out
+
+
+def test_check_says_mtp_rolls_the_recurrent_state_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", "--profile", str(MTP_PROFILE), "--variant", "spec-type=draft-mtp", "--option",
+                     "spec-type", "--results", str(tmp_path), "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    (verdict,) = report["verdicts"]
+    assert verdict["verdict"] == "ACTIVE"
+    assert verdict["evidence"][1] == "log: n_rs_seq = 3: the recurrent state rolls back up to 3 tokens"
+    assert "(--spec-type none): identical" in verdict["evidence"][2]

@@ -46,6 +46,9 @@ class Cause:
     images_encoded: int = 0  # images the vision tower encoded for this request
     image_encode_ms: float | None = None  # how long the encodes took (the log's timestamps), and the decode of
     image_decode_ms: float | None = None  # their tokens into the model (its own lines)
+    drafts: int = 0  # speculative drafts the target verified (LLAMA_TRACE lines; a replay is not a draft)
+    drafts_rolled_back: int = 0  # ... of them with a token rejected: the state went back to the draft's start
+    spec_checkpoints_restored: int = 0  # ... of those, undone from a speculative checkpoint (not rolled back in place)
 
     def to_dict(self) -> dict[str, object]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -120,7 +123,16 @@ def explain(events: Iterable[Event]) -> Cause:
     """
     values: dict[str, Any] = {}
     encoding_at: float | None = None  # the last encode that has not reached its decode yet
+    replay_next = False  # a draft restored from a speculative checkpoint: its accepted tokens are evaluated again
     for e in events:
+        if e.kind == "draft_restored_checkpoint":
+            values["spec_checkpoints_restored"] = values.get("spec_checkpoints_restored", 0) + 1
+        if e.kind in ("draft_verified", "draft_restored_checkpoint"):
+            if not replay_next:
+                values["drafts"] = values.get("drafts", 0) + 1
+                rejected = int(e.fields["accepted"]) < int(e.fields["drafted"])
+                values["drafts_rolled_back"] = values.get("drafts_rolled_back", 0) + rejected
+            replay_next = e.kind == "draft_restored_checkpoint"
         if e.kind == "mtmd_encoding":
             values["images_encoded"] = values.get("images_encoded", 0) + int(e.fields["n_chunks"])
             encoding_at = e.at_s

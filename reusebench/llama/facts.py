@@ -23,6 +23,9 @@ F_KEEP_LOAD = 0.25  # a RAM entry is never loaded when less than this share of i
 # suite does so that a request made before a restart can be sent after it; a build that reads no such variable uses
 # its fixed "<__media__>", and /props names the marker either way
 MEDIA_MARKER_ENV, MEDIA_MARKER = "LLAMA_MEDIA_MARKER", "<__reusebench_media__>"
+# With it set, the server logs each verified speculative draft (accepted of drafted, and whether a speculative
+# checkpoint undid it: server-context.cpp 4283, 4311); nothing else reads it, and the lines carry no text
+TRACE_ENV = "LLAMA_TRACE"
 
 # A request's `lora` that turns every adapter off. Explicit: a request without `lora` runs the server's global
 # adapters, which --lora applies at scale 1 (this build ignores --lora-init-without-apply: /lora-adapters still

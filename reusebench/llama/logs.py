@@ -94,6 +94,10 @@ EVENT_PATTERNS: tuple[tuple[str, str], ...] = (
     ("mtmd_encoding", r"encoding mtmd batch from idx = {idx}, n_chunks = {n_chunks}"),
     ("image_decoding", r"decoding image batch {batch}/{n_batches}, n_tokens_batch = {n_tokens}"),
     ("image_decoded", r"image decoded \(batch {batch}/{n_batches}\) in {ms} ms"),
+    # speculative decoding, one line per verified draft with LLAMA_TRACE set (server-context.cpp 4283-4311): a draft
+    # rolled back to a speculative checkpoint is then replayed, and its replay logs a line of its own
+    ("draft_restored_checkpoint", r"accepted {accepted}/{drafted} draft tokens \(restore checkpoint\)"),
+    ("draft_verified", r"accepted {accepted}/{drafted} draft tokens"),
     ("slot_purged", r"purging slot {purged_slot} with {n_tokens} tokens"),
     ("kv_cache_full_retry",
      r"failed to find free space in the KV cache, retrying with smaller batch size, off = {off}, n_batch = {n_batch}, "

@@ -42,6 +42,16 @@ def images_reprocessed(r: Record) -> list[int]:
     return [length for start, length in r.extra.get("image_spans") or [] if start >= kept]
 
 
+def drafts_rolled_back(r: Record) -> int | None:
+    """The speculative drafts of a step's answer with a token rejected, each of which put the server's state back
+    to where the draft began; None where that is not known: no speculation, or a server that did not log its drafts
+    (``facts.TRACE_ENV``, which the suite sets on the servers it starts)."""
+    drafted, cause = r.extra.get("draft_n"), r.cause or {}
+    if drafted is None or (drafted and not cause.get("drafts")):
+        return None
+    return int(cause.get("drafts_rolled_back", 0))
+
+
 def interrupted(why: str = "Ctrl-C") -> str:
     """The error of a call cut short because its run stopped (Ctrl-C, SIGTERM, the tap stopped): one spelling for
     the session, the workload and the tap."""

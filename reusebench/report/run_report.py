@@ -22,6 +22,7 @@ from reusebench.records import (
     RunKind,
     StepVerdict,
     deviation,
+    drafts_rolled_back,
     images_reprocessed,
     outcome,
     was_interrupted,
@@ -112,7 +113,7 @@ def _narrow(rs: list[Record], width: int) -> str:
     legend = textwrap.fill("s: prompt seconds, - for a step stopped at its count; output: against no reuse (in noise: "
                            "within the noise of batch shapes); expected: the reuse model's, wrong where it knows the "
                            "reused state to be foreign, n/m where it does not model the memory", width)
-    return ("\n\n".join(parts) + _images(rs) + f"\n\n{legend}\n\nwhy (largest size; the reuse model's in brackets):\n"
+    return ("\n\n".join(parts) + _images(rs) + _speculation(rs) + f"\n\n{legend}\n\nwhy (largest size; the reuse model's in brackets):\n"
             + "\n".join(why))
 
 
@@ -145,6 +146,31 @@ def _images(rs: list[Record]) -> str:
     table = [[f"{r.scenario}/{step_label(r)}", *image_cells(r)] for r in with_images if r.size == size]
     return (f"\n\nimages at {size_label(size)} (encoded: - for a step stopped at its count)\n"
             + tabulate(table, ["step", *IMAGE_HEADERS], tablefmt="simple", disable_numparse=True))
+
+
+SPECULATION_HEADERS = ["step", "drafted", "accepted", "drafts", "rolled back", "from a checkpoint", "decode ms/token"]
+
+
+def _speculation(rs: list[Record], fmt: str = "simple") -> str:
+    """What a speculating launch drafted for each step's answer at the largest size: tokens drafted and accepted
+    (the server's timings), drafts verified, those with a token rejected (each a rollback of the state) and of them
+    those undone from a speculative checkpoint (its log), and the decode time per generated token; "" when the
+    launch does not speculate."""
+    drafting = [r for r in rs if r.role == Role.MEASURE and r.extra.get("draft_n") is not None and not r.error]
+    if not drafting:
+        return ""
+    size = max(r.size for r in drafting)
+    table = []
+    for r in (r for r in drafting if r.size == size):
+        rollbacks = _rollbacks(r)
+        known = rollbacks["drafts_rolled_back"] is not None
+        table.append([f"{r.scenario}/{step_label(r)}", f"{r.extra['draft_n']:,}", f"{r.extra.get('draft_accepted', 0):,}",
+                      str((r.cause or {}).get("drafts", 0)) if known else "?",
+                      str(rollbacks["drafts_rolled_back"]) if known else "?",
+                      str(rollbacks["spec_checkpoints_restored"]) if known else "?",
+                      "-" if not (r.predicted_ms and r.predicted_n) else f"{r.predicted_ms / r.predicted_n:.2f}"])
+    return (f"\n\nspeculation at {size_label(size)} (drafts: the log's; ? where the server logged none)\n"
+            + tabulate(table, SPECULATION_HEADERS, tablefmt=fmt, disable_numparse=True))
 
 
 def _short_expected(r: Record) -> str:
@@ -189,7 +215,8 @@ def variant_tables(records: Iterable[Record], width: int | None = None) -> list[
             line += [cause_words(largest), largest.cause_expected or ""]
             table.append(line)
         out.append((f"{profile} [{variant}] ({', '.join(r.model for r in rs[:1])})",
-                    tabulate(table, header, tablefmt="github", disable_numparse=True) + "\n\n" + _footer(rs)))
+                    tabulate(table, header, tablefmt="github", disable_numparse=True) + _speculation(rs, "github")
+                    + "\n\n" + _footer(rs)))
     return out
 
 
@@ -299,6 +326,14 @@ def render_text(records: Iterable[Record], width: int | None = None,
     return "\n\n".join(f"## {title}\n\n{table}" for title, table in tables)
 
 
+def _rollbacks(r: Record) -> dict[str, int | None]:
+    """A speculating step's drafts with a token rejected and, of them, those undone from a speculative checkpoint
+    rather than rolled back in place (None where unknown)."""
+    rolled_back = drafts_rolled_back(r)
+    restored = None if rolled_back is None else int((r.cause or {}).get("spec_checkpoints_restored", 0))
+    return {"drafts_rolled_back": rolled_back, "spec_checkpoints_restored": restored}
+
+
 def summary_json(records: Iterable[Record]) -> str:
     """Measured steps as JSON (for machines): counts, times, verdicts and causes, no text."""
     keep = ("session", "profile", "variant", "build", "size", "scenario", "step", "prompt_tokens", "prompt_n",
@@ -307,6 +342,7 @@ def summary_json(records: Iterable[Record]) -> str:
     checks = ("output_check", "output_delta", "noise_band", "repeat", "expected_wrong_output", "not_modelled", "draft_n",
               "draft_accepted")
     rows = [{k: getattr(r, k) for k in keep} | {"cause": cause_words(r) or None} | {k: r.extra.get(k) for k in checks}
+            | _rollbacks(r)
             | {"unverified": unverified(r), "cut_short": was_interrupted(r.error)}
             for r in records if r.role == Role.MEASURE]
     return json.dumps(rows, indent=2)

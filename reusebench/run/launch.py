@@ -83,8 +83,12 @@ class LaunchSpec:
 
     def server(self, *, call_timeout_s: float, extra_args: Sequence[str] = ()) -> Server:
         """The server of this launch, not started; `extra_args` come last (a later option wins). With an mmproj, the
-        media marker is pinned (``facts.MEDIA_MARKER``)."""
-        env = {**os.environ, facts.MEDIA_MARKER_ENV: facts.MEDIA_MARKER} if self.variant.mmproj else None
+        media marker is pinned (``facts.MEDIA_MARKER``); a speculating launch logs each verified draft
+        (``facts.TRACE_ENV``)."""
+        pinned = {facts.MEDIA_MARKER_ENV: facts.MEDIA_MARKER} if self.variant.mmproj else {}
+        if self.launch.speculative:
+            pinned[facts.TRACE_ENV] = "1"
+        env = {**os.environ, **pinned} if pinned else None
         return Server.of(self.variant.binary.path, [*self.args, *extra_args], call_timeout_s=call_timeout_s, env=env)
 
 

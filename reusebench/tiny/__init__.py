@@ -69,6 +69,9 @@ RECIPES: dict[str, Recipe] = {
     # squared times heads times head size), and report A's 128K steps run six full prefills.
     # How the server reuses a prompt does not depend on the head count.
     "qwen35": Recipe("qwen35", "DDDA", seed=3501, attention=AttentionShape(heads=1, kv_heads=1)),
+    # qwen35 with one NextN block: b11434 drafts with it (--spec-type draft-mtp), and qwen35 is on
+    # llm_arch_supports_rs_rollback's list, so a rejected draft rolls the Gated DeltaNet state back (n_rs_seq).
+    "qwen35-mtp": Recipe("qwen35", "DDDAN", seed=3502, attention=AttentionShape(heads=1, kv_heads=1)),
     "granitehybrid": Recipe("granitehybrid", "MMAM", seed=4001),
     "granitehybrid-longmem": Recipe("granitehybrid", "MMAM", seed=4002, recurrent=LONG_MEMORY_RECURRENT),
     "nemotron_h": Recipe("nemotron_h", "MAMF", seed=5001),

@@ -229,7 +229,8 @@ class Recipe:
     """Everything that determines one generated text model."""
 
     arch: str
-    # One letter per layer: A attention, W sliding-window attention, M Mamba2, D Gated DeltaNet, K KDA, F MLP only.
+    # One letter per layer: A attention, W sliding-window attention, M Mamba2, D Gated DeltaNet, K KDA, F MLP only,
+    # N a multi-token-prediction (NextN) block after the trunk (qwen35 only: --spec-type draft-mtp drafts with it).
     layers: str
     seed: int
     recurrent: RecurrentInit = DEFAULT_RECURRENT
