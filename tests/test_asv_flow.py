@@ -93,6 +93,7 @@ def test_discovery_finds_every_benchmark(tmp_path: Path) -> None:
         "correctness.ReusedOutputMismatch.track_mismatch",
         "speculation.Speculation.track_drafted_tokens",
         "speculation.Speculation.track_accepted_tokens",
+        "speculation.Speculation.track_rolled_back_drafts",
         "speculation.Speculation.track_decode_seconds",
         "images.Images.track_image_tokens_reprocessed",
         "images.Images.track_images_encoded",

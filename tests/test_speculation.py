@@ -9,6 +9,7 @@ model, and the outputs compared, are then whole."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -139,6 +140,14 @@ def test_mtp_drafts_roll_the_hybrid_s_state_back_in_place_and_change_no_count_an
     assert {r.step: r.prompt_n for r in on if r.scenario == "restore_disk"}["extension"] == 19
     assert cli.main(["report", "--results", str(tmp_path)]) == 0
     assert "speculation at 2K" in capsys.readouterr().out
+    # asv tracks each step's rolled-back drafts, and none where the launch does not speculate
+    from benchmarks import common
+
+    figures = common.summarise(measured, ["records.jsonl"])["figures"]
+    resend = next(r for r in on if r.scenario == "resend")
+    assert figures[("spec-type=draft-mtp", "2K", "resend/same prompt")]["rolled_back_drafts"] == \
+        records.drafts_rolled_back(resend)
+    assert math.isnan(figures[("spec-type=none", "2K", "resend/same prompt")]["rolled_back_drafts"])
 
 
 def test_check_says_mtp_rolls_the_recurrent_state_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
