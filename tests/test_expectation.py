@@ -81,6 +81,21 @@ def test_a_restored_slot_file_has_no_checkpoints_so_only_a_strict_extension_reus
     assert send(m, extension) == (len(Q2) + 1, f"kept {len(PROMPT) + 7} tokens in slot")  # the last answer token
 
 
+def test_with_a_draft_model_a_request_that_keeps_a_restored_slot_is_not_predicted() -> None:
+    # b11434 restores a slot file into the target's context alone (llama.cpp #28619): the draft's holds other
+    # positions, and the request that keeps the restored state fails. One that re-processes everything rebuilds both.
+    m = model(**{"spec-type": "draft-simple", "spec-draft-model": "draft.gguf"})
+    saved = saved_and_restored_after_restart(m)
+    assert m.complete(PROMPT).not_modelled == ""  # no checkpoint: everything again
+    m.answered(ANSWER)
+    m.restore(0, saved)
+    extension = m.complete(PROMPT + ANSWER + Q2)
+    assert "#28619" in extension.not_modelled
+    plain = model(**{"spec-type": "ngram-mod"})  # no draft context: predicted as ever
+    saved = saved_and_restored_after_restart(plain)
+    assert plain.complete(PROMPT + ANSWER + Q2).not_modelled == ""
+
+
 def test_b9246_to_b9442_send_an_extension_of_all_the_slot_holds_back_to_a_checkpoint() -> None:
     # The next turn of a chat extends everything the slot holds (the prompt, the answer but its last token). b11434
     # keeps it all: 1 + the question. The builds whose test took `n_past <= n_tokens` one lower go back to the

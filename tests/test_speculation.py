@@ -105,6 +105,10 @@ def test_after_a_restore_from_disk_the_draft_model_s_stale_context_fails_the_nex
                 if r.role == Role.MEASURE and r.scenario == "restore_disk"}
     assert (measured["resend"].prompt_n, measured["reask"].prompt_n) == (2069, 2068)  # as the model expects
     assert measured["extension"].error is not None and "HTTP 500" in measured["extension"].error
+    # the reuse model knows it cannot predict that step, and says why instead of a count
+    extension = measured["extension"]
+    assert extension.expected is None and "#28619" in extension.extra["not_modelled"]
+    assert measured["resend"].expected == 2069  # re-processed from the start: both contexts agree
 
 
 def test_check_calls_a_draft_model_whose_drafts_are_never_accepted_ineffective(

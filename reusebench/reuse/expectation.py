@@ -18,7 +18,9 @@ the cache's bytes per token). Where the state's bytes were not measured, a size 
 Images (``reuse.image_runs``): an image is a run of ids of its own, matched whole or not at all and prefilled as one
 chunk; a text batch stops where one begins, and the batch after images gets no checkpoint ("do not checkpoint after mtmd
 chunks"). Not modelled: an image whose positions are not its tokens (b11434 logs them equal for the tiny projector),
-aLoRA, speculative decoding, the memories ``ModelMemory.not_modelled`` names.
+aLoRA, a draft model's context after a restore from a file (``Expected.not_modelled``), the memories
+``ModelMemory.not_modelled`` names. Speculation changes no count otherwise: the speculative checkpoints are the slot's
+own, and a draft context drops and re-processes what the target does (docs/llama-server-reuse.md).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from reusebench.reuse.segments import Segments, common_prefix, shared_run
 from reusebench.reuse.server_inputs import Launch, Memory, active_cache_reuse, window_cells
 from reusebench.reuse.server_state import CacheEntry, Checkpoint, Held, Ids, Slot, kept_before
 
+DRAFT_BEHIND_RESTORE = ("a draft model's context is not restored from a slot file (llama.cpp #28619): b11434 fails a "
+                        "request that keeps the restored state")
 MIN_CHECKPOINT_SPACING = 64  # on a build without close checkpoints: none before this many tokens, none closer
 
 
@@ -49,6 +53,7 @@ class Expected:
     cause: str
     wrong_output: bool = False  # reused state was computed for other tokens or another LoRA
     served: Served = Served.NOT_HELD  # where the reused state came from, in the log's vocabulary
+    not_modelled: str = ""  # why the count is not predicted ("" when it is)
 
 
 class _Kept(NamedTuple):
@@ -124,7 +129,7 @@ class ServerModel:
 
     def _hold(self, slot: Slot, held: Held) -> None:
         """The slot takes `held` as its contents: a saved copy is read back, an empty one clears its memory."""
-        slot.held = replace(held, window=())
+        slot.held, slot.draft_behind = replace(held, window=()), False
         cells = self._cells(slot)
         if cells is not None:
             cells.load(slot.index, held.window)
@@ -167,6 +172,7 @@ class ServerModel:
         else:
             checkpoints = ()
         self._hold(self.slots[slot], replace(held, checkpoints=checkpoints))
+        self.slots[slot].draft_behind = self.launch.draft_model
 
     def erase(self, slot: int) -> None:
         """`POST /slots/N?action=erase`: the slot holds nothing, its checkpoints gone; its LoRA stays."""
@@ -220,7 +226,11 @@ class ServerModel:
         slot.t_last = self.task
         where = served(checkpoint=checkpoint, ram_restored=ram_restored, similar_slot=similar,
                        ram_cache=self.launch.cache_ram_mib != 0)
-        return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong, where)
+        # b11434 restores a slot file into the target's context alone (llama.cpp #28619): a prompt that keeps the
+        # restored state meets a draft context that holds other positions, and the server fails it (HTTP 500)
+        unknown = DRAFT_BEHIND_RESTORE if slot.draft_behind and n_past > 0 else ""
+        slot.draft_behind = False  # re-processed from the start (both contexts agree again), or failed
+        return Expected(len(tokens) - n_past, n_past, "; ".join(w for w in why if w), wrong, where, unknown)
 
     def answered(self, generated: Sequence[int]) -> None:
         """The reply: generated tokens are fed back as they are sampled, all but the last one."""

@@ -82,6 +82,7 @@ class Launch:
     # speculative decoding on (--spec-type other than none, or a draft model): b11434 streams a token's
     # probabilities only for the first token of each accepted draft (llama.cpp #27196), so its calls go unstreamed
     speculative: bool = False
+    draft_model: bool = False  # a second model drafts (--spec-draft-model), in a context of its own
 
     @property
     def n_streams(self) -> int:
@@ -133,6 +134,7 @@ def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False
         n_ctx=n_ctx,
         swa_full=bool(options.get("swa-full")),
         speculative=str(options.get("spec-type", "none")) != "none" or options.get("spec-draft-model") is not None,
+        draft_model=options.get("spec-draft-model") is not None,
     )
 
 

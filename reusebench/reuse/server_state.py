@@ -46,6 +46,7 @@ class Slot:
     held: Held = field(default_factory=Held)
     lora: tuple[float, ...] = ()
     t_last: int = -1
+    draft_behind: bool = False  # restored from a file, which holds the target's context only: the draft's is not
 
 
 @dataclass(frozen=True)

@@ -280,8 +280,9 @@ class SessionSteps(VariantSteps, Verifying):
         if request.images:
             record.extra.update(Extra(images_sent=len(request.images),
                                       image_spans=[[start, length] for start, length in request.images]))
-        if self.spec.memory.not_modelled:  # no prediction rather than a wrong one: the counts are still measured
-            record.extra["not_modelled"] = self.spec.memory.not_modelled
+        not_modelled = self.spec.memory.not_modelled or expected.not_modelled
+        if not_modelled:  # no prediction rather than a wrong one: the counts are still measured
+            record.extra["not_modelled"] = not_modelled
         else:
             record.expected, record.cause_expected = expected.prompt_n, expected.cause
             if expected.wrong_output:
