@@ -38,6 +38,8 @@ def test_n_gram_speculation_re_processes_what_the_model_expects_and_what_no_spec
     # a conversation that repeats its answers gets drafts accepted; the off launch drafts nothing
     assert sum(r.extra.get("draft_accepted", 0) for r in on if r.scenario == "growth") > 0
     assert not any("draft_n" in r.extra for r in by_variant["spec-type=none"])
+    # a speculating step that drafted nothing says 0 (b11434's timings leave draft_n out), not n/a
+    assert all("draft_n" in r.extra for r in on) and any(r.extra["draft_n"] == 0 for r in on)
     assert all(r.ttft_ms is None for r in on)  # unstreamed: no first token seen apart from the whole answer
     assert all(r.prompt_ms is not None for r in on)  # and no step stopped at its count: nothing streams progress
 
@@ -122,7 +124,7 @@ def test_check_calls_a_draft_model_whose_drafts_are_never_accepted_ineffective(
     assert "(--spec-type none): identical" in verdict["evidence"][2]  # rejected drafts leave the answer as it was
 
 
-MTP_PROFILE = Path(__file__).parent / "data" / "tiny-qwen35-mtp.yaml"
+MTP = ["--profile", "tiny-qwen35-speculation", "--variant", "spec-type=none", "--variant", "spec-type=draft-mtp"]
 
 
 def test_mtp_drafts_roll_the_hybrid_s_state_back_in_place_and_change_no_count_and_no_answer(
@@ -130,8 +132,8 @@ def test_mtp_drafts_roll_the_hybrid_s_state_back_in_place_and_change_no_count_an
     # tiny:qwen35-mtp drafts 3 tokens at a time with its NextN block, and b11434 sizes the Gated DeltaNet state to roll
     # back 3 (n_rs_seq = --spec-draft-n-max), so a draft with a rejected token is cut back in place: no speculative
     # checkpoint is restored. Some drafts are accepted, most are not; each answer is the one without speculation.
-    assert cli.main(["run", "--profile", str(MTP_PROFILE), "--size", "2K", "--scenario", "resend", "--scenario",
-                     "reask", "--scenario", "growth", "--scenario", "restore_disk", "--results", str(tmp_path)]) == 0
+    assert cli.main(["run", *MTP, "--size", "2K", "--scenario", "resend", "--scenario", "reask", "--scenario", "growth",
+                     "--scenario", "restore_disk", "--results", str(tmp_path)]) == 0
     measured = [r for r in read_records(next(tmp_path.glob("runs/*/records.jsonl"))) if r.role == Role.MEASURE]
     off, on = ([r for r in measured if r.variant == f"spec-type={kind}"] for kind in ("none", "draft-mtp"))
     assert len(on) == 10 and [r.prompt_n for r in on] == [r.expected for r in on] == [r.prompt_n for r in off]
@@ -155,7 +157,7 @@ def test_mtp_drafts_roll_the_hybrid_s_state_back_in_place_and_change_no_count_an
 
 
 def test_check_says_mtp_rolls_the_recurrent_state_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check", "--profile", str(MTP_PROFILE), "--variant", "spec-type=draft-mtp", "--option",
+    assert cli.main(["check", "--profile", "tiny-qwen35-speculation", "--variant", "spec-type=draft-mtp", "--option",
                      "spec-type", "--results", str(tmp_path), "--json"]) == 0
     (report,) = json.loads(capsys.readouterr().out)
     (verdict,) = report["verdicts"]
