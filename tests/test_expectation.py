@@ -91,6 +91,9 @@ def test_with_a_draft_model_a_request_that_keeps_a_restored_slot_is_not_predicte
     m.restore(0, saved)
     extension = m.complete(PROMPT + ANSWER + Q2)
     assert "#28619" in extension.not_modelled
+    loaded = model(**{"spec-type": "none", "spec-draft-model": "draft.gguf"})  # loaded, never drafting
+    saved = saved_and_restored_after_restart(loaded)
+    assert loaded.complete(PROMPT + ANSWER + Q2).not_modelled == ""
     plain = model(**{"spec-type": "ngram-mod"})  # no draft context: predicted as ever
     saved = saved_and_restored_after_restart(plain)
     assert plain.complete(PROMPT + ANSWER + Q2).not_modelled == ""

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from reusebench import cli
 from reusebench.cli import parser
 from reusebench.cli import tap as tap_cli
+from reusebench.llama import client
 from reusebench.llama.task_log import TaskLog
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.tap import Tap, exchange, keys
@@ -73,7 +74,7 @@ def test_a_server_error_is_kept_as_its_fixed_type_never_its_message(message: str
     answer = exchange.Answer(streamed=False)
     answer.feed(json.dumps({"error": {"code": 400, "message": message, "type": kind}}).encode())
     answer.finish()
-    assert answer.error == f"server {kind if kind in exchange.ERROR_TYPES else 'error'}"
+    assert answer.error == f"server {kind if kind in client.ERROR_TYPES else 'error'}"
 
 
 def test_an_answer_with_a_null_choice_goes_on_to_its_timings() -> None:

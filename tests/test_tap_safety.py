@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reusebench import records, tiny
-from reusebench.llama import logs
+from reusebench.llama import client, logs
 from reusebench.llama.process import ServerProcess
 from reusebench.llama.task_log import TaskLog
 from reusebench.records import Record, Role
@@ -175,7 +175,7 @@ def test_no_error_text_and_no_credential_reach_any_file(server, tmp_path) -> Non
                    headers={"Authorization": f"Bearer {server.api_key}"}, timeout=60)
         summary = tap.stop("the test ended")
     (call,) = [r for r in kept(tap) if r.role == Role.MEASURE]
-    assert call.status is not None and call.status >= 400 and call.error in {f"server {t}" for t in exchange.ERROR_TYPES}
+    assert call.status is not None and call.status >= 400 and call.error in {f"server {t}" for t in client.ERROR_TYPES}
     assert summary.extra["upstream"].startswith("http://***@127.0.0.1:")
     written = "".join(p.read_text(errors="replace") for p in tap.run.path.rglob("*") if p.is_file())
     assert MARKER not in written and "hunter2" not in written

@@ -38,12 +38,32 @@ CONNECT_TIMEOUT_S = 5.0  # a loopback server that does not accept within this is
 ONE_REQUEST_PER_CONNECTION = {"Connection": "close"}
 
 
-class ClientError(RuntimeError):
-    """An HTTP call failed; ``status`` is the HTTP status, or None when no answer came."""
+# llama-server's error types (tools/server/server-common.cpp, format_error_response): kept as they are; any other
+# error is "error"
+ERROR_TYPES = frozenset({"invalid_request_error", "authentication_error", "not_found_error", "server_error",
+                         "permission_error", "not_supported_error", "unavailable_error", "exceed_context_size_error"})
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+
+def error_type(error: object) -> str:
+    """A server's error object as records keep it: its type when it is one of llama-server's, else "error"; never
+    its message, which may quote the request."""
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) and kind in ERROR_TYPES else "error"
+
+
+class ClientError(RuntimeError):
+    """An HTTP call failed; ``status`` is the HTTP status, or None when no answer came. The message, for the user,
+    carries the server's own words; ``recorded``, for records, only its status and error type."""
+
+    def __init__(self, message: str, status: int | None = None, recorded: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.recorded = message if recorded is None else recorded
+
+
+def recorded_error(exc: BaseException) -> str:
+    """What a record keeps of a failed call: a ClientError's words without the server's, another error as it is."""
+    return exc.recorded if isinstance(exc, ClientError) else str(exc)
 
 
 class StreamEnded(ClientError):
@@ -133,7 +153,7 @@ class LlamaClient:
         except httpx.TransportError as exc:
             raise ClientError(f"{method} {path}: no answer ({exc})") from exc
         if response.status_code >= 400:
-            raise ClientError(f"{method} {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
+            raise _http_error(f"{method} {path}", response)
         return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -261,7 +281,7 @@ class LlamaClient:
             with self.http.stream("POST", path, json=body, **_timeout(timeout_s)) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise ClientError(f"POST {path}: HTTP {response.status_code}: {_error_message(response)}", response.status_code)
+                    raise _http_error(f"POST {path}", response)
                 for obj in _sse_objects(response.iter_lines()):
                     progress = obj.get("prompt_progress")
                     if progress is not None and on_progress:
@@ -403,12 +423,15 @@ def _timeout(timeout_s: float | None) -> dict[str, Any]:
     return {} if timeout_s is None else {"timeout": httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)}
 
 
-def _error_message(response: httpx.Response) -> str:
+def _http_error(call: str, response: httpx.Response) -> ClientError:
+    """An answer with an error status: the server's message for the user, its type for records."""
     try:
         err = response.json().get("error", {})
-        return str(err.get("message", err)) if isinstance(err, dict) else str(err)
+        message = str(err.get("message", err)) if isinstance(err, dict) else str(err)
     except (ValueError, AttributeError):
-        return response.text[:200]
+        err, message = None, response.text[:200]
+    return ClientError(f"{call}: HTTP {response.status_code}: {message}", response.status_code,
+                       recorded=f"{call}: HTTP {response.status_code} ({error_type(err)})")
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

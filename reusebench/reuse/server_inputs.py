@@ -134,7 +134,8 @@ def launch_of_options(options: Mapping[str, object], *, multimodal: bool = False
         n_ctx=n_ctx,
         swa_full=bool(options.get("swa-full")),
         speculative=str(options.get("spec-type", "none")) != "none" or options.get("spec-draft-model") is not None,
-        draft_model=options.get("spec-draft-model") is not None,
+        # with --spec-type none the draft model is loaded and never drafts (b11434: no draft context in use)
+        draft_model=options.get("spec-draft-model") is not None and str(options.get("spec-type", "")) != "none",
     )
 
 

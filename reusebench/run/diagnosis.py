@@ -55,19 +55,19 @@ class Diagnosis:
         server = self.server.process
         record.ended_at = time.time()
         record.wall_ms = (record.ended_at - record.started_at) * 1000.0
-        message = str(exc) + (f" ({why})" if why else "")
+        more = f" ({why})" if why else ""
         if "timed out" in str(exc) and server.is_running():
             server.kill_hard()
             record.extra["hung"] = True
-            message += "; the server hung: its process group was killed"
+            more += "; the server hung: its process group was killed"
         code = self.exit_status(2.0 if exc.status is None else 0.0)  # no HTTP answer: the server may be dying
         if code is not None:
             record.extra["exit_status"] = code
-            message += f"; llama-server exited with status {code}"
+            more += f"; llama-server exited with status {code}"
         record.extra["log_tail"] = server.log_tail(LOG_TAIL_LINES)
-        record.status, record.error = exc.status, message
+        record.status, record.error = exc.status, exc.recorded + more  # the server's words stay out of records
         self.recorder.write(record)
-        return ClientError(message, exc.status)
+        return ClientError(str(exc) + more, exc.status, recorded=record.error)
 
     def exit_status(self, wait_s: float = 2.0) -> int | None:
         """The server's exit status, waiting briefly for a process that is dying (a dropped connection comes first)."""

@@ -23,13 +23,10 @@ from typing import Any
 
 import httpx
 
+from reusebench.llama.client import error_type
 from reusebench.records import Lora
 
 COMPLETION, OAI_COMPLETION, CHAT = "/completion", "/v1/completions", "/v1/chat/completions"
-# llama-server's error types (tools/server/server-common.cpp, format_error_response): kept as they are; any other
-# error is "error"
-ERROR_TYPES = frozenset({"invalid_request_error", "authentication_error", "not_found_error", "server_error",
-                         "permission_error", "not_supported_error", "unavailable_error", "exceed_context_size_error"})
 MAX_ID = 2**31 - 1  # a token id is an int32 in llama.cpp
 MAX_ANSWER_BYTES = 64 * 2**20  # a whole (not streamed) answer held to be read; beyond it, relayed unread
 TIMING_KEYS = ("prompt_n", "cache_n", "prompt_ms", "predicted_n", "predicted_ms")
@@ -96,12 +93,6 @@ def _lora(given: object) -> Lora | str:
     if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and abs(s) < 1e6 for s in scales):
         return "a lora the tap does not read"
     return [{"id": a["id"], "scale": float(s)} for a, s in zip(given, scales)]
-
-
-def error_class(error: object) -> str:
-    """A server's error as the tap keeps it: its type when it is one of llama-server's, else "error"."""
-    kind = error.get("type") if isinstance(error, dict) else None
-    return kind if isinstance(kind, str) and kind in ERROR_TYPES else "error"
 
 
 @dataclass
@@ -178,7 +169,7 @@ class Answer:
         if not isinstance(obj, dict):
             return
         if "error" in obj:
-            self.error = f"server {error_class(obj['error'])}"  # never the message: it can quote the input
+            self.error = f"server {error_type(obj['error'])}"  # never the message: it can quote the input
             return
         if "prompt_progress" in obj:
             return  # a progress event carries no output

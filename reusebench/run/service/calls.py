@@ -95,7 +95,8 @@ class Calls:
                                          lora=request.lora, n_probs=0, timeout_s=self.timeout_s, on_progress=progress,
                                          extra=extra)
         except (ClientError, OSError) as exc:
-            self._cut_short(record, records.interrupted() if interrupted() else str(exc), getattr(exc, "status", None))
+            self._cut_short(record, records.interrupted() if interrupted() else recorded_error(exc),
+                            getattr(exc, "status", None))
             return Call(record, None, None)
         except BaseException as exc:  # Ctrl-C, or a fault of ours: the call is kept, then the error goes on
             self._cut_short(record, records.interrupted() if isinstance(exc, KeyboardInterrupt) or interrupted()
