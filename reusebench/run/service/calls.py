@@ -13,7 +13,7 @@ from typing import Any
 
 from reusebench import records
 from reusebench.llama import task_log
-from reusebench.llama.client import ClientError, Completion, LlamaClient
+from reusebench.llama.client import ClientError, Completion, LlamaClient, recorded_error
 from reusebench.llama.task_log import Task
 from reusebench.records import Lora, Record, Role
 from reusebench.reuse.expectation import Expected
