@@ -37,10 +37,8 @@ from reusebench.reuse import swa
 from reusebench.reuse.prompt_cache import PromptCache
 from reusebench.reuse.segments import Segments, common_prefix, shared_run
 from reusebench.reuse.server_inputs import Launch, Memory, active_cache_reuse, window_cells
-from reusebench.reuse.server_state import CacheEntry, Checkpoint, Held, Ids, Slot, kept_before
+from reusebench.reuse.server_state import DRAFT_BEHIND_RESTORE, CacheEntry, Checkpoint, Held, Ids, Slot, kept_before
 
-DRAFT_BEHIND_RESTORE = ("a draft model's context is not restored from a slot file (llama.cpp #28619): b11434 fails a "
-                        "request that keeps the restored state")
 MIN_CHECKPOINT_SPACING = 64  # on a build without close checkpoints: none before this many tokens, none closer
 
 
@@ -140,19 +138,6 @@ class ServerModel:
         cells = self._cells(slot)
         return cells.pos_min(slot.index) if cells is not None else last_pos
 
-    def _window_lacks(self, slot: Slot, n_past: int) -> bool:
-        """Whether the window the first new token attends to (positions after ``n_past - n_swa``) starts below what
-        the slot's window cache holds. The server's own test rules that out unless --swa-full dropped it, and a
-        saved copy kept only the window of its last position: then a resend or a re-ask reads a window with a
-        hole at its start (b11434, tiny-gemma3 with --swa-full, after a RAM or slot-file round trip)."""
-        cells = self._cells(slot)
-        if cells is None or n_past == 0:
-            return False
-        held_from = cells.pos_min(slot.index)
-        window = self.memory.window
-        needed_from = n_past // window * window if self.memory.chunked else max(0, n_past - window + 1)
-        return held_from < 0 or held_from > needed_from
-
     # -- slot files ----------------------------------------------------------------------------------
 
     def saved(self, slot: int) -> Held:
@@ -216,7 +201,8 @@ class ServerModel:
             n_past -= 1
         # A kept window with a hole makes the output wrong, and the state computed over it (a checkpoint's window
         # always covers its own last position's).
-        wrong = wrong or (kept_as_is and self._window_lacks(slot, n_past))
+        wrong = wrong or (kept_as_is and swa.lacks_window(self._cells(slot), slot.index, n_past, self.memory.window,
+                                                          self.memory.chunked))
         slot.held = Held(tokens[:n_past], kept, None if wrong else scales, stale and n_past > 0)
         cells = self._cells(slot)
         if cells is not None:

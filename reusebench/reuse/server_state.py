@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 
 from reusebench.reuse.segments import Segments
 
+# Why a request that keeps a slot restored from a file is not predicted with a draft model (``Slot.draft_behind``)
+DRAFT_BEHIND_RESTORE = ("a draft model's context is not restored from a slot file (llama.cpp #28619): b11434 fails a "
+                        "request that keeps the restored state")
 # A prompt's ids as the model holds them: a tuple, or a replayed trace's runs of blocks (``segments``).
 Ids = tuple[int, ...] | Segments
 

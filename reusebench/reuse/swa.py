@@ -142,3 +142,15 @@ class Cells:
             if 0 <= lowest <= highest:
                 self.seq_rm(owner, lowest, highest + 1)
         self.head = cells[-1] + 1
+
+
+def lacks_window(cells: Cells | None, seq: int, n_past: int, window: int, chunked: bool) -> bool:
+    """Whether the window the first new token attends to (positions after ``n_past - window``) starts below what
+    sequence `seq`'s window cache holds. The server's own test rules that out unless --swa-full dropped it, and a
+    saved copy kept only the window of its last position: then a resend or a re-ask reads a window with a hole at
+    its start (b11434, tiny-gemma3 with --swa-full, after a RAM or slot-file round trip)."""
+    if cells is None or n_past == 0:
+        return False
+    held_from = cells.pos_min(seq)
+    needed_from = n_past // window * window if chunked else max(0, n_past - window + 1)
+    return held_from < 0 or held_from > needed_from
