@@ -5,6 +5,7 @@ real server checks them in tests/test_scenarios.py and tools/agreement.py."""
 from __future__ import annotations
 
 from reusebench.capability import Capabilities
+from reusebench.records import Served
 from reusebench.reuse.expectation import ServerModel
 from reusebench.reuse.image_runs import run_ids
 from reusebench.reuse.segments import user_starts
@@ -180,6 +181,18 @@ def test_a_ram_cache_that_keeps_each_entry_s_lora_restores_it_and_never_serves_i
     send(m, BOS + Q2, lora=no_lora)
     served = m.complete(more, lora=no_lora)
     assert (served.prompt_n, served.wrong_output) == (len(more), False)
+
+
+def test_the_model_classes_a_lora_clear_and_a_wake_as_the_log_does() -> None:
+    m = ServerModel(HYBRID, launch_of_options(TINY_BASE, lora_adapters=1), DEFAULT_RULES)
+    lora, no_lora = [{"id": 0, "scale": 1.0}], [{"id": 0, "scale": 0.0}]
+    send(m, PROMPT, lora=no_lora)
+    assert m.complete(PROMPT + ANSWER + Q2, lora=lora).served is Served.LORA_CLEAR
+    m.answered(ANSWER)
+    m.sleep()
+    assert m.complete(PROMPT, lora=lora).served is Served.WOKE
+    m.answered(ANSWER)
+    assert m.complete(PROMPT, lora=lora).served is Served.CHECKPOINT  # awake again: the resend's checkpoint
 
 
 def test_one_checkpoint_keeps_only_the_last_so_a_reask_re_processes_everything() -> None:

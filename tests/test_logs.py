@@ -16,6 +16,7 @@ import pytest
 from reusebench import tiny
 from reusebench.llama import causes, logs, startup
 from reusebench.llama.log_tail import LogTail
+from reusebench.records import Served, served_by_log
 
 from conftest import SLOW_MACHINE_S, raw_server
 
@@ -130,6 +131,17 @@ def test_a_draft_undone_from_a_speculative_checkpoint_is_replayed_and_counted_on
     assert (cause.drafts, cause.drafts_rolled_back, cause.spec_checkpoints_restored) == (3, 2, 2)
     first = _step_cause("spec_checkpoints", "passage")  # a 1-token draft, accepted
     assert (first.drafts, first.drafts_rolled_back, first.spec_checkpoints_restored) == (1, 0, 0)
+
+
+def test_the_log_classes_a_lora_clear_and_a_wake_apart_from_where_state_came_from() -> None:
+    # one vocabulary with the reuse model (records.Served): a wake empties everything, a LoRA clear throws away what
+    # the slot or the RAM cache had just given back
+    def served(name: str, step: str) -> Served:
+        return served_by_log(_step_cause(name, step).to_dict(), ram_cache=True)
+
+    assert served("hybrid", "lora_on") is served("hybrid", "lora_on_again") is Served.LORA_CLEAR
+    assert served("sleep", "after_sleep") is Served.WOKE
+    assert served("hybrid", "resend") is Served.CHECKPOINT
 
 
 def test_cause_to_dict_is_json() -> None:

@@ -100,6 +100,7 @@ class ServerModel:
                       for i in range(self.launch.n_slots)]
         self.ram = PromptCache(self.ram_limit_bytes, self.ram_limit_tokens)
         self.task = 0
+        self.woke = False
         self.last_slot = 0
         self.streams: list[swa.Cells] = []
         if self.memory.kind == "swa":  # one stream for all slots with unified KV, else one each
@@ -110,6 +111,7 @@ class ServerModel:
     def sleep(self) -> None:
         """Sleeping frees the model; waking reloads it with empty slots and RAM cache."""
         self.restart()
+        self.woke = True  # the next request wakes it
 
     # -- the window's cells ------------------------------------------------------------------------------
 
@@ -211,7 +213,8 @@ class ServerModel:
         self._prefill(slot, tokens, n_past, frozenset(marked), dict(images))
         slot.t_last = self.task
         where = served(checkpoint=checkpoint, ram_restored=ram_restored, similar_slot=similar,
-                       ram_cache=self.launch.cache_ram_mib != 0)
+                       ram_cache=self.launch.cache_ram_mib != 0, woke=self.woke, lora_clear=cleared)
+        self.woke = False
         # b11434 restores a slot file into the target's context alone (llama.cpp #28619): a prompt that keeps the
         # restored state meets a draft context that holds other positions, and the server fails it (HTTP 500)
         unknown = DRAFT_BEHIND_RESTORE if slot.draft_behind and n_past > 0 else ""
