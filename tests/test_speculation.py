@@ -103,11 +103,13 @@ def test_after_a_restore_from_disk_the_draft_model_s_stale_context_fails_the_nex
     # extension's draft batch starts at position 2,100: "inconsistent sequence positions", HTTP 500
     assert cli.main(["run", "--profile", str(DRAFT_PROFILE), "--variant", "spec-type=draft-simple", "--size", "2K",
                      "--scenario", "restore_disk", "--results", str(tmp_path)]) == 1
-    measured = {r.step: r for r in read_records(next(tmp_path.glob("runs/*/records.jsonl")))
-                if r.role == Role.MEASURE and r.scenario == "restore_disk"}
+    written = read_records(next(tmp_path.glob("runs/*/records.jsonl")))
+    measured = {r.step: r for r in written if r.role == Role.MEASURE and r.scenario == "restore_disk"}
     assert (measured["resend"].prompt_n, measured["reask"].prompt_n) == (2069, 2068)  # as the model expects
     # the record keeps the status and llama-server's error type, never its message (which may quote the request)
     assert measured["extension"].error == "POST /completion: HTTP 500 (server_error)"
+    (summary,) = [r for r in written if r.role == Role.SESSION]
+    assert summary.extra["failures"] == ["restore_disk: ClientError: POST /completion: HTTP 500 (server_error)"]
     # the reuse model knows it cannot predict that step, and says why instead of a count
     extension = measured["extension"]
     assert extension.expected is None and "#28619" in extension.extra["not_modelled"]

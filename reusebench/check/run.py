@@ -15,7 +15,7 @@ from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
 from reusebench.config.profiles import OptionValue, Variant
 from reusebench.llama import binaries
 from reusebench.llama.binaries import HelpOption
-from reusebench.llama.client import ClientError
+from reusebench.llama.client import ClientError, recorded_error
 from reusebench.llama.process import ServerError
 from reusebench.run import launch
 from reusebench.run.launch import LaunchSpec
@@ -188,7 +188,7 @@ def _run_probe(ctx: ProbeContext, setting: Setting, probe: Probe | None) -> list
     try:
         verdicts = probe(ctx, setting)
     except (ClientError, ServerError, ValueError, KeyError) as error:  # KeyError: a reply without a field
-        return [setting.verdict(Verdict.UNVERIFIED, f"probe failed: {type(error).__name__}: {error}")]
+        return [setting.verdict(Verdict.UNVERIFIED, f"probe failed: {type(error).__name__}: {recorded_error(error)}")]
     # A server that fell asleep mid-probe emptied its caches: the probe measured that, not the option.
     if setting.option != SLEEP_OPTION and of_kind(ctx.events_since(mark), "sleep_entering"):
         note = "the server fell asleep during this probe (sleep-idle-seconds), so the result is not trusted"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
 from reusebench.llama import binaries
-from reusebench.llama.client import LlamaClient
+from reusebench.llama.client import LlamaClient, recorded_error
 from reusebench.llama.process import ServerProcess
 from reusebench.records import Record, interrupted
 from reusebench.run.launch import LaunchSpec
@@ -68,7 +68,9 @@ class RunLoop:
                                       self.spec.capabilities)
             self._drive()
         except BaseException as exc:
-            self.result.stopped_by = interrupted() if isinstance(exc, KeyboardInterrupt) else f"failed: {exc}"
+            # a record keeps no server's words (``recorded_error``)
+            self.result.stopped_by = interrupted() if isinstance(exc, KeyboardInterrupt) else \
+                f"failed: {recorded_error(exc)}"
             self._stop_sending()
             if not self._absorbed(exc):
                 raise

@@ -33,7 +33,7 @@ from reusebench.budget import PrefillBudget
 from reusebench.config import corpus as corpus_mod
 from reusebench.config import scenarios
 from reusebench.config.profiles import Variant
-from reusebench.llama.client import ClientError
+from reusebench.llama.client import ClientError, recorded_error
 from reusebench.llama.process import ServerError
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import RecordWriter, Role
@@ -147,7 +147,7 @@ class Session(RunLoop):
             try:
                 scenario.run(self.steps)
             except (ClientError, ServerError) as exc:
-                self._failed(f"{scenario.id}: {type(exc).__name__}: {exc}")
+                self._failed(f"{scenario.id}: ", exc)
                 if self.on_failure is OnFailure.STOP:
                     break
                 self.steps.recover()
@@ -156,15 +156,18 @@ class Session(RunLoop):
 
     def _absorbed(self, exc: BaseException) -> bool:
         if isinstance(exc, (ClientError, ServerError)):  # a CorpusError (bad input) ends the run: see cli
-            self._failed(f"{type(exc).__name__}: {exc}")
+            self._failed("", exc)
             return True
         return False
 
-    def _failed(self, error: str) -> None:
+    def _failed(self, where: str, exc: ClientError | ServerError) -> None:
+        """A failure as the summary record keeps it (no server's words: ``recorded_error``) and as the console says
+        it (with them)."""
+        error = f"{where}{type(exc).__name__}: {recorded_error(exc)}"
         self.result.failures.append(error)
         self.result.error = self.result.error or error
         what = "going on with the next scenario" if self.on_failure is OnFailure.CONTINUE else "session stopped"
-        self.progress.say(f"{what}: {error}")
+        self.progress.say(f"{what}: {where}{type(exc).__name__}: {exc}")
 
     def _summary(self, started_at: float) -> None:
         """The prefill budget and the harness overhead (wall time not spent by the server or waiting on purpose),

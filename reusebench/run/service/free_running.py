@@ -20,7 +20,7 @@ from collections.abc import Callable
 from reusebench.config import users
 from reusebench.config.users import User
 from reusebench.config.workload import DURING_PREFILL, FREE_RUNNING
-from reusebench.llama.client import LlamaClient
+from reusebench.llama.client import LlamaClient, recorded_error
 from reusebench.run.service.base import ServiceRun
 from reusebench.run.service.calls import Call, Request
 from reusebench.run.service.texts import Conversation, Texts
@@ -210,4 +210,4 @@ class FreeRunningRun(ServiceRun):
         with self._lock:
             if self._failure is None:
                 self._failure = exc
-        self._end(f"failed: {exc}")
+        self._end(f"failed: {recorded_error(exc)}")  # a record keeps no server's words
