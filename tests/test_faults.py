@@ -269,8 +269,10 @@ def test_disk_full_while_saving_a_slot_is_named_and_leaves_no_partial_file(tmp_p
     assert result.failed_sessions == 1
     failed = [r for r in result.records if r.error]
     assert len(failed) == 1 and failed[0].step == "save slot" and failed[0].status == 500
-    assert re.search(rf"Unable to save slot \(slot-save directory {full_disk}: 0 bytes free \(disk full\); "
-                     r"removed the partial slot file of [\d,]+ bytes\)", failed[0].error), failed[0].error
+    # the record: the call, its status and error type, and what the suite found (never the server's words)
+    assert re.fullmatch(rf"POST /slots/0: HTTP 500 \(server_error\) \(slot-save directory {full_disk}: 0 bytes free "
+                        r"\(disk full\); removed the partial slot file of [\d,]+ bytes\)", failed[0].error), failed[0].error
+    assert "Unable to save slot" in out.getvalue()  # the console says what the server said
     assert not [r for r in result.records if r.scenario == "restore_disk"]
     assert list(full_disk.iterdir()) == []
 
