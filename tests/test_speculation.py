@@ -167,3 +167,19 @@ def test_check_says_mtp_rolls_the_recurrent_state_back(tmp_path: Path, capsys: p
     assert verdict["verdict"] == "ACTIVE"
     assert verdict["evidence"][1] == "log: n_rs_seq = 3: the recurrent state rolls back up to 3 tokens"
     assert "(--spec-type none): identical" in verdict["evidence"][2]
+
+
+def test_on_real_weights_n_gram_drafts_are_accepted_and_change_no_count_and_no_answer(tmp_path: Path) -> None:
+    # Gemma 3 270M (real weights, a sliding window): a conversation's earlier answers are what the n-gram kind drafts
+    # from, and a real model repeats itself where random weights do not; the counts and each answer are as without
+    # speculation, and every step is as the reuse model expects
+    profile = tmp_path / "gemma-spec.yaml"
+    profile.write_text("extends: gemma3-270m\nn_predict: 32\nmatrix:\n  spec-type: [none, ngram-mod]\n")
+    # the answers compared by their hashes, so no reference without reuse is needed (--no-verify)
+    assert cli.main(["run", "--profile", str(profile), "--size", "1K", "--scenario", "growth", "--no-verify",
+                     "--results", str(tmp_path)]) == 0
+    measured = [r for r in read_records(next(tmp_path.glob("runs/*/records.jsonl"))) if r.role == Role.MEASURE]
+    off, on = ([r for r in measured if r.variant == f"spec-type={kind}"] for kind in ("none", "ngram-mod"))
+    assert len(on) == 5 and [r.prompt_n for r in on] == [r.expected for r in on] == [r.prompt_n for r in off]
+    assert [r.output_hash for r in on] == [r.output_hash for r in off]
+    assert sum(r.extra["draft_accepted"] for r in on) > 0
