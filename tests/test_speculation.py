@@ -97,6 +97,19 @@ def test_a_draft_model_whose_drafts_are_rejected_changes_no_count_and_no_answer(
     assert all(rolled_back) and rolled_back == [r.cause["spec_checkpoints_restored"] for r in on]
 
 
+def test_a_speculative_checkpoint_does_not_take_the_place_of_the_prompt_s_one(tmp_path: Path) -> None:
+    # --ctx-checkpoints 1: the prompt keeps one checkpoint, 4 tokens before its end. The speculative checkpoint is the
+    # slot's own (server-context.cpp:266, spec_ckpt), apart from that list, so after an answer whose every rejected
+    # draft was undone from it, the resend still returns to the prompt's checkpoint: 4 tokens
+    profile = tmp_path / "one-checkpoint.yaml"
+    profile.write_text(f"extends: {DRAFT_PROFILE}\noptions:\n  ctx-checkpoints: 1\n")
+    assert cli.main(["run", "--profile", str(profile), "--variant", "spec-type=draft-simple", "--size", "2K",
+                     "--scenario", "resend", "--no-verify", "--results", str(tmp_path)]) == 0
+    cold, resend = [r for r in read_records(next(tmp_path.glob("runs/*/records.jsonl"))) if r.role == Role.MEASURE]
+    assert cold.cause["spec_checkpoints_restored"] > 0
+    assert (resend.prompt_n, resend.expected) == (4, 4)
+
+
 def test_after_a_restore_from_disk_the_draft_model_s_stale_context_fails_the_next_extension(tmp_path: Path) -> None:
     # b11434 saves and restores only the target's context (llama.cpp #28619): after the re-ask (2,068 + 31 tokens in
     # the draft's context, positions 0 to 2,098) the file's 2,100 tokens come back to the target alone, and the strict
