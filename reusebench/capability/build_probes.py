@@ -23,7 +23,7 @@ from reusebench import tiny
 from reusebench.capability import Capabilities
 from reusebench.llama import binaries, facts, media
 from reusebench.llama.binaries import Binary
-from reusebench.llama.client import ClientError, Completion, LlamaClient, MediaPrompt
+from reusebench.llama.client import ClientError, Completion, LlamaClient, MediaPrompt, recorded_error
 from reusebench.llama.outputs import difference
 from reusebench.llama.process import ServerError
 from reusebench.llama.server import Server
@@ -259,7 +259,8 @@ def _mmproj_slot_actions(client: LlamaClient, words: Words, found: dict[str, boo
         if error.status != NOT_SUPPORTED:  # a crash or a timeout is no answer about mmproj
             raise
         found["mmproj_slot_actions"] = False
-        evidence["mmproj_slot_actions"] = f"saving the slot of a text prompt with an mmproj loaded: {error}"
+        evidence["mmproj_slot_actions"] = ("saving the slot of a text prompt with an mmproj loaded: "
+                                           f"{recorded_error(error)}")
         return
     found["mmproj_slot_actions"] = True
     evidence["mmproj_slot_actions"] = "saving the slot of a text prompt with an mmproj loaded: saved"

@@ -26,7 +26,7 @@ from reusebench.records import file_sha256
 
 CACHE_ENV = "REUSEBENCH_CAPABILITY_CACHE"
 ELF_MAGIC = b"\x7fELF"
-FILE_VERSION = 8  # bump when a probe changes what it shows: every cached result is probed again
+FILE_VERSION = 9  # bump when a probe changes what it shows: every cached result is probed again
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reusebench.check.context import QUESTION_TOKENS, ProbeContext, flag, of_kind, quote, timings
 from reusebench.check.verdicts import OptionVerdict, Setting, Verdict
-from reusebench.llama.client import ClientError
+from reusebench.llama.client import ClientError, recorded_error
 from reusebench.llama.outputs import common_prefix
 
 
@@ -18,7 +18,7 @@ def probe_slot_save_path(ctx: ProbeContext, setting: Setting) -> list[OptionVerd
         try:
             ctx.client.slot_erase(0)
         except ClientError as error:
-            return [setting.verdict(Verdict.DISABLED, f"{error} (action=erase)")]
+            return [setting.verdict(Verdict.DISABLED, f"{recorded_error(error)} (action=erase)")]
         return [setting.verdict(Verdict.INEFFECTIVE, "slot actions answered without --slot-save-path")]
     document, (question, other_question) = ctx.prompt(ctx.doc_tokens), ctx.questions()
     prompt = document + question
