@@ -145,7 +145,7 @@ def converse(tmp: Path, args: tuple[str, ...]) -> dict:
                 found["refused"] = client.post("/v1/chat/completions", json={"messages": messages}).status_code
                 found["health"] = client.get("/health").status_code
             found["summary"] = tap.stop("the test ended")
-            found["run"] = tap.run.path
+            found["run"] = tap.run_dir.path
             found["raw_log_has_marker"] = MARKER in server.raw_log_path.read_text(errors="replace")
         finally:
             os.killpg(follow.pid, signal.SIGTERM)
@@ -264,7 +264,7 @@ def test_a_client_that_leaves_cancels_the_servers_task(server_and_log, tmp_path:
         assert released and released[0].fields["n_tokens"] < 51 + 20000, task.events[-3:]
     finally:
         summary = tap.stop("the test ended")
-    (record,) = [r for r in read_clean(tap.run.records_path) if r.role == Role.MEASURE]
+    (record,) = [r for r in read_clean(tap.run_dir.records_path) if r.role == Role.MEASURE]
     assert record.error == "client disconnected" and summary.extra["interrupted"] == 0
 
 

@@ -19,7 +19,7 @@ from reusebench.llama.task_log import TaskLog
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.tap import Tap, exchange, keys
 from reusebench.tap.conversations import Conversations
-from reusebench.tap.tap import redacted, route_name
+from reusebench.tap.naming import redacted, route_name
 
 FUZZ = settings(max_examples=300, derandomize=True, database=None, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -57,7 +57,7 @@ def tapped(upstream: str, tmp: Path, log: Path | None = None, **limits: float) -
 
 
 def kept(tap: Tap) -> list[Record]:
-    return records.read_records(tap.run.records_path)
+    return records.read_records(tap.run_dir.records_path)
 
 
 def raw(tap: Tap, data: bytes, read: int = 65536) -> bytes:
@@ -177,7 +177,7 @@ def test_no_error_text_and_no_credential_reach_any_file(server, tmp_path) -> Non
     (call,) = [r for r in kept(tap) if r.role == Role.MEASURE]
     assert call.status is not None and call.status >= 400 and call.error in {f"server {t}" for t in client.ERROR_TYPES}
     assert summary.extra["upstream"].startswith("http://***@127.0.0.1:")
-    written = "".join(p.read_text(errors="replace") for p in tap.run.path.rglob("*") if p.is_file())
+    written = "".join(p.read_text(errors="replace") for p in tap.run_dir.path.rglob("*") if p.is_file())
     assert MARKER not in written and "hunter2" not in written
 
 

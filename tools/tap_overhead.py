@@ -75,7 +75,7 @@ def main() -> None:
                         "cache_prompt": False}
                 assert relayed.post("/v1/chat/completions", json=chat).status_code == 200
         tap.stop("measured")
-        kept = records.read_records(tap.run.records_path)
+        kept = records.read_records(tap.run_dir.records_path)
     print(f"added TTFT through the tap over {args.pairs} pairs of a 65-token streamed /completion: "
           f"p50 {percentile(added, 50):.2f} ms, p90 {percentile(added, 90):.2f} ms")
     for r in kept:

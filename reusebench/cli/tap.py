@@ -37,23 +37,13 @@ def cmd_tap(args: argparse.Namespace) -> int:
     except OSError as exc:  # the port is taken, the results directory cannot be written
         print(f"reusebench tap: cannot start on {args.listen[0]}:{args.listen[1]}: {exc}", file=sys.stderr)
         return Exit.USAGE
-    why = ["Ctrl-C"]
-
-    def terminated(signum: int, frame: object) -> None:  # the clean stop, and the records say it was SIGTERM
-        why[0] = "SIGTERM"
-        common.terminated(signum, frame)
-
-    signal.signal(signal.SIGTERM, terminated)
-    try:
-        tap.start()
-        while True:
-            signal.pause()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        summary = tap.stop(why[0])
-    print(common.write_run_report(tap.run.path, f"tap, run {tap.run.path.name}").text)
-    print(f"\n{summary.extra['requests']} requests recorded; report: {tap.run.path / 'report.md'}",
+    # SIGTERM (kill, systemd) ends the run as Ctrl-C does, and the records say which it was
+    signal.signal(signal.SIGTERM, lambda signum, frame: tap.end("SIGTERM"))
+    tap.run()  # until Ctrl-C or SIGTERM: what is in flight is recorded as interrupted, the summary last
+    summary = tap.summary
+    assert summary is not None
+    print(common.write_run_report(tap.run_dir.path, f"tap, run {tap.run_dir.path.name}").text)
+    print(f"\n{summary.extra['requests']} requests recorded; report: {tap.run_dir.path / 'report.md'}",
           file=common.progress(args))
     return Exit.OK
 

@@ -32,6 +32,13 @@ def stamped_run(results_dir: Path, stamp: provenance.Stamp) -> RunDir:
     return run
 
 
+def opened_run(results_dir: Path, stamp: provenance.Stamp) -> tuple[RunDir, RecordWriter]:
+    """A new run and the writer of its records, for a driver whose run ends when it is stopped, not at the end of a
+    block (the tap): the driver closes the writer with its summary."""
+    run = stamped_run(results_dir, stamp)
+    return run, RecordWriter(run.records_path)
+
+
 @contextmanager
 def open_run(results_dir: Path, stamp: provenance.Stamp) -> Iterator[tuple[RunDir, RecordWriter]]:
     """A new run under `results_dir` stamped with `stamp`, and the writer of its records; Ctrl-C inside becomes

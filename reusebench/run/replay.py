@@ -32,7 +32,7 @@ from reusebench.reuse.expectation import Expected
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run import launch
 from reusebench.run.launch import LaunchSpec
-from reusebench.run.loop import RunLoop, RunResult
+from reusebench.run.loop import RunResult, ServerLoop
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.service.calls import Call, Calls, Request
 from reusebench.run.service.serial import ScheduleDeviation, check_alone
@@ -71,7 +71,7 @@ class ReplayResult(RunResult):
     skipped_too_long: int = 0
 
 
-class Replay(RunLoop):
+class Replay(ServerLoop):
     """One trace against one launch, through the run loop; ``run`` returns when every request is sent or the run
     stops."""
 

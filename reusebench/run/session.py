@@ -38,7 +38,7 @@ from reusebench.llama.process import ServerError
 from reusebench.machine.gpu import GpuSampler
 from reusebench.records import RecordWriter, Role
 from reusebench.run.launch import LaunchSpec
-from reusebench.run.loop import RunLoop, RunResult
+from reusebench.run.loop import RunResult, ServerLoop
 from reusebench.run.plan import Estimate
 from reusebench.run.progress import Progress, ProgressHook
 from reusebench.run.recording import Recorder, RunDir, Source
@@ -98,7 +98,7 @@ class SessionResult(RunResult):
         return budget + band + overhead
 
 
-class Session(RunLoop):
+class Session(ServerLoop):
     """Runs the scenarios of one variant at one size in order, through the run loop, and applies the failure
     policy: a failed step is a finding of the result, not an error."""
 
@@ -131,7 +131,7 @@ class Session(RunLoop):
         super().run()
         return self.result
 
-    def _start(self) -> None:
+    def _start_server(self) -> None:
         self.session_server.check_slot_dir()
         self.session_server.start()
 

@@ -5,7 +5,8 @@ request, in the suite's schema, for the service report.
 - ``exchange``: what a request's body asks and its answer says, and the prompt's ids the server's own way;
 - ``conversations``: which conversation a request continues and how (its class), its ideal and divergence point;
 - ``keys``: the keyed hashes the records hold instead of ids;
-- ``tap``: the driver that ties them to the recording core and the server's log.
+- ``naming``: how what is not recorded is named (a fixed route, the upstream without credentials);
+- ``tap``: the driver on the run loop that ties them to the recording core and the server's log.
 
 ``InFront`` puts a tap in front of a server the suite started itself (``reusebench workload --through-tap``),
 so the tap's records can be held against the workload's own.
@@ -40,7 +41,7 @@ class InFront:
         tap = Tap(TapOptions(upstream=server.base_url, listen=("127.0.0.1", 0), results=self.results,
                              key_file=self.key_file, server_log=server.raw_log_path,
                              long_prefill_tokens=self.long_prefill_tokens, trace=self.trace))
-        self.runs.append(tap.run.path)
+        self.runs.append(tap.run_dir.path)
         url = tap.start()
         try:
             yield url

@@ -7,7 +7,9 @@ forwarded; once the client has the whole answer the task is found in the server'
 length, server lifetime) and the record is written. Nothing of the text, the ids or the output reaches disk: the
 records hold counts, positions and keyed hashes (``keys``).
 
-``stop`` (Ctrl-C, SIGTERM) cuts what is in flight, records it as interrupted, and writes the summary record last.
+The tap is a driver on the run loop (``run.loop.RunLoop``) whose source is real traffic: ``run`` relays until
+``stop`` (SIGTERM, or the thread that started it) or Ctrl-C, then cuts what is in flight, records it as
+interrupted, and writes the summary record last.
 
 No text reaches a record, the summary or a message: a server's error is its status and a fixed class, the upstream's
 credentials are redacted wherever it is named, unrecorded requests are counted by llama-server's own route names
@@ -33,15 +35,17 @@ from reusebench.llama import logs
 from reusebench.llama.client import CONNECT_TIMEOUT_S, ONE_REQUEST_PER_CONNECTION, Completion
 from reusebench.llama.log_tail import LogTail
 from reusebench.llama.task_log import MAX_TASKS, Task, TaskLog
-from reusebench.records import Extra, Record, RecordWriter, Role, RunKind, interrupted, was_interrupted
+from reusebench.records import Extra, Record, Role, RunKind, interrupted, was_interrupted
 from reusebench.reuse.perfect_cache import DEFAULT_MAX_TOKENS, PerfectCache
 from reusebench.run import provenance
-from reusebench.run.opening import stamped_run
+from reusebench.run.loop import RunLoop, RunResult
+from reusebench.run.opening import opened_run
 from reusebench.run.recording import Recorder, Source
 from reusebench.tap import exchange
 from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, MAX_HELD_TOKENS, Conversations, Ticket
 from reusebench.tap.exchange import Answer, Asked
 from reusebench.tap.keys import Hasher, load_key
+from reusebench.tap.naming import redacted, route_name
 from reusebench.tap.relay import Relay, RelayLimits
 from reusebench.tap.trace import TraceWriter
 
@@ -53,34 +57,6 @@ CLAIM_WAIT_S = 5.0  # how long a finished request waits for its task's lines (a 
 STOP_WAIT_S = 60.0
 AUTH_HEADERS = ("authorization", "x-api-key")
 LEARN_RETRY_S = 60.0
-METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"})
-# llama-server b11434's routes (tools/server/server.cpp): an unrecorded request is counted by one of these, else
-# "other", so that a client's own strings never reach the summary
-ROUTES = frozenset({
-    "/", "/health", "/v1/health", "/metrics", "/props", "/slots", "/models", "/v1/models", "/models/load",
-    "/models/unload", "/models/sse", "/tokenize", "/detokenize", "/apply-template", "/embedding", "/embeddings",
-    "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank", "/v1/reranking", "/infill", "/lora-adapters",
-    "/responses", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/audio/transcriptions",
-    "/tools", "/cors-proxy", *exchange.RECORDED})
-OTHER = "other"
-
-
-def route_name(method: str, path: str) -> str:
-    """How an unrecorded request is counted: a fixed method and route, never the client's own words."""
-    route = path if path in ROUTES else "/slots/ID" if path.startswith("/slots/") and path[7:].isdigit() else OTHER
-    return f"{method if method in METHODS else OTHER} {route}"
-
-
-def redacted(url: str) -> str:
-    """`url` without its credentials (http://user:pass@host -> http://***@host), wherever the tap names it."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
-
-
 @dataclass(frozen=True)
 class HeldLimits:
     """What the tap holds in memory at most, beyond which the oldest goes first (counted in the summary's
@@ -125,19 +101,22 @@ class Tally:
     not_understood: Counter[str] = field(default_factory=Counter)  # by the class of the problem
 
 
-class Tap:
-    """Relays `options.upstream` on `options.listen` and records what passes; a context manager."""
+class Tap(RunLoop):
+    """Relays `options.upstream` on `options.listen` and records what passes, on the run loop: ``run`` relays until
+    ``stop`` (or Ctrl-C) and returns then; ``start`` runs it on a thread of its own and returns the address clients
+    connect to."""
 
     def __init__(self, options: TapOptions, out: TextIO = sys.stderr) -> None:
-        self.options, self.out = options, out
+        self.options = options
         self.hasher = Hasher(load_key(options.key_file, options.results))
         self.upstream_name = redacted(options.upstream)
         netloc = urlsplit(self.upstream_name).netloc
-        self.run = stamped_run(options.results, provenance.stamp(None, kind=RunKind.TAP, selection={
+        self.run_dir, self.writer = opened_run(options.results, provenance.stamp(None, kind=RunKind.TAP, selection={
             "upstream": self.upstream_name, "listen": f"{options.listen[0]}:{options.listen[1]}"}))
-        self.writer = RecordWriter(self.run.records_path)
-        self.recorder = Recorder(self.writer, Source(SCENARIO, netloc, "unknown"), run=self.run,
-                                 session=f"{SCENARIO}/{netloc}", size=0, hash_tokens=self.hasher.tokens)
+        super().__init__(Recorder(self.writer, Source(SCENARIO, netloc, "unknown"), run=self.run_dir,
+                                  session=f"{SCENARIO}/{netloc}", size=0, hash_tokens=self.hasher.tokens),
+                         session="tap", out=out)
+        self.result = RunResult(stopped_by="")
         held = options.held
         self.tasks = TaskLog(options.server_log, max_tasks=held.tasks) if options.server_log else None
         self.conversations = Conversations(probe_tokens=options.probe_tokens, gap_s=options.gap_s,
@@ -150,49 +129,81 @@ class Tap:
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tap-tokenize")  # in order: see above
         self.started_at = time.time()
         self.trace = None if options.trace is None else TraceWriter(options.trace, self.started_at)
-        self.stopped_by = ""
+        self.stopped_by = "the tap stopped"
         self._learned = False
         self._learn_after = 0.0  # monotonic seconds: when a failed learn may be tried again
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._summary: Record | None = None
+        self._stop = threading.Event()
+        self._serving: threading.Thread | None = None  # the relay's
+        self._running: threading.Thread | None = None  # the loop's, when ``start`` runs it
+        self._summary_record: Record | None = None
 
-    # -- start and stop ---------------------------------------------------------------------------
+    # -- the loop ---------------------------------------------------------------------------------
 
-    def start(self) -> str:
+    def _start(self) -> None:
+        if self._stop.is_set():  # stopped before it started: nothing to serve
+            return
         for line in self.log_warnings():
             self.say(f"warning: {line}")
-        self._thread = threading.Thread(target=self.relay.serve_forever, name="tap-relay", daemon=True)
-        self._thread.start()
-        self.say(f"relaying {self.relay.address} -> {self.upstream_name}; records -> {self.run.records_path}")
-        return self.relay.address
+        self._serving = threading.Thread(target=self.relay.serve_forever, name="tap-relay", daemon=True)
+        self._serving.start()
+        self.say(f"relaying {self.relay.address} -> {self.upstream_name}; records -> {self.run_dir.records_path}")
 
-    def stop(self, why: str = "the tap stopped") -> Record:
-        """Cut what is in flight (recorded as interrupted), write the summary, drop every id held."""
-        if self._summary is not None:
-            return self._summary
-        self.stopped_by = why
-        if self._thread is not None:
-            self.tally.unfinished_at_stop = self.relay.stop(interrupted(why), wait_s=STOP_WAIT_S)
-            self._thread.join()
-        else:  # stopped before it served
+    def _drive(self) -> None:
+        """Relay until stopped; the build is learned from the first request (``learn_when_due``)."""
+        self._stop.wait()
+
+    def _absorbed(self, exc: BaseException) -> bool:
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C is how a tap usually ends
+            self.stopped_by = "Ctrl-C"
+            return True
+        return False
+
+    def _release(self) -> None:
+        """Cut what is in flight (recorded as interrupted)."""
+        if self._serving is None:  # stopped before it served
             self.relay.close()
+            return
+        self.tally.unfinished_at_stop = self.relay.stop(interrupted(self.stopped_by), wait_s=STOP_WAIT_S)
+        self._serving.join()
+
+    def _closed(self) -> None:
         self.worker.shutdown(wait=True)
         self.helper.close()
-        self._summary = self.recorder.summary(SCENARIO, self.started_at, time.time() - self.started_at,
-                                              self.summary_extra())
+
+    def _summary(self, started_at: float) -> None:
+        """The summary record last; then every id held is dropped."""
+        self.result.stopped_by = self.stopped_by
+        self._summary_record = self.recorder.summary(SCENARIO, started_at, self.result.wall_s, self.summary_extra())
         self.writer.close()
         if self.trace is not None:
             self.trace.close()
         self.conversations.clear()
-        return self._summary
 
-    def __enter__(self) -> Tap:
-        self.start()
-        return self
+    # -- start and stop from another thread -------------------------------------------------------
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop("Ctrl-C" if exc[0] is KeyboardInterrupt else "the tap stopped")
+    def start(self) -> str:
+        """Run the loop on a thread of its own, until ``stop``; the address clients connect to."""
+        self._running = threading.Thread(target=self.run, name="tap", daemon=True)
+        self._running.start()
+        return self.relay.address
+
+    def end(self, why: str) -> None:
+        """Ask the run to end, from a signal handler or another thread; ``run`` returns once the summary is written."""
+        self.stopped_by = why
+        self._stop.set()
+
+    def stop(self, why: str = "the tap stopped") -> Record:
+        """End the run started by ``start`` (what is in flight is recorded as interrupted, the summary last); the
+        summary record. A tap never started runs its loop here, which ends at once."""
+        if self._summary_record is None:
+            self.end(why)
+            if self._running is None:
+                self.run()
+            else:
+                self._running.join()
+        assert self._summary_record is not None
+        return self._summary_record
 
     def summary_extra(self) -> Extra:
         t = self.tally
@@ -231,9 +242,6 @@ class Tap:
             return [f"--server-log {path}: {self.tally.without_task} request(s) found no task in the log"]
         return []
 
-    def say(self, text: str) -> None:
-        print(f"[tap] {text}", file=self.out, flush=True)
-
     # -- the relay's observer ---------------------------------------------------------------------
 
     def observe(self, path: str, body: bytes) -> _Request:
@@ -258,16 +266,21 @@ class Tap:
                 setattr(self.tally, name, getattr(self.tally, name) + n)
 
     @property
+    def summary(self) -> Record | None:
+        """The summary record, once the run has ended."""
+        return self._summary_record
+
+    @property
     def stopped(self) -> bool:
         """Whether the stop has written the summary: a request that ends later is counted there, not recorded."""
-        return self._summary is not None
+        return self._summary_record is not None
 
     def learn_when_due(self, headers: dict[str, str]) -> None:
         """Learn the build and the model on the worker, once, or again a minute after a failed look."""
         if not self._learned and time.monotonic() >= self._learn_after:
-            self.worker.submit(self.learn, headers)
+            self.worker.submit(self.learn_upstream, headers)
 
-    def learn(self, headers: dict[str, str]) -> None:
+    def learn_upstream(self, headers: dict[str, str]) -> None:
         """The build and the model from /props (which wakes no server), with the first request's credentials."""
         with self._lock:
             if self._learned:
@@ -285,7 +298,7 @@ class Tap:
             return
         model = Path(str(props.get("model_path") or "unknown")).name
         self.recorder.source = Source(self.recorder.source.profile, self.recorder.source.variant, model)
-        self.recorder.learn_build(str(props.get("build_info") or "unknown"))
+        self.learn(str(props.get("build_info") or "unknown"))
 
     def sleeps(self) -> int:
         return self.tasks.sleeps() if self.tasks else 0

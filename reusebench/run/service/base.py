@@ -31,7 +31,7 @@ from reusebench.reuse import server_inputs
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.run import launch
 from reusebench.run.launch import LaunchSpec
-from reusebench.run.loop import RunLoop, RunResult
+from reusebench.run.loop import RunResult, ServerLoop
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.service.calls import Calls
 from reusebench.run.service.texts import Texts, make_texts
@@ -72,7 +72,7 @@ def resolve_for_workload(variant: Variant, server_build: Build, workload: Worklo
     return launch.resolve(variant, server_build, context=lambda options: kv_tokens(workload, drawn, options))
 
 
-class ServiceRun(RunLoop):
+class ServiceRun(ServerLoop):
     """One workload against one server variant, through the run loop; ``run`` returns when the users are done or
     a bound is hit."""
 
