@@ -8,10 +8,12 @@ import pytest
 
 from reusebench.advise.next_steps import next_steps
 from reusebench.config import profiles
+from reusebench.llama.client import Completion
 from reusebench.records import Record, RecordWriter, Role, lora_applied, lora_key, read_records, verdict
 from reusebench.report import run_kinds, view
 from reusebench.report import run_report as report
 from reusebench.run import provenance
+from reusebench.run.recording import Recorder, RunDir, Source
 
 
 def record(scenario: str, step: str, *, role: str = "measure", prompt_tokens: int = 1000, cache_n: int = 0,
@@ -179,3 +181,18 @@ def test_a_run_whose_windowed_model_missed_suggests_swa_full_and_advise() -> Non
     assert next_steps(profile, [record("restore_disk", "resend", ideal=1, variant="swa-full=on")]) == [
         advise.replace("swa-full=off", "swa-full=on")]
     assert next_steps(profile, [RECORDS[0]]) == []  # the first load cannot hit
+
+
+@pytest.mark.parametrize(("speculative", "extra"), [(True, {"draft_n": 0, "draft_accepted": 0}), (False, {})],
+                         ids=["speculating", "not"])
+def test_a_speculating_launch_s_answer_that_drafted_nothing_records_0_drafted(
+        tmp_path: Path, speculative: bool, extra: dict) -> None:
+    # b11434's timings leave draft_n out when nothing was drafted: every driver's recorder (session, workload,
+    # replay) says 0 for a speculating launch, and nothing for one that does not speculate
+    with RecordWriter(tmp_path / "records.jsonl") as writer:
+        recorder = Recorder(writer, Source("p", "v", "m"), run=RunDir("r", tmp_path), session="s", size=1,
+                            speculative=speculative)
+        r = recorder.record("chat", "turn 1", Role.MEASURE, "/completion", started=0.0)
+        recorder.fill(r, Completion(prompt_n=5, cache_n=0, prompt_ms=1.0, predicted_n=1, predicted_ms=1.0,
+                                    tokens_evaluated=5, id_slot=0, ttft_ms=None, wall_ms=2.0, tokens=[1]))
+    assert {k: r.extra[k] for k in ("draft_n", "draft_accepted") if k in r.extra} == extra

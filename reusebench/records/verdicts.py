@@ -5,6 +5,7 @@ error of an interrupted call, and the deferred verifications a later record appl
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -42,14 +43,31 @@ def images_reprocessed(r: Record) -> list[int]:
     return [length for start, length in r.extra.get("image_spans") or [] if start >= kept]
 
 
-def drafts_rolled_back(r: Record) -> int | None:
-    """The speculative drafts of a step's answer with a token rejected, each of which put the server's state back
-    to where the draft began; None where that is not known: no speculation, or a server that did not log its drafts
-    (``facts.TRACE_ENV``, which the suite sets on the servers it starts)."""
+@dataclass(frozen=True)
+class Drafts:
+    """What the server's log says of a speculating step's drafts: those verified, those with a token rejected (each
+    of which put the server's state back to where the draft began) and, of them, those undone from a speculative
+    checkpoint rather than rolled back in place."""
+
+    verified: int
+    rolled_back: int
+    from_checkpoint: int
+
+
+def drafts(r: Record) -> Drafts | None:
+    """A step's drafts from its cause; None where they are not known: no speculation, or a server that did not log
+    its drafts (``facts.TRACE_ENV``, which the suite sets on the servers it starts)."""
     drafted, cause = r.extra.get("draft_n"), r.cause or {}
     if drafted is None or (drafted and not cause.get("drafts")):
         return None
-    return int(cause.get("drafts_rolled_back", 0))
+    return Drafts(int(cause.get("drafts", 0)), int(cause.get("drafts_rolled_back", 0)),
+                  int(cause.get("spec_checkpoints_restored", 0)))
+
+
+def drafts_rolled_back(r: Record) -> int | None:
+    """The drafts of a step's answer with a token rejected (``drafts``); None where not known."""
+    known = drafts(r)
+    return None if known is None else known.rolled_back
 
 
 def interrupted(why: str = "Ctrl-C") -> str:

@@ -22,7 +22,7 @@ from reusebench.records import (
     RunKind,
     StepVerdict,
     deviation,
-    drafts_rolled_back,
+    drafts,
     images_reprocessed,
     outcome,
     was_interrupted,
@@ -162,12 +162,11 @@ def _speculation(rs: list[Record], fmt: str = "simple") -> str:
     size = max(r.size for r in drafting)
     table = []
     for r in (r for r in drafting if r.size == size):
-        rollbacks = _rollbacks(r)
-        known = rollbacks["drafts_rolled_back"] is not None
+        known = drafts(r)
+        logged = ["?"] * 3 if known is None else [str(known.verified), str(known.rolled_back),
+                                                   str(known.from_checkpoint)]
         table.append([f"{r.scenario}/{step_label(r)}", f"{r.extra['draft_n']:,}", f"{r.extra.get('draft_accepted', 0):,}",
-                      str((r.cause or {}).get("drafts", 0)) if known else "?",
-                      str(rollbacks["drafts_rolled_back"]) if known else "?",
-                      str(rollbacks["spec_checkpoints_restored"]) if known else "?",
+                      *logged,
                       "-" if not (r.predicted_ms and r.predicted_n) else f"{r.predicted_ms / r.predicted_n:.2f}"])
     return (f"\n\nspeculation at {size_label(size)} (drafts: the log's; ? where the server logged none)\n"
             + tabulate(table, SPECULATION_HEADERS, tablefmt=fmt, disable_numparse=True))
@@ -329,9 +328,9 @@ def render_text(records: Iterable[Record], width: int | None = None,
 def _rollbacks(r: Record) -> dict[str, int | None]:
     """A speculating step's drafts with a token rejected and, of them, those undone from a speculative checkpoint
     rather than rolled back in place (None where unknown)."""
-    rolled_back = drafts_rolled_back(r)
-    restored = None if rolled_back is None else int((r.cause or {}).get("spec_checkpoints_restored", 0))
-    return {"drafts_rolled_back": rolled_back, "spec_checkpoints_restored": restored}
+    known = drafts(r)
+    return {"drafts_rolled_back": None if known is None else known.rolled_back,
+            "spec_checkpoints_restored": None if known is None else known.from_checkpoint}
 
 
 def summary_json(records: Iterable[Record]) -> str:

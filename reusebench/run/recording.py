@@ -74,8 +74,10 @@ class Recorder:
 
     def __init__(self, writer: RecordWriter, source: Source, *, run: RunDir, session: str, size: int,
                  extra: Extra | None = None, hash_tokens: Callable[[Sequence[int]], str] = tokens_hash,
-                 shared: int = 0) -> None:
+                 shared: int = 0, speculative: bool = False) -> None:
         self.writer, self.source, self.session, self.size = writer, source, session, size
+        # a speculating launch's answer that drafted nothing records 0 drafted: b11434's timings leave draft_n out then
+        self.speculative = speculative
         self.shared = shared  # tokens every conversation starts with (a workload's system prompt): ``verdict``'s
         self.run_id, self.log_dir = run.run_id, run.log_dir
         self.hash_tokens = hash_tokens  # prompt and output hashes: the tap keys them (tap.keys)
@@ -145,8 +147,8 @@ class Recorder:
         record.ttft_ms, record.wall_ms = c.ttft_ms, c.wall_ms
         record.output_hash = self.hash_tokens(c.tokens)
         record.excess = None if record.ideal is None else c.prompt_n - record.ideal
-        if c.draft_n is not None:
-            record.extra.update(Extra(draft_n=c.draft_n, draft_accepted=c.draft_accepted or 0))
+        if c.draft_n is not None or self.speculative:
+            record.extra.update(Extra(draft_n=c.draft_n or 0, draft_accepted=c.draft_accepted or 0))
 
     @staticmethod
     def attach_task(record: Record, task: Task) -> None:

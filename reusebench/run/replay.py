@@ -84,7 +84,7 @@ class Replay(ServerLoop):
         session = f"{SCENARIO}/{trace_name}/{variant.profile}/{variant.name}"
         recorder = Recorder(writer, Source.of(variant), run=run, session=session,
                             size=max((p.request.input_length for p in prompts), default=0),
-                            extra=Extra(trace=trace_name, mode=mode.name))
+                            extra=Extra(trace=trace_name, mode=mode.name), speculative=spec.launch.speculative)
         super().__init__(spec, self.handle, recorder, session=session, log_name=SCENARIO, out=out)
         self.calls = Calls(recorder, task_log.TaskLog(self.handle.process.raw_log_path), PerfectCache(),
                            SCENARIO, n_predict=1, timeout_s=settings.request_timeout_s,

@@ -119,7 +119,7 @@ class Session(ServerLoop):
         self.name = session_name(spec.variant, size, repeat)
         self.session_server = SessionServer(spec, shared.sampler)
         recorder = Recorder(shared.writer, Source.of(spec.variant), run=shared.run, session=self.name, size=size,
-                            extra={} if repeat is None else {"repeat": repeat})
+                            extra={} if repeat is None else {"repeat": repeat}, speculative=spec.launch.speculative)
         super().__init__(spec, self.session_server, recorder, session=self.name,
                          log_name=self.name.replace("/", "_").replace("@", "_"), out=shared.out)
         self.progress = Progress(self.name, shared.out, progress_hook, shared.estimate)

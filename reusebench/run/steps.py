@@ -16,7 +16,6 @@ measured (``--full-prefills`` times every step to the end).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -258,8 +257,6 @@ class SessionSteps(VariantSteps, Verifying):
     def _answered(self, record: Record, c: Completion) -> None:
         """The one end of a completion (``Recorder.answered``: figures, its task in the log, its cause); judged by the
         session itself (``_judge``), which knows the reuse model and the references."""
-        if self.spec.launch.speculative and c.draft_n is None:  # b11434's timings leave it out when nothing was drafted
-            c = dataclasses.replace(c, draft_n=0, draft_accepted=0)
         self.recorder.answered(record, c, self._claim, judged=False)
         self.server_s += (c.prompt_ms + c.predicted_ms) / 1000.0
 

@@ -89,7 +89,8 @@ class ServiceRun(ServerLoop):
         session = f"{workload.name}/{variant.profile}/{variant.name}"
         recorder = Recorder(writer, Source.of(variant), run=run, session=session,
                             size=max(u.opening_tokens for u in self.users),
-                            extra=None if repeat is None else {"repeat": repeat}, shared=system_tokens(workload))
+                            extra=None if repeat is None else {"repeat": repeat}, shared=system_tokens(workload),
+                            speculative=spec.launch.speculative)
         super().__init__(spec, self.handle, recorder, session=session, log_name=workload.name, out=out)
         self.result: WorkloadResult = WorkloadResult()
         self.seen = PerfectCache()  # every user's sequences: each turn's ideal
