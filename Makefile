@@ -97,7 +97,8 @@ nightly-demo: $(STAMP) site-assets
 # llama.cpp's real history (tools/history.py): the nightly over 30 published builds from b9093 to b11434 (HISTORY_BUILDS),
 # report A's steps, the growth chat, restore and the RAM cache at 8K on the tiny hybrid and the control, every count
 # that changed bisected to its first build; results/history/history.md and the site in results/history/html. Hours
-# on 2 cores (docs/history.md); not part of `make test`. HISTORY_FIRST and HISTORY_LAST narrow the window.
+# on 2 cores (docs/history.md); not part of `make test`. HISTORY_FIRST and HISTORY_LAST narrow the window, HISTORY_AT
+# names the builds ("b9093 b9509 b11434"), HISTORY_ONLY runs the hybrid or the control alone.
 history: $(STAMP) site-assets
 	$(BIN)/python tools/history.py
 
