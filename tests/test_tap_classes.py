@@ -11,7 +11,8 @@ import pytest
 
 from reusebench.config import users
 from reusebench.llama import task_log
-from reusebench.records import Role
+from reusebench.llama.log_tail import LogTail
+from reusebench.records import Role, read_records
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.tap import Tap, TapOptions, exchange, keys
 from reusebench.tap.conversations import Conversations
@@ -173,3 +174,49 @@ def test_the_tap_warns_when_the_log_lacks_the_lines_its_causes_need(tmp_path: Pa
     full = tmp_path / "full.log"
     full.write_text(lifetime(8080, 40, 44))
     assert warnings_for(full) == []
+
+
+def idle_tap(tmp_path: Path) -> Tap:
+    """A tap before an upstream where nothing listens: its loop runs, nothing is relayed."""
+    return Tap(TapOptions(upstream="http://127.0.0.1:9", listen=("127.0.0.1", 0), results=tmp_path / "results",
+                          key_file=tmp_path / "tap.key", server_log=None))
+
+
+def test_a_tap_runs_its_loop_once_and_writes_one_summary(tmp_path: Path) -> None:
+    tap = idle_tap(tmp_path)
+    tap.start()
+    first = tap.stop("the test ended")
+    assert tap.stop("again") is first  # the first reason stands, the summary is not written again
+    with pytest.raises(RuntimeError, match="a tap runs once"):
+        tap.run()
+    with pytest.raises(RuntimeError, match="a tap runs once"):
+        tap.start()
+    summaries = [r for r in read_records(tap.run_dir.records_path) if r.role == Role.SESSION]
+    assert len(summaries) == 1 and summaries[0].extra["stopped_by"] == "the test ended"
+
+
+def test_a_tap_that_fails_to_start_says_so_to_its_caller_and_in_its_summary(tmp_path: Path) -> None:
+    # its messages' stream is closed (a service whose stderr went away): the start fails where it says "relaying"
+    out = open(tmp_path / "out.txt", "w")
+    out.close()
+    tap = Tap(TapOptions(upstream="http://127.0.0.1:9", listen=("127.0.0.1", 0), results=tmp_path / "results",
+                         key_file=tmp_path / "tap.key", server_log=None), out=out)
+    with pytest.raises(RuntimeError, match=r"^the tap did not start: failed: I/O operation on closed file"):
+        tap.start()
+    (summary,) = read_records(tap.run_dir.records_path)  # no request, the summary all the same
+    assert summary.role == Role.SESSION and summary.extra["stopped_by"].startswith("failed: I/O operation")
+
+
+def test_a_server_log_that_cannot_be_read_is_a_warning_not_a_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a fault this machine cannot produce for real (it runs as root: every file reads)
+    log = tmp_path / "server.log"
+    log.write_text("")
+
+    def unreadable(self: object, offset: int) -> str:
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(LogTail, "read_since", unreadable)
+    tap = Tap(TapOptions(upstream="http://127.0.0.1:9", listen=("127.0.0.1", 0), results=tmp_path / "results",
+                         key_file=tmp_path / "tap.key", server_log=log))
+    tap.start()
+    summary = tap.stop("the test ended")
+    assert summary.extra["log_warnings"] == [f"--server-log {log}: cannot be read (PermissionError); the causes need it"]

@@ -293,16 +293,17 @@ def test_a_failed_first_look_at_the_server_is_tried_again(tmp_path, monkeypatch)
 
 
 def test_a_request_still_being_read_at_stop_is_counted_not_lost(tmp_path, monkeypatch) -> None:
+    from reusebench.tap import request as request_module
     from reusebench.tap import tap as tap_module
 
     monkeypatch.setattr(tap_module, "STOP_WAIT_S", 0.2)
-    slow_end = tap_module._Request.ended
+    slow_end = request_module.Request.ended
 
     def ended_late(self, error):  # its prompt's ids still on their way when the stop comes
         time.sleep(2.0)
         slow_end(self, error)
 
-    monkeypatch.setattr(tap_module._Request, "ended", ended_late)
+    monkeypatch.setattr(request_module.Request, "ended", ended_late)
     def send(url: str) -> None:
         with pytest.raises(httpx.HTTPError):  # the stop cuts it
             httpx.post(url + "/completion", json={"prompt": [1]}, timeout=60)

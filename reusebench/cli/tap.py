@@ -37,8 +37,12 @@ def cmd_tap(args: argparse.Namespace) -> int:
     except OSError as exc:  # the port is taken, the results directory cannot be written
         print(f"reusebench tap: cannot start on {args.listen[0]}:{args.listen[1]}: {exc}", file=sys.stderr)
         return Exit.USAGE
-    # SIGTERM (kill, systemd) ends the run as Ctrl-C does, and the records say which it was
-    signal.signal(signal.SIGTERM, lambda signum, frame: tap.end("SIGTERM"))
+
+    def terminated(signum: int, frame: object) -> None:  # the clean stop of Ctrl-C, and the records say it was SIGTERM
+        tap.ending("SIGTERM")
+        common.terminated(signum, frame)
+
+    signal.signal(signal.SIGTERM, terminated)
     tap.run()  # until Ctrl-C or SIGTERM: what is in flight is recorded as interrupted, the summary last
     summary = tap.summary
     assert summary is not None

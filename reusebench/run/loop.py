@@ -78,8 +78,10 @@ class RunLoop:
             try:
                 self._release()
             finally:
-                self._closed()
-                self._summary(started_at)
+                try:
+                    self._closed()
+                finally:
+                    self._summary(started_at)
         return self.result
 
     def learn(self, build_label: str, capabilities: Capabilities | None = None) -> None:

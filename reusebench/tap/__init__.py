@@ -6,6 +6,7 @@ request, in the suite's schema, for the service report.
 - ``conversations``: which conversation a request continues and how (its class), its ideal and divergence point;
 - ``keys``: the keyed hashes the records hold instead of ids;
 - ``naming``: how what is not recorded is named (a fixed route, the upstream without credentials);
+- ``request``: one request's life through the tap, up to its record;
 - ``tap``: the driver on the run loop that ties them to the recording core and the server's log.
 
 ``InFront`` puts a tap in front of a server the suite started itself (``reusebench workload --through-tap``),

@@ -8,8 +8,8 @@ length, server lifetime) and the record is written. Nothing of the text, the ids
 records hold counts, positions and keyed hashes (``keys``).
 
 The tap is a driver on the run loop (``run.loop.RunLoop``) whose source is real traffic: ``run`` relays until
-``stop`` (SIGTERM, or the thread that started it) or Ctrl-C, then cuts what is in flight, records it as
-interrupted, and writes the summary record last.
+Ctrl-C (the command turns SIGTERM into it) or ``end``, or ``stop`` from the thread that called ``start``; then it
+cuts what is in flight, records it as interrupted, and writes the summary record last.
 
 No text reaches a record, the summary or a message: a server's error is its status and a fixed class, the upstream's
 credentials are redacted wherever it is named, unrecorded requests are counted by llama-server's own route names
@@ -22,7 +22,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -30,33 +31,31 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from reusebench.config import workload
 from reusebench.llama import logs
-from reusebench.llama.client import CONNECT_TIMEOUT_S, ONE_REQUEST_PER_CONNECTION, Completion
+from reusebench.llama.client import CONNECT_TIMEOUT_S, ONE_REQUEST_PER_CONNECTION
 from reusebench.llama.log_tail import LogTail
-from reusebench.llama.task_log import MAX_TASKS, Task, TaskLog
-from reusebench.records import Extra, Record, Role, RunKind, interrupted, was_interrupted
+from reusebench.llama.task_log import MAX_TASKS, TaskLog
+from reusebench.records import Extra, Record, RunKind, interrupted
 from reusebench.reuse.perfect_cache import DEFAULT_MAX_TOKENS, PerfectCache
 from reusebench.run import provenance
 from reusebench.run.loop import RunLoop, RunResult
 from reusebench.run.opening import opened_run
 from reusebench.run.recording import Recorder, Source
-from reusebench.tap import exchange
-from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, MAX_HELD_TOKENS, Conversations, Ticket
-from reusebench.tap.exchange import Answer, Asked
+from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, MAX_HELD_TOKENS, Conversations
 from reusebench.tap.keys import Hasher, load_key
 from reusebench.tap.naming import redacted, route_name
 from reusebench.tap.relay import Relay, RelayLimits
+from reusebench.tap.request import SCENARIO, Request
 from reusebench.tap.trace import TraceWriter
 
-SCENARIO = workload.TAPPED  # the records' scenario and the summary's schedule
 DEFAULT_LONG_PREFILL = 4096
 CLAIM_WAIT_S = 5.0  # how long a finished request waits for its task's lines (a log-filter pipe may lag)
 # how long a stop waits for the requests it cut to be recorded: the task's lines (CLAIM_WAIT_S) and the prompt's
 # ids (at most 30 s) with room
 STOP_WAIT_S = 60.0
-AUTH_HEADERS = ("authorization", "x-api-key")
 LEARN_RETRY_S = 60.0
+
+
 @dataclass(frozen=True)
 class HeldLimits:
     """What the tap holds in memory at most, beyond which the oldest goes first (counted in the summary's
@@ -102,9 +101,9 @@ class Tally:
 
 
 class Tap(RunLoop):
-    """Relays `options.upstream` on `options.listen` and records what passes, on the run loop: ``run`` relays until
-    ``stop`` (or Ctrl-C) and returns then; ``start`` runs it on a thread of its own and returns the address clients
-    connect to."""
+    """Relays `options.upstream` on `options.listen` and records what passes, on the run loop, once: ``run`` relays
+    until Ctrl-C or ``end`` and returns then; ``start`` runs it on a thread of its own, returns the address clients
+    connect to, and ``stop`` ends it."""
 
     def __init__(self, options: TapOptions, out: TextIO = sys.stderr) -> None:
         self.options = options
@@ -129,16 +128,52 @@ class Tap(RunLoop):
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tap-tokenize")  # in order: see above
         self.started_at = time.time()
         self.trace = None if options.trace is None else TraceWriter(options.trace, self.started_at)
-        self.stopped_by = "the tap stopped"
+        self._why: str | None = None  # why the run ended: the first reason given wins
         self._learned = False
         self._learn_after = 0.0  # monotonic seconds: when a failed learn may be tried again
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._began = False  # the loop runs once
+        self._ready = threading.Event()  # the relay serves, or the start failed
+        self._done = threading.Event()  # the summary is written
+        self._failure: BaseException | None = None
         self._serving: threading.Thread | None = None  # the relay's
-        self._running: threading.Thread | None = None  # the loop's, when ``start`` runs it
         self._summary_record: Record | None = None
 
+    @property
+    def stopped_by(self) -> str:
+        return self._why or "the tap stopped"
+
+    def ending(self, why: str) -> None:
+        """Name why the run ends, unless a reason is named already; takes no lock, so a signal handler may call it."""
+        if self._why is None:
+            self._why = why
+
     # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        if not self._claim():
+            raise RuntimeError("a tap runs once")
+        return self._run_claimed()
+
+    def _claim(self) -> bool:
+        with self._lock:
+            began, self._began = self._began, True
+        return not began
+
+    def _run_claimed(self) -> RunResult:
+        try:
+            return super().run()
+        finally:
+            self._ready.set()
+            self._done.set()
+
+    def _run_in_background(self) -> None:
+        try:
+            self._run_claimed()
+        except BaseException as exc:  # ``start`` or ``stop`` raises it to the caller
+            if self._failure is None:
+                self._failure = exc
 
     def _start(self) -> None:
         if self._stop.is_set():  # stopped before it started: nothing to serve
@@ -148,15 +183,18 @@ class Tap(RunLoop):
         self._serving = threading.Thread(target=self.relay.serve_forever, name="tap-relay", daemon=True)
         self._serving.start()
         self.say(f"relaying {self.relay.address} -> {self.upstream_name}; records -> {self.run_dir.records_path}")
+        self._ready.set()
 
     def _drive(self) -> None:
         """Relay until stopped; the build is learned from the first request (``learn_when_due``)."""
         self._stop.wait()
 
     def _absorbed(self, exc: BaseException) -> bool:
-        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C is how a tap usually ends
-            self.stopped_by = "Ctrl-C"
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C (or SIGTERM, which the command turns into it) ends a tap
+            self.ending("Ctrl-C")
             return True
+        self._failure = exc
+        self.ending(self.result.stopped_by)  # "failed: ...", for the summary and the requests it cuts
         return False
 
     def _release(self) -> None:
@@ -164,17 +202,22 @@ class Tap(RunLoop):
         if self._serving is None:  # stopped before it served
             self.relay.close()
             return
-        self.tally.unfinished_at_stop = self.relay.stop(interrupted(self.stopped_by), wait_s=STOP_WAIT_S)
-        self._serving.join()
+        try:
+            self.tally.unfinished_at_stop = self.relay.stop(interrupted(self.stopped_by), wait_s=STOP_WAIT_S)
+        finally:
+            self.relay.close()  # once more where the wait was cut: the socket is released in any case
+            self._serving.join()
 
     def _closed(self) -> None:
-        self.worker.shutdown(wait=True)
+        self.worker.shutdown(wait=True, cancel_futures=True)
         self.helper.close()
 
     def _summary(self, started_at: float) -> None:
         """The summary record last; then every id held is dropped."""
         self.result.stopped_by = self.stopped_by
-        self._summary_record = self.recorder.summary(SCENARIO, started_at, self.result.wall_s, self.summary_extra())
+        with self._lock:  # a request that ends from now on is counted in the summary, not recorded
+            extra = self.summary_extra()
+            self._summary_record = self.recorder.summary(SCENARIO, started_at, self.result.wall_s, extra)
         self.writer.close()
         if self.trace is not None:
             self.trace.close()
@@ -184,32 +227,35 @@ class Tap(RunLoop):
 
     def start(self) -> str:
         """Run the loop on a thread of its own, until ``stop``; the address clients connect to."""
-        self._running = threading.Thread(target=self.run, name="tap", daemon=True)
-        self._running.start()
+        if not self._claim():
+            raise RuntimeError("a tap runs once")
+        threading.Thread(target=self._run_in_background, name="tap", daemon=True).start()
+        self._ready.wait()
+        if self._failure is not None:
+            raise RuntimeError(f"the tap did not start: {self.stopped_by}") from self._failure
         return self.relay.address
 
     def end(self, why: str) -> None:
-        """Ask the run to end, from a signal handler or another thread; ``run`` returns once the summary is written."""
-        self.stopped_by = why
+        """Ask the run to end, from another thread; ``run`` returns once the summary is written."""
+        self.ending(why)
         self._stop.set()
 
     def stop(self, why: str = "the tap stopped") -> Record:
-        """End the run started by ``start`` (what is in flight is recorded as interrupted, the summary last); the
-        summary record. A tap never started runs its loop here, which ends at once."""
+        """End the run (what is in flight is recorded as interrupted, the summary last) and wait for its summary
+        record. A tap that never ran runs its loop here, which ends at once."""
+        self.end(why)
+        if self._claim():
+            self._run_claimed()
+        self._done.wait()
         if self._summary_record is None:
-            self.end(why)
-            if self._running is None:
-                self.run()
-            else:
-                self._running.join()
-        assert self._summary_record is not None
+            raise RuntimeError("the tap's run failed before its summary") from self._failure
         return self._summary_record
 
     def summary_extra(self) -> Extra:
         t = self.tally
         return {
             "schedule": SCENARIO, "requests": t.requests, "users": self.conversations.started,
-            "sleeps": self.tasks.sleeps() if self.tasks else 0, "stopped_by": self.stopped_by, "gaps": [],
+            "sleeps": self.tasks.sleeps() if self.tasks else 0, "stopped_by": self.result.stopped_by, "gaps": [],
             "long_prefill_tokens": self.options.long_prefill_tokens,
             "system_prompt_tokens": self.conversations.shared_opening(),
             "upstream": self.upstream_name, "unrecorded": dict(self.unrecorded_paths),
@@ -231,7 +277,10 @@ class Tap(RunLoop):
             return ["no --server-log: the records carry counts but no causes"]
         if not path.is_file():
             return [f"--server-log {path}: no such file yet; the causes need llama-server's -lv 4 log there"]
-        kinds = {e.kind for e in logs.parse_lines(LogTail(path).read_since(0))}
+        try:
+            kinds = {e.kind for e in logs.parse_lines(LogTail(path).read_since(0))}
+        except OSError as exc:  # the summary says so too: a log that cannot be read does not stop the tap
+            return [f"--server-log {path}: cannot be read ({type(exc).__name__}); the causes need it"]
         if not kinds:
             return [f"--server-log {path}: no llama-server line the tap reads (run the server with -lv 4, "
                     "through `reusebench log-filter`)"]
@@ -244,8 +293,8 @@ class Tap(RunLoop):
 
     # -- the relay's observer ---------------------------------------------------------------------
 
-    def observe(self, path: str, body: bytes) -> _Request:
-        return _Request(self, path, body)
+    def observe(self, path: str, body: bytes) -> Request:
+        return Request(self, path, body)
 
     def unrecorded(self, method: str, path: str) -> None:
         with self._lock:
@@ -264,6 +313,13 @@ class Tap(RunLoop):
         with self._lock:
             for name, n in added.items():
                 setattr(self.tally, name, getattr(self.tally, name) + n)
+
+    def keep(self, write: Callable[[], None]) -> None:
+        """Write a request's record, unless the summary is written: a request that ends later is not recorded (the
+        writer is closed), as the summary's ``unfinished_at_stop`` says."""
+        with self._lock:
+            if self._summary_record is None:
+                write()
 
     @property
     def summary(self) -> Record | None:
@@ -302,146 +358,3 @@ class Tap(RunLoop):
 
     def sleeps(self) -> int:
         return self.tasks.sleeps() if self.tasks else 0
-
-
-class _Request:
-    """One recorded request in flight (``relay.Observed``)."""
-
-    def __init__(self, tap: Tap, path: str, body: bytes) -> None:
-        self.tap, self.path = tap, path
-        self.started_at, self.t0 = time.time(), time.perf_counter()
-        asked = exchange.read_asked(path, body)
-        self.asked: Asked | None = asked if isinstance(asked, Asked) else None
-        self.unclassed = None if self.asked is not None else str(asked)
-        self.answer: Answer | None = None
-        self.status: int | None = None
-        self.ticket: Future[tuple[Ticket, exchange.Tokenized] | None] | None = None
-        self.headers: dict[str, str] = {}
-        self._ended_conversation = False
-
-    def sending(self, headers: dict[str, str]) -> None:
-        self.headers = {k: v for k, v in headers.items() if k.lower() in AUTH_HEADERS}
-        tap = self.tap
-        tap.learn_when_due(self.headers)
-        if self.asked is None:
-            return
-        if self.asked.ids is not None:  # no server call needed: classed now, before the answer can come
-            done: Future[tuple[Ticket, exchange.Tokenized] | None] = Future()
-            done.set_result(self._classify(exchange.Tokenized(self.asked.ids, 0.0)))
-            self.ticket = done
-        else:
-            self.ticket = tap.worker.submit(self._tokenize_and_classify)
-
-    def _tokenize_and_classify(self) -> tuple[Ticket, exchange.Tokenized] | None:
-        assert self.asked is not None
-        try:
-            made = exchange.tokenize(self.asked, self.tap.helper, self.headers)
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
-            self.unclassed = f"the prompt could not be tokenized ({type(exc).__name__})"
-            return None
-        self.tap.count(tokenize_calls=1, tokenize_ms=made.ms, tokenize_tokens=len(made.ids))
-        return self._classify(made)
-
-    def _classify(self, made: exchange.Tokenized) -> tuple[Ticket, exchange.Tokenized]:
-        return self.tap.conversations.classify(made.ids, sleeps=self.tap.sleeps(), now=time.monotonic()), made
-
-    def answered(self, status: int) -> None:
-        self.status = status
-        streamed = bool(self.asked and self.asked.body.get("stream"))
-        self.answer = Answer(streamed=streamed)
-
-    def piece(self, data: bytes) -> None:
-        assert self.answer is not None
-        self.answer.feed(data)
-        if self.answer.done and not self._ended_conversation:
-            self._end_conversation()  # before the last piece reaches the client, which may send its next turn
-
-    def _end_conversation(self) -> None:
-        self._ended_conversation = True
-        if self.ticket is None:
-            return
-        answer, ticket = self.answer, self.ticket
-        ok = answer is not None and answer.done and answer.error is None
-        ids = answer.ids if ok and answer is not None and answer.ids else None
-        answered_n = int(answer.timings.get("predicted_n", 0)) if ok and answer is not None and ids is None else 0
-
-        def end() -> None:
-            found = ticket.result()
-            if found is not None:
-                self.tap.conversations.ended(found[0], ids, now=time.monotonic(), answered_n=answered_n)
-        if ticket.done():
-            end()
-        else:
-            self.tap.worker.submit(end)  # after its classing, on the worker
-
-    def ended(self, error: str | None) -> None:
-        tap = self.tap
-        if tap.stopped:
-            return  # after the stop's wait: counted in the summary's unfinished_at_stop, the writer is closed
-        if self.answer is not None:
-            self.answer.finish()
-        if not self._ended_conversation:
-            self._end_conversation()
-        answer = self.answer
-        found = None
-        if self.ticket is not None:
-            try:
-                found = self.ticket.result(timeout=30.0)
-            except Exception:  # the worker stopped with the tap
-                found = None
-        ticket, made = found if found is not None else (None, None)
-        c = ticket.classed if ticket is not None else None
-        endpoint = self.asked.endpoint if self.asked is not None else self.path
-        classed = made is not None and c is not None
-        record = tap.recorder.open(
-            SCENARIO, c.kind if c else "unclassed", c.role if c else Role.MEASURE, endpoint, started=self.started_at,
-            tokens=made.ids if classed and made is not None else None, lora=self.asked.lora if self.asked else None,
-            ideal=c.ideal if c else None, status=self.status, user=c.user if c else None,
-            turn=c.turn if c else None, expected_hit=c.expected_hit if c else None)
-        if classed and made is not None and c is not None:
-            record.extra.update(Extra(diverges_at=c.divergence, gap_s=None if c.gap_s is None else round(c.gap_s, 3),
-                                      inserted=c.inserted, tokenize_ms=round(made.ms, 3)))
-        else:
-            record.extra["unclassed"] = self.unclassed or "no prompt read"
-        complete = answer is not None and answer.done and answer.error is None
-        tap.count(requests=1, interrupted=was_interrupted(error), unclassed=c is None)
-        if not complete:
-            tap.recorder.cut_short(record, (error if error else None) or (answer.error if answer is not None else None)
-                                   or "the answer ended without its timings", self.status)
-            return
-        assert answer is not None
-        task = tap.recorder.answered(record, self._completion(answer), self._claim, judged=c is not None)
-        if task is not None:
-            record.slot = task.slot if record.slot is None else record.slot
-            record.extra["lifetime"] = task.lifetime
-        if not answer.ids:
-            record.output_hash = None  # no ids in the answer: nothing to hash but text, which the tap does not keep
-        if record.prompt_tokens is not None and record.prompt_n is not None:
-            served = record.prompt_n + (record.cache_n or 0)
-            if served != record.prompt_tokens:
-                record.extra["length_mismatch"] = {"tap": record.prompt_tokens, "server": served}
-                tap.count(length_mismatches=1)
-        tap.recorder.write(record)
-        if tap.trace is not None and made is not None:
-            tap.trace.write(self.started_at, made.ids, record.predicted_n or 0)
-
-    def _claim(self, record: Record) -> Task | None:
-        """The answer's task in the server's log, when the tap reads one (``--server-log``)."""
-        tap = self.tap
-        if tap.tasks is None or record.prompt_n is None:
-            return None
-        task = tap.tasks.claim(record.slot, record.prompt_n + (record.cache_n or 0), wait_s=tap.options.claim_wait_s)
-        if task is None:
-            tap.count(without_task=1)
-        return task
-
-    def _completion(self, answer: Answer) -> Completion:
-        """The relayed answer's figures as a client's ``Completion``; its ids, when the answer had them."""
-        t = answer.timings
-        prompt_n, cache_n = int(t.get("prompt_n", 0)), int(t.get("cache_n", 0))
-        ttft = None if answer.first_token_at is None else (answer.first_token_at - self.t0) * 1000.0
-        return Completion(
-            prompt_n=prompt_n, cache_n=cache_n, prompt_ms=float(t.get("prompt_ms", 0.0)),
-            predicted_n=int(t.get("predicted_n", 0)), predicted_ms=float(t.get("predicted_ms", 0.0)),
-            tokens_evaluated=prompt_n + cache_n, id_slot=answer.id_slot, ttft_ms=ttft,
-            wall_ms=(time.perf_counter() - self.t0) * 1000.0, tokens=answer.ids)
