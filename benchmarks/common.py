@@ -136,6 +136,11 @@ REPEAT = 1 if RECORDS_FILE else SELECTION.repeat
 FULL_PREFILLS = not RECORDS_FILE and SELECTION.full_prefills
 
 
+def results_dir() -> Path:
+    """Where every benchmark's runs are kept: $REUSEBENCH_RESULTS (the nightly's), else the repository's results."""
+    return Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
+
+
 def whole_profile() -> profiles.Profile:
     """The profile the figures come from, loaded whole (setup_cache only): the replayed run's, else the selected."""
     return replay(Path(RECORDS_FILE))[0] if RECORDS_FILE else _load_profile()
@@ -148,11 +153,10 @@ def _measure() -> dict[str, Any]:
         return summarise(replayed, [str(RECORDS_FILE)])
     loaded = profiles.load_for_build(_load_profile().path, VARIANTS)
     profile, runnable, skipped = loaded.profile, loaded.runnable, loaded.skipped
-    results_dir = Path(os.environ.get("REUSEBENCH_RESULTS", REPO / "results"))
     for name, why in skipped.items():
         print(f"benchmarks: variant {name} does not apply to this build: {why}", file=sys.stderr)
     chosen = Selection(tuple(runnable), tuple(SIZE_TOKENS), tuple(SCENARIOS), early_stop=not FULL_PREFILLS)
-    runs = [runner.run_profile(profile, chosen, results_dir=results_dir, out=sys.stderr)
+    runs = [runner.run_profile(profile, chosen, results_dir=results_dir(), out=sys.stderr)
             for _ in range(REPEAT if runnable else 0)]
     cache = summarise([r for run in runs for r in run.records], [str(run.records_path) for run in runs],
                       failed_sessions=sum(run.failed_sessions for run in runs))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
@@ -62,7 +61,7 @@ def _replay() -> dict[str, Any]:
     spec = resolve_for_trace(variant, build.of(variant.binary), trace)
     stamp = provenance.of_launches(profile, [spec], RunKind.REPLAY, {"trace": whole.name, "requests": len(trace.requests),
                                                                      "scale": trace.scale, "mode": ReplayMode().name})
-    with open_run(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")), stamp) as (run, writer):
+    with open_run(common.results_dir(), stamp) as (run, writer):
         Replay(trace_prompts(trace, blocks), blocks, spec, writer, run=run, trace_name=whole.name, mode=ReplayMode(),
                out=io.StringIO()).run()
     # the last minute's load, as the replay ends: other work beside it makes its seconds noise

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
@@ -64,7 +63,7 @@ def _run_workload(name: str, repeat: int = 1) -> dict[str, Any]:
     profile = profiles.load_profile(load.profile)  # now checked against the binary's --help
     spec = resolve_for_workload(profile.variant(variant.name), build.of(variant.binary), load)
     stamp = provenance.of_launches(profile, [spec], RunKind.WORKLOAD, {"workload": name, "repeat": repeat})
-    with open_run(Path(os.environ.get("REUSEBENCH_RESULTS", common.REPO / "results")), stamp) as (run, writer):
+    with open_run(common.results_dir(), stamp) as (run, writer):
         for number in range(1, repeat + 1):
             result = service_run(load, spec, writer, run=run, repeat=number if repeat > 1 else None).run()
             failed = [r.error for r in result.records if r.error]
