@@ -4,31 +4,54 @@ answer read as it passes, and its record written once the client has the whole a
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 import httpx
 
 from reusebench.config import workload
 from reusebench.llama.client import Completion
-from reusebench.llama.task_log import Task
+from reusebench.llama.task_log import Task, TaskLog
 from reusebench.records import Extra, Record, Role, was_interrupted
+from reusebench.run.recording import Recorder
 from reusebench.tap import exchange
-from reusebench.tap.conversations import Ticket
+from reusebench.tap.conversations import Conversations, Ticket
 from reusebench.tap.exchange import Answer, Asked
-
-if TYPE_CHECKING:
-    from reusebench.tap.tap import Tap
+from reusebench.tap.trace import TraceWriter
 
 SCENARIO = workload.TAPPED  # the records' scenario and the summary's schedule
 AUTH_HEADERS = ("authorization", "x-api-key")
+
+
+class RelayingTap(Protocol):
+    """What a request needs of the tap that relays it (``tap.tap.Tap``)."""
+
+    worker: ThreadPoolExecutor  # one thread: the calls for one conversation stay in order
+    helper: httpx.Client  # the upstream's /tokenize and /apply-template
+    conversations: Conversations
+    recorder: Recorder
+    tasks: TaskLog | None
+    trace: TraceWriter | None
+    claim_wait_s: float
+
+    @property
+    def stopped(self) -> bool: ...
+
+    def learn_when_due(self, headers: dict[str, str]) -> None: ...
+
+    def count(self, **added: float) -> None: ...
+
+    def sleeps(self) -> int: ...
+
+    def keep(self, write: Callable[[], None]) -> None: ...
 
 
 class Request:
     """One recorded request in flight (``relay.Observed``): its prompt classed beside the relay, its answer read as
     it passes, its record written once the client has it."""
 
-    def __init__(self, tap: Tap, path: str, body: bytes) -> None:
+    def __init__(self, tap: RelayingTap, path: str, body: bytes) -> None:
         self.tap, self.path = tap, path
         self.started_at, self.t0 = time.time(), time.perf_counter()
         asked = exchange.read_asked(path, body)
@@ -154,7 +177,7 @@ class Request:
         tap = self.tap
         if tap.tasks is None or record.prompt_n is None:
             return None
-        task = tap.tasks.claim(record.slot, record.prompt_n + (record.cache_n or 0), wait_s=tap.options.claim_wait_s)
+        task = tap.tasks.claim(record.slot, record.prompt_n + (record.cache_n or 0), wait_s=tap.claim_wait_s)
         if task is None:
             tap.count(without_task=1)
         return task

@@ -121,6 +121,7 @@ class Tap(RunLoop):
         self.conversations = Conversations(probe_tokens=options.probe_tokens, gap_s=options.gap_s,
                                            seen=PerfectCache(held.ideal_tokens), max_tokens=held.conversation_tokens)
         self.tally = Tally()
+        self.claim_wait_s = options.claim_wait_s
         self.unrecorded_paths: Counter[str] = Counter()
         self.relay = Relay(options.upstream, options.listen, self, limits=options.limits)
         self.helper = httpx.Client(base_url=options.upstream.rstrip("/"), headers=ONE_REQUEST_PER_CONNECTION,
