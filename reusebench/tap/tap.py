@@ -205,8 +205,10 @@ class Tap(RunLoop):
             return
         try:
             self.tally.unfinished_at_stop = self.relay.stop(interrupted(self.stopped_by), wait_s=STOP_WAIT_S)
+        except BaseException:
+            self.relay.close()  # the wait was cut before the relay closed: release the socket all the same
+            raise
         finally:
-            self.relay.close()  # once more where the wait was cut: the socket is released in any case
             self._serving.join()
 
     def _closed(self) -> None:
