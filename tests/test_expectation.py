@@ -117,6 +117,20 @@ def test_b9246_to_b9442_send_an_extension_of_all_the_slot_holds_back_to_a_checkp
     assert send(m, turn) == (len(turn), "forced full re-processing (no checkpoint before divergence)")
 
 
+def test_b9246_to_b9496_re_read_a_prompt_that_shares_only_its_first_token_with_an_attention_slot() -> None:
+    # A chat after another document keeps only BOS. Its test, one lower there, has threshold 1 - 0 - 1 = 0, which
+    # the attention cache's lowest position (0) does not lie below, and there is no checkpoint to go back to: all
+    # 1 + 2,048 + 17 tokens again (measured on b9442's control, growth turn 1: 8,231 of 8,231). Later builds keep BOS.
+    chat = BOS + OTHER + Q1
+    for rules, expected in ((Capabilities(), (len(chat) - 1, "kept 1 tokens in slot")),
+                            (Capabilities(extension_returns_to_checkpoint=True),
+                             (len(chat), "forced full re-processing (no checkpoint before divergence)"))):
+        m = model(ATTENTION, rules=rules)
+        send(m, PROMPT)
+        assert send(m, chat) == expected, rules
+        assert send(m, chat + ANSWER + Q2)[0] == 1 + len(Q2)  # a longer shared prefix passes either test
+
+
 def test_a_build_whose_slot_files_carry_checkpoints_restores_them() -> None:
     # b11549: the file holds 1550 and 2062, so a restart loses nothing a checkpoint can give back
     m = model(rules=Capabilities(slot_file_checkpoints=True))

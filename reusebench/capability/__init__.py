@@ -47,8 +47,8 @@ class Capabilities:
     # chunks", so an image within a prompt's last 4 tokens sends a resend back before it).
     checkpoint_after_image: bool | None = _rule(False, "a checkpoint right after an image", MMPROJ)
     # A prompt that extends everything a recurrent slot holds is tested like one that diverges, so the slot goes back
-    # to a checkpoint, or re-reads everything where it has none, as after a restore (b9246 to b9442: the test took
-    # `n_past <= n_tokens` with a threshold one lower before b9518's `has_new_tokens` let an extension through).
+    # to a checkpoint, or re-reads everything where it has none, as after a restore (b9246 to b9496: the test took
+    # `n_past <= n_tokens` with a threshold one lower before b9509's `has_new_tokens` let an extension through).
     extension_returns_to_checkpoint: bool | None = _rule(False, "a prompt extending all the slot holds goes back "
                                                                 "to a checkpoint")
     # A slot that holds nothing (erased, just started) takes a matching RAM prompt-cache entry (not 2026-03, which

@@ -334,18 +334,19 @@ class ServerModel:
             n_past += shifted
         if n_past == 0:
             return _Kept(0, "no common prefix" if held.tokens else "empty slot")
-        if not self.memory.needs_checkpoints:
-            return _Kept(n_past, f"kept {n_past} tokens in slot", stale, True)
         # The state is kept as it is while its lowest position lies below the threshold; b11434's test keeps one
         # position more for an identical prompt and looks at a prompt that extends everything the slot holds too.
         bounded = self.rules.checkpoint_search_bounded
         has_new = n_past < len(tokens)
         threshold = max(0, n_past - self.window - (0 if has_new or not bounded else 1))
         tested = n_past <= len(held.tokens) if bounded else n_past < len(held.tokens)
-        if self.rules.extension_returns_to_checkpoint:  # b9246 to b9442: an extension is tested too, one lower
+        if self.rules.extension_returns_to_checkpoint:  # b9246 to b9496: an extension is tested too, one lower
             threshold, tested = max(0, n_past - self.window - 1), n_past <= len(held.tokens)
-        if not tested or self._pos_min(slot, last_pos) < threshold:
-            return _Kept(n_past, f"kept {n_past} tokens in slot", stale or shifted > 0, True)
+        # An attention cache holds every position from 0: a threshold of 0 alone (one token kept) sends it back.
+        pos_min = self._pos_min(slot, last_pos) if self.memory.needs_checkpoints else 0
+        if not tested or pos_min < threshold:  # a shifted recurrent state still holds the removed gap
+            return _Kept(n_past, f"kept {n_past} tokens in slot", stale or (shifted > 0 and self.memory.needs_checkpoints),
+                         True)
         for checkpoint in reversed(held.checkpoints):
             if bounded and checkpoint.pos_max > n_past:  # past the divergence
                 continue
