@@ -6,8 +6,9 @@ reusebench run feeds all ``track_*`` benchmarks. The figures are seconds and
 token counts only: asv assumes lower is better, so rates would read backwards.
 
 What the suite measures comes from its REUSEBENCH_ASV_* variables, read by
-``reusebench.config.asv_selection`` (the nightly's plan reads them there too); every
-variable is in docs/environment.md. ``REUSEBENCH_ASV_RECORDS``, a ``records.jsonl`` of a
+``reusebench.config.asv_selection`` alone (the nightly's plan reads them there too); every
+variable is in docs/environment.md. Where asv built llama-server for a commit, every profile runs
+on that build (``load_profile``'s ``binary``). ``REUSEBENCH_ASV_RECORDS``, a ``records.jsonl`` of a
 ``reusebench run`` to publish instead of measuring again (``make bench``: one measurement,
 shown live, then tracked), replaces the selection with those records'. It is refused (one
 line) where asv built the environment (the nightly: every commit would get the same
@@ -37,7 +38,6 @@ from reusebench.run import provenance, runner
 from reusebench.run.selection import Selection
 
 REPO = Path(__file__).resolve().parents[1]
-BINARY_ENV = "REUSEBENCH_LLAMA_SERVER"
 INSTALLED_FILE = asv_install.INSTALLED_FILE  # written into asv's environment by `reusebench build --asv-env`
 
 # Every measured step of the scenario catalogue, as "scenario/step", in catalogue order, from the
@@ -69,22 +69,10 @@ def installed_binary() -> Path | None:
 
 
 def _load_profile() -> profiles.Profile:
-    """The whole profile, checked (setup_cache only: it resolves binaries and models, and sets the environment)."""
-    built = installed_binary()
-    name = asv_selection.profile_name(os.environ)
-    if built is None:
-        return profiles.load_profile(name, check_binary=False)
-    # The profiles' way to name a binary from outside is ${REUSEBENCH_LLAMA_SERVER}.
-    os.environ[BINARY_ENV] = str(built)
-    profile = profiles.load_profile(name, check_binary=False)
-    ignored = [v.name for v in profile.variants if v.binary.path != built.resolve()]
-    if ignored:
-        # Otherwise every llama.cpp commit would silently be measured with the same binary.
-        raise RuntimeError(
-            f"profile {name} does not run the llama-server asv built ({built}) in variant(s) {', '.join(ignored)}: "
-            f"its binary must be ${{{BINARY_ENV}}} (e.g. binary: ${{{BINARY_ENV}:-default}})"
-        )
-    return profile
+    """The whole profile, unchecked (setup_cache only: it resolves binaries and models), every variant on the
+    llama-server asv built for this commit where it built one: a profile's own binary would give every commit the
+    same figures."""
+    return profiles.load_profile(SELECTION.profile, check_binary=False, binary=installed_binary())
 
 
 class ReplayRefused(RuntimeError):
@@ -115,13 +103,13 @@ def replay(records_file: Path) -> tuple[profiles.Profile, list[records.Record]]:
 
 # At import (asv's discovery) only what the parameters need: the profile's outline (its files, no binary or model),
 # or, when replaying, the records file itself. The checks and the full profile wait for setup_cache.
-RECORDS_FILE = os.environ.get("REUSEBENCH_ASV_RECORDS")
-if RECORDS_FILE:
-    _REPLAYED = records.read_records(Path(RECORDS_FILE)) if Path(RECORDS_FILE).is_file() else []
+RECORDS_FILE = asv_selection.records_file()
+if RECORDS_FILE is not None:
+    _REPLAYED = records.read_records(RECORDS_FILE) if RECORDS_FILE.is_file() else []
     SIZE_TOKENS = sorted({r.size for r in _REPLAYED})
     VARIANTS = list(dict.fromkeys(r.variant for r in _REPLAYED))
     SCENARIOS = list(dict.fromkeys(r.scenario for r in _REPLAYED))
-    _STAMP = provenance.read(Path(RECORDS_FILE).parent)
+    _STAMP = provenance.read(RECORDS_FILE.parent)
     OUTLINE = profiles.outline(_STAMP.profile) if _STAMP is not None else None
 else:
     SELECTION = asv_selection.from_env()
@@ -132,8 +120,8 @@ else:
 SIZES = [sizes.size_label(tokens) for tokens in SIZE_TOKENS]  # asv parameter values: "32K", "128K"
 # Steps after the cold first load, of the selected scenarios only: a narrowed run has no failures to show.
 REUSE_STEPS = [step for step in STEPS[1:] if step.split("/")[0] in SCENARIOS]
-REPEAT = 1 if RECORDS_FILE else SELECTION.repeat
-FULL_PREFILLS = not RECORDS_FILE and SELECTION.full_prefills
+REPEAT = 1 if RECORDS_FILE is not None else SELECTION.repeat
+FULL_PREFILLS = RECORDS_FILE is None and SELECTION.full_prefills
 
 
 def results_dir() -> Path:
@@ -143,15 +131,15 @@ def results_dir() -> Path:
 
 def whole_profile() -> profiles.Profile:
     """The profile the figures come from, loaded whole (setup_cache only): the replayed run's, else the selected."""
-    return replay(Path(RECORDS_FILE))[0] if RECORDS_FILE else _load_profile()
+    return replay(RECORDS_FILE)[0] if RECORDS_FILE is not None else _load_profile()
 
 
 def _measure() -> dict[str, Any]:
     """Run the selected sessions REPEAT times (or take REUSEBENCH_ASV_RECORDS); figures per (variant, size) and step."""
-    if RECORDS_FILE:
-        _, replayed = replay(Path(RECORDS_FILE))
+    if RECORDS_FILE is not None:
+        _, replayed = replay(RECORDS_FILE)
         return summarise(replayed, [str(RECORDS_FILE)])
-    loaded = profiles.load_for_build(_load_profile().path, VARIANTS)
+    loaded = profiles.load_for_build(SELECTION.profile, VARIANTS, binary=installed_binary())
     profile, runnable, skipped = loaded.profile, loaded.runnable, loaded.skipped
     for name, why in skipped.items():
         print(f"benchmarks: variant {name} does not apply to this build: {why}", file=sys.stderr)

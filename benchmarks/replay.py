@@ -16,7 +16,6 @@ Environment (docs/environment.md):
 from __future__ import annotations
 
 import io
-import os
 import sys
 from typing import Any
 
@@ -44,18 +43,14 @@ NOT_APPLICABLE = "not applicable"
 
 
 def _replay() -> dict[str, Any]:
-    built = common.installed_binary()
-    if built is not None:
-        os.environ[common.BINARY_ENV] = str(built)
-    profile = profiles.load_profile(PROFILE, check_binary=False)
-    variant = profile.variants[0]
-    missing = profiles.not_runnable(profile, [variant.name])
-    if missing:
-        why = f"profile {PROFILE} does not apply to this build: {missing[variant.name]}"
+    # its first variant on the llama-server asv built for this commit, where it built one
+    loaded = profiles.load_for_build(PROFILE, profiles.outline(PROFILE).variants[:1], binary=common.installed_binary())
+    if loaded.skipped:
+        why = f"profile {PROFILE} does not apply to this build: {next(iter(loaded.skipped.values()))}"
         print(f"benchmarks: {why}", file=sys.stderr)
         return {NOT_APPLICABLE: why}
-    profile = profiles.load_profile(PROFILE)  # now checked against the binary's --help
-    variant = profile.variant(variant.name)
+    profile = loaded.profile
+    variant = profile.variant(loaded.runnable[0])
     whole, trace = TraceSelection(TRACE, SCALE, limit=REQUESTS).load()
     blocks = BlockIds(vocabulary(variant.model), trace.block_tokens)
     spec = resolve_for_trace(variant, build.of(variant.binary), trace)

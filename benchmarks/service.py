@@ -23,7 +23,6 @@ variant that does not apply is in the other modules.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -50,18 +49,17 @@ def _run_workload(name: str, repeat: int = 1) -> dict[str, Any]:
     """The workload's figures (each one's median over `repeat` runs), or why it does not apply to this build (an
     older llama.cpp: n/a, not failed)."""
     load = workload.load_workload(name)
-    built = common.installed_binary()
-    if built is not None:
-        os.environ[common.BINARY_ENV] = str(built)
-    profile = profiles.load_profile(load.profile, check_binary=False)
-    variant = profile.variant(load.variant) if load.variant else profile.variants[0]
-    missing = profiles.not_runnable(profile, [variant.name])
-    if missing:
-        why = f"workload {name} does not apply to this build: {missing[variant.name]}"
+    # every variant on the llama-server asv built for this commit, where it built one
+    outline = profiles.outline(load.profile)
+    loaded = profiles.load_for_build(load.profile, [load.variant or outline.variants[0]],
+                                     binary=common.installed_binary())
+    if loaded.skipped:
+        why = f"workload {name} does not apply to this build: {next(iter(loaded.skipped.values()))}"
         print(f"benchmarks: {why}", file=sys.stderr)
         return {NOT_APPLICABLE: why}
-    profile = profiles.load_profile(load.profile)  # now checked against the binary's --help
-    spec = resolve_for_workload(profile.variant(variant.name), build.of(variant.binary), load)
+    profile = loaded.profile
+    variant = profile.variant(loaded.runnable[0])
+    spec = resolve_for_workload(variant, build.of(variant.binary), load)
     stamp = provenance.of_launches(profile, [spec], RunKind.WORKLOAD, {"workload": name, "repeat": repeat})
     with open_run(common.results_dir(), stamp) as (run, writer):
         for number in range(1, repeat + 1):

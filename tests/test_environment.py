@@ -59,6 +59,20 @@ def test_under_asv_s_own_environment_the_profile_runs_the_build_asv_made() -> No
     assert asv_selection.from_env({"ASV_ENV_DIR": "/tmp/env"}).profile == "nightly-tiny-qwen35"
 
 
+def test_the_records_to_publish_are_named_by_the_one_reader_too() -> None:
+    assert asv_selection.records_file({}) is None
+    assert asv_selection.records_file({"REUSEBENCH_ASV_RECORDS": "results/runs/r/records.jsonl"}) == Path(
+        "results/runs/r/records.jsonl")
+
+
+def test_no_module_but_the_one_reader_reads_a_reusebench_asv_variable() -> None:
+    # asv's selection is one decision: a second reading of the environment could disagree with it
+    read = re.compile(r"environ(?:\.get\(|\[)\s*[\"']REUSEBENCH_ASV_")
+    sources = [*(REPO / "reusebench").rglob("*.py"), *(REPO / "benchmarks").glob("*.py")]
+    readers = sorted(str(p.relative_to(REPO)) for p in sources if read.search(p.read_text()))
+    assert readers == ["reusebench/config/asv_selection.py"]
+
+
 def test_the_service_and_trace_benchmarks_take_their_selection_from_the_one_reader() -> None:
     chosen = asv_selection.services_from_env({"REUSEBENCH_ASV_TRACE": "", "REUSEBENCH_ASV_INTERFERENCE_REPEAT": "5"})
     assert (chosen.workload, chosen.interference, chosen.interference_repeat) == ("report-b-service", "interference", 5)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from reusebench.config import profiles, scenarios, sizes
 
@@ -79,6 +80,14 @@ def from_env(environ: Mapping[str, str] | None = None) -> Selection:
     if full not in ("0", "1"):
         raise SelectionError(f"REUSEBENCH_ASV_FULL_PREFILLS: expected 0 or 1, got {full!r}")
     return Selection(name, chosen_sizes, variants, chosen, int(repeat), full == "1")
+
+
+def records_file(environ: Mapping[str, str] | None = None) -> Path | None:
+    """REUSEBENCH_ASV_RECORDS: a `reusebench run`'s records.jsonl that the suite publishes instead of measuring
+    again (`make bench`), else None."""
+    environ = os.environ if environ is None else environ
+    named = environ.get("REUSEBENCH_ASV_RECORDS")
+    return Path(named) if named else None
 
 
 @dataclass(frozen=True)
