@@ -30,12 +30,11 @@ from reusebench.reuse.expectation import ServerModel
 from reusebench.reuse.segments import Segments
 from reusebench.reuse.server_state import Held
 from reusebench.reuse.verification import WRONG, judge
-from reusebench.run import launch
+from reusebench.run import launch, settings
 from reusebench.run.service.calls import FORCED_BIAS
 from reusebench.trace.prompts import BlockIds, vocabulary
 
 CALL_TIMEOUT_S = 120.0
-CLAIM_WAIT_S = 30.0  # the log line of a finished request is written before its answer; this covers a stalled CPU
 THREADS = 2
 N_PROBS = 5  # each answer position's top probabilities: what a reused output is compared by
 NO_ANSWER = "no answer"  # the connection ended without a status: the server may have died
@@ -231,7 +230,7 @@ def _send(client: LlamaClient, tasks: task_log.TaskLog, model: ServerModel, bloc
         return Step(number, expected.prompt_n, -1, expected_slot, None, expected.cause, wrong_expected=False,
                     error=f"HTTP {exc.status}" if exc.status else NO_ANSWER), None
     model.answered(blocks.answer(step.n_predict))
-    task = tasks.claim(completion.id_slot, len(prompt), wait_s=CLAIM_WAIT_S)
+    task = tasks.claim(completion.id_slot, len(prompt), wait_s=settings.DEFAULT.claim_wait_s(alone=True))
     logged = task.cause() if task is not None else None
     cause = logged.summary if logged is not None else ""
     paths = tuple(name for name, took in PATHS if logged is not None and took(logged))

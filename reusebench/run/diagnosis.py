@@ -28,7 +28,6 @@ HANG_MARGIN_S = 30.0
 UNMEASURED_RATE = 100.0
 HANG_PER_TOKEN_S = 1.0  # per generated token
 LOG_TAIL_LINES = 12  # scrubbed server log lines kept on a failed record
-CLAIM_WAIT_S = 2.0  # how long an answered call waits for its task's release in the server log
 
 
 def deadline_s(n_tokens: int, rate: float | None, n_predict: int) -> float:
@@ -40,15 +39,16 @@ def deadline_s(n_tokens: int, rate: float | None, n_predict: int) -> float:
 class Diagnosis:
     """Completes a failed call's record with what the server says about the failure, and writes it."""
 
-    def __init__(self, server: SessionServer, recorder: Recorder) -> None:
+    def __init__(self, server: SessionServer, recorder: Recorder, claim_wait_s: float) -> None:
         self.server, self.recorder = server, recorder
+        self.claim_wait_s = claim_wait_s  # how long an answered call waits for its task's release in the log
         self.tasks = task_log.TaskLog(server.process.raw_log_path)
 
-    def claim(self, slot: int | None, n_tokens: int, *, wait_s: float = CLAIM_WAIT_S, released: bool = True
+    def claim(self, slot: int | None, n_tokens: int, *, wait_s: float | None = None, released: bool = True
               ) -> task_log.Task | None:
         """The server's task for a completion of `n_tokens` on `slot` (``TaskLog.claim``, as the workload and the tap
         match theirs)."""
-        return self.tasks.claim(slot, n_tokens, wait_s, released=released)
+        return self.tasks.claim(slot, n_tokens, self.claim_wait_s if wait_s is None else wait_s, released=released)
 
     def fail(self, record: Record, exc: ClientError, why: str = "") -> ClientError:
         """Record a failed call with what the server says about it; the error to raise."""

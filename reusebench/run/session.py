@@ -43,6 +43,7 @@ from reusebench.run.plan import Estimate
 from reusebench.run.progress import Progress, ProgressHook
 from reusebench.run.recording import Recorder, RunDir, Source
 from reusebench.run.session_server import SessionServer
+from reusebench.run.settings import DEFAULT, RunSettings
 from reusebench.run.steps import SessionSteps
 
 
@@ -64,6 +65,7 @@ class RunShared:
     sampler: GpuSampler
     out: TextIO = sys.stderr
     estimate: Estimate | None = None
+    settings: RunSettings = DEFAULT
 
 
 def session_name(variant: Variant, size: int, repeat: int | None = None) -> str:
@@ -123,7 +125,8 @@ class Session(ServerLoop):
         super().__init__(spec, self.session_server, recorder, session=self.name,
                          log_name=self.name.replace("/", "_").replace("@", "_"), out=shared.out)
         self.progress = Progress(self.name, shared.out, progress_hook, shared.estimate)
-        self.steps = SessionSteps(spec, corpus_spec, self.session_server, self.recorder, self.progress)
+        self.steps = SessionSteps(spec, corpus_spec, self.session_server, self.recorder, self.progress,
+                                  claim_wait_s=shared.settings.claim_wait_s(alone=True))
         self.result: SessionResult = SessionResult(self.name, records=self.steps.measured)
         self.selected = selected
 

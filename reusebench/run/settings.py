@@ -1,5 +1,6 @@
 """The harness's own bounds for the drivers that send calls: one frozen object, resolved once and passed down to
-the session, the workloads and the replay (nothing reads them from the environment or a module of its own)."""
+the session, the workloads and the replay; the fuzz and the tap take its defaults (nothing reads them from the
+environment or keeps a value of its own)."""
 
 from __future__ import annotations
 

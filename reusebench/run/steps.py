@@ -51,11 +51,11 @@ class SessionSteps(VariantSteps, Verifying):
     restores, idling until asleep, restarts."""
 
     def __init__(self, spec: LaunchSpec, corpus_spec: corpus_mod.CorpusSpec, server: SessionServer, recorder: Recorder,
-                 progress: Progress) -> None:
+                 progress: Progress, *, claim_wait_s: float) -> None:
         self.spec, self.corpus_spec, self.server, self.recorder, self.progress = (spec, corpus_spec, server, recorder,
                                                                                  progress)
         self.requests = Requests(server, spec.variant.n_predict, whole=spec.launch.speculative)
-        self.diagnosis = Diagnosis(server, recorder)
+        self.diagnosis = Diagnosis(server, recorder, claim_wait_s)
         self.references = ReferenceKeeper(spec.verify, progress)
         # what the server should do, request by request: from the GGUF, the launch options and the build's probed
         # capabilities only

@@ -41,6 +41,7 @@ from reusebench.run import provenance
 from reusebench.run.loop import RunLoop, RunResult
 from reusebench.run.opening import opened_run
 from reusebench.run.recording import Recorder, Source
+from reusebench.run.settings import DEFAULT
 from reusebench.tap.conversations import DEFAULT_GAP_S, DEFAULT_PROBE_TOKENS, MAX_HELD_TOKENS, Conversations
 from reusebench.tap.keys import Hasher, load_key
 from reusebench.tap.naming import redacted, route_name
@@ -49,7 +50,9 @@ from reusebench.tap.request import SCENARIO, Request
 from reusebench.tap.trace import TraceWriter
 
 DEFAULT_LONG_PREFILL = 4096
-CLAIM_WAIT_S = 5.0  # how long a finished request waits for its task's lines (a log-filter pipe may lag)
+# how long a finished request waits for its task's lines: beside the other requests in flight (a log-filter pipe
+# may lag too)
+CLAIM_WAIT_S = DEFAULT.claim_wait_s(alone=False)
 # how long a stop waits for the requests it cut to be recorded: the task's lines (CLAIM_WAIT_S) and the prompt's
 # ids (at most 30 s) with room
 STOP_WAIT_S = 60.0
