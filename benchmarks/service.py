@@ -50,9 +50,8 @@ def _run_workload(name: str, repeat: int = 1) -> dict[str, Any]:
     older llama.cpp: n/a, not failed)."""
     load = workload.load_workload(name)
     # every variant on the llama-server asv built for this commit, where it built one
-    outline = profiles.outline(load.profile)
-    loaded = profiles.load_for_build(load.profile, [load.variant or outline.variants[0]],
-                                     binary=common.installed_binary())
+    chosen = load.variant or profiles.outline(load.profile).variants[0]
+    loaded = profiles.load_for_build(load.profile, [chosen], binary=common.installed_binary())
     if loaded.skipped:
         why = f"workload {name} does not apply to this build: {next(iter(loaded.skipped.values()))}"
         print(f"benchmarks: {why}", file=sys.stderr)
