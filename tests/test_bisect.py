@@ -156,8 +156,9 @@ def test_bisect_of_a_clone_finds_the_planted_commit(tmp_path: Path, capsys: pyte
     status = cli.main(["bisect", "--clone", str(clone), "--good", "HEAD~2", "--bad", "HEAD", "--profile", "tiny-qwen35",
                        "--variant", "mmproj=off,cache-reuse=0", "--size", "2K", "--scenario", "reask", "--no-verify",
                        "--results", str(results), "--json"])
-    summary = json.loads(capsys.readouterr().out)
-    assert status == 1
+    captured = capsys.readouterr()
+    assert status == 1 and captured.out, captured.err[-3000:]  # on a failure, what the bisect said
+    summary = json.loads(captured.out)
     planted = git(clone, "log", "-1", "--format=%h %s", "HEAD~1")
     changed = {(c["step"], c["kind"]): (c["last_held"], c["held_value"], c["first_changed"], c["changed_value"])
                for c in summary["changes"]}

@@ -163,6 +163,35 @@ def test_the_next_commit_builds_in_the_same_build_tree(checkout: Path, cache: Pa
     assert len([d for d in cache.iterdir() if d.name not in ("trees", builder.STAGED)]) == 2  # a binary per commit
 
 
+UI_CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.14)
+project(fake_llama NONE)
+set(UI_H ${CMAKE_BINARY_DIR}/tools/ui/ui.h)
+set(STAMP ${CMAKE_BINARY_DIR}/tools/ui/.ui-embed.sha256)
+%s
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_custom_target(llama-server ALL
+  COMMAND cat ${CMAKE_SOURCE_DIR}/llama-server ${UI_H} > ${CMAKE_BINARY_DIR}/bin/llama-server
+  COMMAND chmod +x ${CMAKE_BINARY_DIR}/bin/llama-server)
+"""
+# b11434's ui-assets.cmake trusts its stamp; an older one rewrites ui.h and writes no stamp
+STAMPED_UI = UI_CMAKELISTS % ('if(NOT (EXISTS ${STAMP} AND EXISTS ${UI_H}))\n  file(WRITE ${UI_H} "# ui: new\\n")\n'
+                              '  file(WRITE ${STAMP} "same")\nendif()')
+UNSTAMPED_UI = UI_CMAKELISTS % 'file(WRITE ${UI_H} "# ui: old\\n")'
+
+
+def test_a_tree_built_after_an_older_one_generates_its_own_ui_files(checkout: Path, cache: Path) -> None:
+    # new, old, new again in the one build directory: the third must not compile against the old tree's ui.h
+    built = []
+    for number, cmakelists in enumerate((STAMPED_UI, UNSTAMPED_UI, STAMPED_UI)):
+        (checkout / "CMakeLists.txt").write_text(cmakelists)
+        (checkout / "README").write_text(f"{number}\n")  # each its own tree, never a cached binary
+        git(checkout, "commit", "-q", "-am", f"tree {number}")
+        source = sources.git_source(checkout, "HEAD")
+        built.append(builder.build(source, builder.cmake_args(source), progress=lambda _: None).read_text())
+    assert [text.splitlines()[-1] for text in built] == ["# ui: new", "# ui: old", "# ui: new"]
+
+
 def test_a_release_tree_below_the_sdist_top(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     release = builder.PinnedRelease("some-wrapper", "1.0", "0" * 64, "vendor/llama.cpp", 7)
     top = tmp_path / "some_wrapper-1.0" / "vendor" / "llama.cpp"

@@ -274,6 +274,7 @@ def build_target(source: Source, args: Sequence[str], target: str, *, jobs: int,
     tree = build_tree(source, args)
     log_path = tree / "build.log"
     tree.mkdir(parents=True, exist_ok=True)
+    forget_generated(tree)
     with open(log_path, "w") as log:
         # The compiler cache is how the build runs, not what it builds: outside `args`, so it keys no binary.
         _run(["cmake", "-S", str(source.tree), "-B", str(tree), *args, *compiler_cache.cmake_args(env)], env, log,
@@ -281,6 +282,19 @@ def build_target(source: Source, args: Sequence[str], target: str, *, jobs: int,
         _run(["cmake", "--build", str(tree), "--target", target, "--parallel", str(jobs)], env, log, log_path,
              progress=_StepProgress(f"building {target} {what}", progress))
     return tree
+
+
+# What a llama.cpp tree's configure step generates once and then trusts a stamp for, in a build directory that
+# every tree shares: the UI's embedded assets (ui.h, ui.cpp). An older tree built here since rewrites them with
+# its own API but leaves the stamp, and the next tree would compile against them (`llama_ui_get_assets` missing).
+GENERATED_STAMPS = ("tools/ui/.ui-embed.sha256",)
+
+
+def forget_generated(tree: Path) -> None:
+    """Remove the stamps of generated files in build directory `tree`, so its next configure writes them anew for
+    the tree it builds."""
+    for stamp in GENERATED_STAMPS:
+        (tree / stamp).unlink(missing_ok=True)
 
 
 def _without_version(args: Sequence[str]) -> list[str]:
