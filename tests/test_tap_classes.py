@@ -11,7 +11,6 @@ import pytest
 
 from reusebench.config import users
 from reusebench.llama import task_log
-from reusebench.llama.log_tail import LogTail
 from reusebench.records import Role, read_records
 from reusebench.reuse.perfect_cache import PerfectCache
 from reusebench.tap import Tap, TapOptions, exchange, keys
@@ -211,12 +210,30 @@ def test_a_server_log_that_cannot_be_read_is_a_warning_not_a_stop(tmp_path: Path
     # a fault this machine cannot produce for real (it runs as root: every file reads)
     log = tmp_path / "server.log"
     log.write_text("")
+    opens = Path.open
 
-    def unreadable(self: object, offset: int) -> str:
-        raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(LogTail, "read_since", unreadable)
+    def unreadable(self: Path, *args: object, **kwargs: object) -> object:
+        if self == log:
+            raise PermissionError(13, "Permission denied")
+        return opens(self, *args, **kwargs)  # type: ignore[call-overload]
+    monkeypatch.setattr(Path, "open", unreadable)
     tap = Tap(TapOptions(upstream="http://127.0.0.1:9", listen=("127.0.0.1", 0), results=tmp_path / "results",
                          key_file=tmp_path / "tap.key", server_log=log))
     tap.start()
     summary = tap.stop("the test ended")
     assert summary.extra["log_warnings"] == [f"--server-log {log}: cannot be read (PermissionError); the causes need it"]
+
+
+def test_the_summary_judges_the_log_by_what_the_tap_read_not_by_reading_it_again(tmp_path: Path) -> None:
+    # a busy server's -lv 4 log grows by GBs (148 MB for tools/tap_load.py's 4,000 requests, which the summary once
+    # read whole, for minutes and 1 GB): the summary asks the task log what it read, each line once. Planted: the
+    # lines read as the request ended are blanked in place (same size), so a second reading would find no
+    # llama-server line and warn
+    log = tmp_path / "server.log"
+    log.write_text(lifetime(8080, 40, 44))
+    tap = Tap(TapOptions(upstream="http://127.0.0.1:9", listen=("127.0.0.1", 0), results=tmp_path / "results",
+                         key_file=tmp_path / "tap.key", server_log=log))
+    assert tap.tasks is not None and tap.tasks.claim(None, 40, wait_s=0) is not None
+    log.write_bytes(b" " * (log.stat().st_size - 1) + b"\n")
+    tap.start()
+    assert tap.stop("the test ended").extra["log_warnings"] == []

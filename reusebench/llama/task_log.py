@@ -90,6 +90,8 @@ class TaskLog:
         self.lifetimes = 0  # server starts seen in the log
         self._sleeps = 0
         self._asleep = False
+        self.read_error = ""  # the class of the last error that stopped a read (PermissionError, ...)
+        self._kinds: set[str] = set()  # of the lines read: llama-server's fixed vocabulary, a few dozen at most
 
     def claim(self, slot: int | None, n_tokens: int, wait_s: float = 2.0, *, released: bool = True) -> Task | None:
         """The first unclaimed task on `slot` (any slot: None) whose prompt had `n_tokens` tokens, with its lines
@@ -131,6 +133,12 @@ class TaskLog:
             self._read()
             return self._sleeps
 
+    def kinds(self) -> frozenset[str]:
+        """The kinds of line in the log read so far (read up to now): whether it has what the causes need."""
+        with self._lock:
+            self._read()
+            return frozenset(self._kinds)
+
     def _read(self) -> None:
         """Parse what the log gained since the last read, `READ_CHUNK` bytes at a time: at -lv 4 every launch lists
         the whole RAM cache, so a busy server's log grows fast, and a read must not hold all of it."""
@@ -152,6 +160,8 @@ class TaskLog:
                         self._add(event)
         except FileNotFoundError:
             return
+        except OSError as exc:  # a log this process may not read: requests get no cause, and a summary says why
+            self.read_error = type(exc).__name__
 
     def _drop_oldest(self) -> None:
         task = self._held.popleft()
@@ -164,6 +174,7 @@ class TaskLog:
 
     def _add(self, e: Event) -> None:
         self._events += 1
+        self._kinds.add(e.kind)
         if e.kind == LIFETIME_KIND:
             self.lifetimes += 1
             self._tasks, self._launching, self._asleep_events = {}, None, []

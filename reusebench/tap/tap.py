@@ -31,9 +31,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from reusebench.llama import logs
 from reusebench.llama.client import CONNECT_TIMEOUT_S, ONE_REQUEST_PER_CONNECTION
-from reusebench.llama.log_tail import LogTail
 from reusebench.llama.task_log import MAX_TASKS, TaskLog
 from reusebench.records import Extra, Record, RunKind, interrupted
 from reusebench.reuse.perfect_cache import DEFAULT_MAX_TOKENS, PerfectCache
@@ -279,14 +277,13 @@ class Tap(RunLoop):
     def log_warnings(self) -> list[str]:
         """What the server log lacks for the causes: none given, missing, or without the ``-lv 4`` lines."""
         path = self.options.server_log
-        if path is None:
+        if path is None or self.tasks is None:
             return ["no --server-log: the records carry counts but no causes"]
         if not path.is_file():
             return [f"--server-log {path}: no such file yet; the causes need llama-server's -lv 4 log there"]
-        try:
-            kinds = {e.kind for e in logs.parse_lines(LogTail(path).read_since(0))}
-        except OSError as exc:  # the summary says so too: a log that cannot be read does not stop the tap
-            return [f"--server-log {path}: cannot be read ({type(exc).__name__}); the causes need it"]
+        kinds = self.tasks.kinds()  # what the task log read, not the whole file again: a busy -lv 4 log grows by GBs
+        if self.tasks.read_error:  # the summary says so: a log that cannot be read does not stop the tap
+            return [f"--server-log {path}: cannot be read ({self.tasks.read_error}); the causes need it"]
         if not kinds:
             return [f"--server-log {path}: no llama-server line the tap reads (run the server with -lv 4, "
                     "through `reusebench log-filter`)"]
