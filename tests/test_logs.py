@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reusebench import tiny
-from reusebench.llama import causes, logs, startup
+from reusebench.llama import causes, logs, startup, task_log
 from reusebench.llama.log_tail import LogTail
 from reusebench.records import Served, served_by_log
 
@@ -201,6 +201,27 @@ def test_every_event_kind_is_seen_in_a_capture_or_has_a_reference_example() -> N
         event = parse_line(message)
         assert event is not None and event.kind == kind, message
         assert kind not in seen, f"{kind} now appears in a capture: drop its synthetic example"
+
+
+def test_a_message_tries_only_the_patterns_of_its_first_word_and_finds_what_trying_all_in_order_finds() -> None:
+    # a busy -lv 4 log is mostly the RAM cache's listing (150,000 of 275,000 lines in tools/tap_load.py's), and
+    # each line once tried every pattern before its own: every captured message, and every reference example,
+    # gets the event the whole table in order gives
+    def in_order(message: str) -> tuple[str, dict] | None:
+        for kind, regex in logs._COMPILED:
+            if m := regex.fullmatch(message):
+                return kind, {k: logs._typed(v) for k, v in m.groupdict().items() if v is not None}
+        return None
+    messages = [logs._LINE.fullmatch(line).group("msg").strip()  # type: ignore[union-attr]
+                for name in FIXTURES for line in _fixture_lines(name)] + list(REFERENCE_ONLY_EXAMPLES.values())
+    found = [in_order(m.strip()) for m in messages]
+    assert {f[0] for f in found if f} == {kind for kind, _ in logs.EVENT_PATTERNS}  # every pattern is tried
+    assert [logs._match_message(m.strip()) for m in messages] == found
+    # and the kinds a reader skips (the task log: the RAM cache's listing) are left out, nothing else
+    listing = task_log.LISTING_KINDS
+    for name in FIXTURES:
+        lines = _fixture_lines(name)
+        assert logs.parse_lines(lines, skip=listing) == [e for e in logs.parse_lines(lines) if e.kind not in listing]
 
 
 def test_plain_prefix_variants() -> None:

@@ -162,6 +162,22 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 
 _COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple((kind, _compile(p)) for kind, p in EVENT_PATTERNS)
+_LITERAL_WORD = re.compile(r"[^\s\\(){}\[\]?*+.^$|]+(?= |$)")
+
+
+def _by_first_word() -> tuple[dict[str, tuple[tuple[str, re.Pattern[str]], ...]], tuple[tuple[str, re.Pattern[str]], ...]]:
+    """The patterns a message may match, by its first word, in the table's order: those that begin with that word
+    literally, and those that begin otherwise ("(?:cached )?n_tokens"). A -lv 4 launch lists the whole RAM cache, so
+    a busy log is mostly listing lines, and each would try every pattern before its own."""
+    first = [m.group(0) if (m := _LITERAL_WORD.match(p)) else None for _, p in EVENT_PATTERNS]
+    anywhere = tuple(c for c, word in zip(_COMPILED, first) if word is None)
+    table = {word: tuple(c for c, w in zip(_COMPILED, first) if w in (word, None)) for word in first if word}
+    return table, anywhere
+
+
+_BY_FIRST_WORD, _ANY_FIRST_WORD = _by_first_word()
+_INTEGER = re.compile(r"-?\d+")
+_DECIMAL = re.compile(r"-?\d+\.\d+")
 
 # "0.01.234.567 I " (timestamp and level letter are each optional), then the slot or srv prefix
 _LINE = re.compile(
@@ -196,18 +212,18 @@ def _seconds(stamp: str | None) -> float | None:
 
 
 def _typed(value: str) -> int | float | str:
-    if re.fullmatch(r"-?\d+", value):
+    if _INTEGER.fullmatch(value):
         return int(value)
-    if re.fullmatch(r"-?\d+\.\d+", value):
+    if _DECIMAL.fullmatch(value):
         return float(value)
     return value
 
 
-def _match_message(message: str) -> tuple[str, dict[str, int | float | str]] | None:
-    for kind, regex in _COMPILED:
+def _match_message(message: str, skip: frozenset[str] = frozenset()) -> tuple[str, dict[str, int | float | str]] | None:
+    for kind, regex in _BY_FIRST_WORD.get(message.partition(" ")[0], _ANY_FIRST_WORD):
         m = regex.fullmatch(message)
         if m:
-            return kind, {k: _typed(v) for k, v in m.groupdict().items() if v is not None}
+            return None if kind in skip else (kind, {k: _typed(v) for k, v in m.groupdict().items() if v is not None})
     return None
 
 
@@ -225,9 +241,10 @@ def _split_jsonl(line: str) -> tuple[str | None, list[str]] | None:
     return level, obj["msg"].splitlines()
 
 
-def parse_lines(lines: Iterable[str]) -> list[Event]:
-    """Events in order. A line without a slot prefix (the second line of a multi-line message, such as the
-    ``prompt eval time`` timing block) inherits the slot and task of the last prefixed line."""
+def parse_lines(lines: Iterable[str], skip: frozenset[str] = frozenset()) -> list[Event]:
+    """Events in order, but none of the kinds in `skip`. A line without a slot prefix (the second line of a
+    multi-line message, such as the ``prompt eval time`` timing block) inherits the slot and task of the last
+    prefixed line."""
     events: list[Event] = []
     slot: int | None = None
     task: int | None = None
@@ -242,7 +259,7 @@ def parse_lines(lines: Iterable[str]) -> list[Event]:
                 slot, task = int(m.group("slot")), int(m.group("task"))
             elif m.group("letter") or m.group("module"):
                 slot = task = None
-            found = _match_message(m.group("msg").strip())
+            found = _match_message(m.group("msg").strip(), skip)
             if found:
                 kind, values = found
                 line_level = level or _LEVEL_BY_LETTER.get(m.group("letter") or "")

@@ -64,7 +64,7 @@ MAX_TASKS = 2_000  # tasks held: the oldest go first (a tap runs for months)
 # so a task's events can weigh tens of KB.
 KEEP_CLAIMED = 256
 # the RAM cache's listing, printed at every launch (one line per entry): it describes the cache, not the task, and
-# no cause reads it
+# no cause reads it; not even parsed into events (most of a busy log)
 LISTING_KINDS = frozenset({"ram_cache_state", "ram_cache_entry", "ram_candidate"})
 READ_CHUNK = 1 << 20
 
@@ -156,7 +156,8 @@ class TaskLog:
                             return
                         continue
                     self._offset += len(complete)
-                    for event in logs.parse_lines(complete.decode("utf-8", errors="replace").splitlines()):
+                    lines = complete.decode("utf-8", errors="replace").splitlines()
+                    for event in logs.parse_lines(lines, skip=LISTING_KINDS):
                         self._add(event)
         except FileNotFoundError:
             return
@@ -227,5 +228,5 @@ class TaskLog:
             (block.displaced if block.task is None else block.idle_saved).append(int(e.fields["n_tokens"]))
         elif e.kind in causes.RAM_EVICTION_KINDS:
             block.evicted_mib.append(float(e.fields["size_mib"]))
-        if e.kind not in LISTING_KINDS and (block.task is None or e.kind != "ram_prompt_saved"):
+        if block.task is None or e.kind != "ram_prompt_saved":
             block.events.append(e)
