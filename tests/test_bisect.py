@@ -7,6 +7,7 @@ where checkpoints sit, a README edit) and bisects them with the real server and 
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -18,8 +19,6 @@ from reusebench import bisect, cli
 from reusebench.bisect.builds import pull_requests
 from reusebench.bisect.search import BisectError
 from reusebench.llama import builder, published, sources
-
-from conftest import load_tool
 
 KEY = bisect.FigureKey("default", "2K", "reask/new question", "tokens")
 OTHER = bisect.FigureKey("default", "2K", "resend/same prompt", "tokens")
@@ -172,60 +171,96 @@ def test_bisect_of_a_clone_finds_the_planted_commit(tmp_path: Path, capsys: pyte
     assert (results / "bisect").is_dir() and json.loads(next((results / "bisect").glob("*/bisect.json")).read_text())
 
 
-def test_the_history_spreads_its_builds_over_the_published_list() -> None:
-    history = load_tool("history")
-    numbers = tuple(range(100, 200, 3))  # 34 published builds
-    chosen = history.spread(numbers, 5)
-    assert chosen == [100, 124, 148, 175, 199]  # positions 0, 8, 16, 25, 33 of 34: both ends, evenly between
-    assert history.spread(numbers, 50) == list(numbers)
-    # asv needs dates; they follow the build numbers, so the graph's order is the builds' order
-    assert history.tree(9093).date < history.tree(9094).date < history.tree(11434).date
-    assert history.tree(11434).release == builder.PINNED  # the newest is the default build's sdist
-
-
-def test_the_history_measures_exactly_the_builds_named() -> None:
-    history = load_tool("history")
-    numbers = tuple(range(100, 200, 3))  # 100, 103, ..., 199
-    assert history.named("b199 103,b100 b103", numbers) == [100, 103, 199]  # sorted, each once
-    with pytest.raises(ValueError, match="'b101' is not a published build between b100 and b199"):
-        history.named("b100 b101", numbers)
-    with pytest.raises(ValueError, match="at least two builds"):
-        history.named("b100 100", numbers)
-
-
-def test_a_second_history_goes_on_from_the_pairs_the_first_looked_at(tmp_path: Path) -> None:
-    # a stopped history wrote two pairs: one bisected with a change, one without; a third was never reached
-    history = load_tool("history")
-    change = {"profile": "tiny-qwen35", "pair": "tiny-qwen35 b1..b9", "step": "resend/same prompt"}
-    summary = tmp_path / "history.json"
-    summary.write_text(json.dumps({"bisected": ["tiny-qwen35 b1..b9", "tiny-qwen35 b9..b20"], "changes": [change]}))
-    assert history._bisected(summary) == {"tiny-qwen35 b1..b9": [change], "tiny-qwen35 b9..b20": []}
-    assert history._bisected(tmp_path / "absent.json") == {}
-
-
-def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
-    # Ctrl-C while the second build is measured (raised by a stand-in measurement: a real one needs a build):
-    # exit 130, and bisect.json names the one build measured and says it was interrupted
+def small_clone(tmp_path: Path, commits: int) -> Path:
+    """A clone of `commits` one-line commits: the bisect's builds stand in for llama.cpp's (measure_build is)."""
     clone = tmp_path / "clone"
     clone.mkdir()
     git(clone, "init", "-q", "-b", "master")
-    for n in range(3):
+    for n in range(commits):
         (clone / "f").write_text(str(n))
         git(clone, "add", "f")
         git(clone, "commit", "-q", "-m", f"c{n}")
-    calls: list[str] = []
+    return clone
+
+
+def stand_in_measure(monkeypatch: pytest.MonkeyPatch, clone: Path, values: dict[bisect.FigureKey, list[int | None]],
+                     interrupt_at: int = 0) -> list[str]:
+    """`measure_build` from a table by commit (oldest first; None: gives no figures); Ctrl-C at the
+    `interrupt_at`-th measurement. The builds it was asked for, in order."""
+    oldest_first = git(clone, "rev-list", "--reverse", "HEAD").split()
+    asked: list[str] = []
 
     def measure_build(builds, point, probe, out):
-        calls.append(point.name)
-        if len(calls) == 2:
+        asked.append(point.name)
+        if len(asked) == interrupt_at:
             raise KeyboardInterrupt
-        return bisect.Measurement({KEY: 515})
+        index = oldest_first.index(point.ref)
+        if any(column[index] is None for column in values.values()):
+            return bisect.Measurement({}, failed="does not build")
+        return bisect.Measurement({key: column[index] for key, column in values.items()})
 
     monkeypatch.setattr(bisect, "measure_build", measure_build)
+    return asked
+
+
+def kept_summary(results: Path) -> dict:
+    return json.loads(next((results / "bisect").glob("*/bisect.json")).read_text())
+
+
+def test_ctrl_c_keeps_what_was_measured_and_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # KEY changes at the third of five commits, OTHER at the fifth. KEY's search measures the ends, then the
+    # third and the second (found); Ctrl-C while OTHER's measures the fourth: exit 130, and bisect.json keeps
+    # the four builds measured and KEY's change
+    clone = small_clone(tmp_path, 5)
+    asked = stand_in_measure(monkeypatch, clone, {KEY: [0, 0, 1, 1, 1], OTHER: [0, 0, 0, 0, 1]}, interrupt_at=5)
+    results = tmp_path / "results"
+    assert cli.main(["bisect", "--clone", str(clone), "--good", "HEAD~4", "--bad", "HEAD", "--results",
+                     str(results)]) == 130
+    kept = kept_summary(results)
+    b = kept["builds"]  # oldest first
+    assert asked == [b[0], b[4], b[2], b[1], b[3]]
+    assert kept["interrupted"] is True and [m["build"] for m in kept["measured"]] == [b[0], b[1], b[2], b[4]]
+    assert [(c["step"], c["last_held"], c["first_changed"]) for c in kept["changes"]] == [(KEY.step, b[1], b[2])]
+    assert "interrupted after 4 build(s) measured" in capsys.readouterr().err
+
+
+def test_an_end_that_gives_no_figures_keeps_the_bisect_it_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # the bad end does not build: nothing to search between, exit 1, and the summary says why
+    clone = small_clone(tmp_path, 3)
+    stand_in_measure(monkeypatch, clone, {KEY: [515, 515, None]})
     results = tmp_path / "results"
     assert cli.main(["bisect", "--clone", str(clone), "--good", "HEAD~2", "--bad", "HEAD", "--results",
-                     str(results)]) == 130
-    kept = json.loads(next((results / "bisect").glob("*/bisect.json")).read_text())
-    assert kept["interrupted"] is True and [m["build"] for m in kept["measured"]] == [calls[0]]
-    assert "interrupted after 1 build(s) measured" in capsys.readouterr().err
+                     str(results)]) == 1
+    kept = kept_summary(results)
+    assert kept["error"] == "the bad build gives no figures: does not build" and kept["changes"] == []
+    assert [m["failed"] for m in kept["measured"]] == [None, "does not build"]
+    assert "the bad build gives no figures: does not build; kept: " in capsys.readouterr().err
+
+
+def test_one_commit_is_nothing_to_bisect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clone = small_clone(tmp_path, 2)
+    assert cli.main(["bisect", "--clone", str(clone), "--good", "HEAD", "--bad", "master"]) == 2
+    assert "--good HEAD and --bad master are the same commit" in capsys.readouterr().err
+
+
+def test_a_build_whose_server_does_not_run_is_skipped(tmp_path: Path) -> None:
+    # A tree that compiles into a llama-server whose --help fails (a stand-in script: a real build that does
+    # this is a broken tree we cannot pin): skipped as a build that does not build is, not the bisect's end
+    broken = tmp_path / "llama-server"
+    broken.write_text("#!/bin/sh\necho 'illegal instruction' >&2\nexit 132\n")
+    broken.chmod(0o755)
+
+    class Built(bisect.Builds):
+        points = builds(2)
+
+        def binary(self, point: bisect.Point, progress) -> Path:
+            return broken
+
+        def between(self, older: bisect.Point, newer: bisect.Point) -> list[str]:
+            return []
+
+    probe = bisect.Probe("tiny-llama", ("default",), (2048,), ("resend",), verify=False, results=tmp_path)
+    measured = bisect.measure_build(Built(), Built.points[0], probe, out=io.StringIO())
+    assert measured.figures == {} and measured.failed is not None and measured.failed.startswith("does not run: ")

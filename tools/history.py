@@ -12,11 +12,16 @@ between two neighbours bisected to the first build that changed it.
    and on the pure-attention control (tiny-llama, `history-control`), the counts' benchmarks only; HISTORY_ONLY
    names one of the two.
 4. Where two neighbours' counts differ (`reusebench compare`'s rule), bisects the published builds between them
-   with the same selection (`reusebench.bisect`), measuring only what it needs.
+   with the same selection (`reusebench.bisect`), measuring only what it needs. A pair it cannot judge (a count
+   one of the two builds has no figure for, an end the bisect cannot measure) is left unresolved, said why, and
+   tried again by the next run.
 5. Writes results/history/history.md and history.json (every change: the figure, the last build that held and
-   the first that changed, the value at each) and publishes the site (results/history/html).
+   the first that changed, the value at each; the pairs unresolved) and publishes the site
+   (results/history/html). history.json keeps what earlier runs found, whatever builds or run they measured.
 
-Every build compiles in the one staged tree through the compiler cache; a second run measures nothing twice.
+Every build compiles in the one staged tree through the compiler cache; a second run over the same builds measures
+nothing twice (a stand-in commit's hash follows the builds before it: other builds are measured again, from the
+cached binaries).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -82,40 +88,41 @@ def tree(number: int) -> stand_in.ReleasedTree:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    runs = [machine.removeprefix("history-") for machine, _, _ in RUNS]
     parser.add_argument("--out", type=Path, default=HISTORY_DIR)
     parser.add_argument("--builds", type=int, default=int(os.environ.get("HISTORY_BUILDS", "30")),
                         help="how many published builds the nightly measures (default 30, $HISTORY_BUILDS)")
-    parser.add_argument("--first", type=int, default=int(os.environ.get("HISTORY_FIRST", FIRST)),
+    parser.add_argument("--first", default=os.environ.get("HISTORY_FIRST", str(FIRST)),
                         help=f"the oldest build (default b{FIRST}, $HISTORY_FIRST)")
-    parser.add_argument("--last", type=int, default=int(os.environ.get("HISTORY_LAST", LAST)),
+    parser.add_argument("--last", default=os.environ.get("HISTORY_LAST", str(LAST)),
                         help=f"the newest build (default b{LAST}, $HISTORY_LAST)")
     parser.add_argument("--at", default=os.environ.get("HISTORY_AT", ""),
                         help="exactly these published builds, e.g. 'b9093 b9113 b11434' (instead of --builds; "
                              "$HISTORY_AT)")
-    parser.add_argument("--only", choices=[machine.removeprefix("history-") for machine, _, _ in RUNS], default=os.environ.get("HISTORY_ONLY"),
-                        help="one of the two runs: the hybrid or the control ($HISTORY_ONLY)")
+    parser.add_argument("--only", default=os.environ.get("HISTORY_ONLY"),
+                        help=f"one of the two runs: {' or '.join(runs)} ($HISTORY_ONLY)")
     args = parser.parse_args(argv)
     if args.builds < 2:
         parser.error("--builds: at least 2, the first and the last")
+    if args.only not in (None, *runs):  # argparse checks no choices on a default taken from the environment
+        parser.error(f"--only ($HISTORY_ONLY) {args.only!r}: one of {', '.join(runs)}")
     started = time.monotonic()
     out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    numbers = tuple(published.window(published.available(), args.first, args.last, ("--first", "--last")))
     try:
+        first, last = (_build(text, option) for text, option in ((args.first, "--first"), (args.last, "--last")))
+        numbers = tuple(published.window(published.available(), first, last, ("--first", "--last")))
         chosen = named(args.at, numbers) if args.at else spread(numbers, args.builds)
     except ValueError as exc:
-        parser.error(f"--at: {exc}")
+        parser.error(f"{exc} ($HISTORY_FIRST, $HISTORY_LAST, $HISTORY_AT)")
+    out.mkdir(parents=True, exist_ok=True)
     say(f"history: {len(chosen)} of {len(numbers)} published builds: {' '.join(f'b{n}' for n in chosen)}")
     commits, _ = stand_in.assemble(out / "llama.cpp", tuple(tree(n) for n in chosen), (), say)
-    done = _bisected(out / "history.json")
-    found: list[dict] = []
+    ledger = Ledger(out / "history.json")
 
     def publish(complete: bool) -> str:
-        """Written after every bisect, so a stopped history keeps what it found and a second run goes on."""
-        (out / "history.json").write_text(json.dumps(
-            {"builds": [f"b{n}" for n in chosen], "complete": complete, "bisected": sorted(done),
-             "changes": found, "seconds": round(time.monotonic() - started)}, indent=2) + "\n")
-        table = render(found)
+        """Written after every pair, so a stopped history keeps what it found and a second run goes on."""
+        ledger.write(chosen, complete, time.monotonic() - started)
+        table = render(ledger.changes(), ledger.unresolved)
         (out / "history.md").write_text(table + "\n")
         return table
 
@@ -133,47 +140,105 @@ def main(argv: list[str] | None = None) -> int:
                              results=out / "records")
         for (older, newer), (before, after) in zip(zip(chosen, chosen[1:]), zip(commits, commits[1:])):
             pair = f"{profile} b{older}..b{newer}"
-            if pair in done:
-                found += done[pair]
-                continue
-            if asv_results.count_changes(asv_results.stored(out / "asv", before, machine),
-                                         asv_results.stored(out / "asv", after, machine)):
-                say(f"history: {profile} changed between b{older} and b{newer}: bisecting")
-                builds = bisect.PublishedBuilds(older, newer, numbers)
-                search = bisect.Search(builds.points, functools.partial(bisect.measure_build, builds, probe=probe,
-                                                                        out=sys.stderr))
-                done[pair] = [{"profile": profile, "pair": pair, **report.change_record(builds, search.find(key))}
-                              for key in search.differing()]
-            else:
-                done[pair] = []
-            found += done[pair]
-            publish(complete=False)
+            if pair not in ledger.done:
+                figures = [asv_results.stored(out / "asv", commit, machine) for commit in (before, after)]
+                _judge_pair(ledger, pair, (older, newer), figures, numbers, probe)
+                publish(complete=False)
     table = publish(complete=True)
     print(table)
-    print(f"history: {len(chosen)} builds, {len(found)} change(s), {time.monotonic() - started:.0f} s; site: "
-          f"{out / 'html' / 'index.html'} (reusebench site --results {out} --serve) on {platform.node()}")
+    print(f"history: {len(chosen)} builds, {len(ledger.changes())} change(s), {len(ledger.unresolved)} pair(s) "
+          f"unresolved, {time.monotonic() - started:.0f} s; site: {out / 'html' / 'index.html'} "
+          f"(reusebench site --results {out} --serve) on {platform.node()}")
     return 0
 
 
-def _bisected(summary: Path) -> dict[str, list[dict]]:
-    """The neighbour pairs an earlier run of the history already looked at, with the changes each bisect found."""
-    if not summary.is_file():
-        return {}
-    earlier = json.loads(summary.read_text())
-    done: dict[str, list[dict]] = {pair: [] for pair in earlier.get("bisected", ())}
-    for change in earlier.get("changes", ()):
-        if change.get("pair") in done:
-            done[change["pair"]].append(change)
-    return done
+def _build(text: str, option: str) -> int:
+    number = published.number(text)
+    if number is None:
+        raise ValueError(f"{option} {text!r}: a published build, b9967 or 9967")
+    return number
 
 
-def render(found: list[dict]) -> str:
+def _judge_pair(ledger: Ledger, pair: str, ends: tuple[int, int], figures: list[dict[asv_results.Key, float | None]],
+                numbers: tuple[int, ...], probe: bisect.Probe) -> None:
+    """One pair of neighbours: the same counts (done), or changed and bisected (done, with its changes), or
+    unresolved with the reason (the next run tries it again)."""
+    older, newer = ends
+    missing = asv_results.missing_counts(*figures)
+    without = [f"b{n}" for n, f in zip(ends, figures) if not f or any(f.get(key) is None for key in missing)]
+    if without:
+        ledger.unresolve(pair, f"counts without a figure on {' and '.join(without)} (a failed build or benchmark: "
+                               "remove its asv result to measure it again)")
+        return
+    if not asv_results.count_changes(*figures):
+        ledger.record(pair, [])
+        return
+    say(f"history: {pair.split()[0]} changed between b{older} and b{newer}: bisecting")
+    builds = bisect.PublishedBuilds(older, newer, numbers)
+    search = bisect.Search(builds.points, functools.partial(bisect.measure_build, builds, probe=probe, out=sys.stderr))
+    try:
+        keys = search.differing()
+    except bisect.BisectError as exc:
+        ledger.unresolve(pair, str(exc))
+        return
+    if not keys:  # asv saw a count change that measuring both ends again does not: say so, and look again next time
+        ledger.unresolve(pair, "asv's runs differ in a count, the bisect's runs of the two ends do not")
+        return
+    ledger.record(pair, [{"profile": pair.split()[0], "pair": pair, **report.change_record(builds, search.find(key))}
+                         for key in keys])
+
+
+class Ledger:
+    """history.json across runs: the neighbour pairs looked at, with the changes each bisect found (kept whatever
+    builds or run a later history measures), and the pairs this run left unresolved, with why."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        earlier = json.loads(path.read_text()) if path.is_file() else {}
+        self.done: dict[str, list[dict]] = {pair: [] for pair in earlier.get("bisected", ())}
+        for change in earlier.get("changes", ()):
+            if change.get("pair") in self.done:
+                self.done[change["pair"]].append(change)
+        self.unresolved: dict[str, str] = {}
+
+    def record(self, pair: str, changes: list[dict]) -> None:
+        self.done[pair] = changes
+        self.unresolved.pop(pair, None)
+
+    def unresolve(self, pair: str, why: str) -> None:
+        say(f"history: {pair} unresolved: {why}")
+        self.unresolved[pair] = why
+
+    def changes(self) -> list[dict]:
+        """Every pair's changes, by profile and build."""
+        return [c for pair in sorted(self.done, key=_pair_order) for c in self.done[pair]]
+
+    def write(self, builds: list[int], complete: bool, seconds: float) -> None:
+        """Atomically: the next run reads it back, and a half-written file would lose every bisect before it."""
+        text = json.dumps({"builds": [f"b{n}" for n in builds], "complete": complete,
+                           "bisected": sorted(self.done, key=_pair_order), "changes": self.changes(),
+                           "unresolved": self.unresolved, "seconds": round(seconds)}, indent=2) + "\n"
+        with tempfile.NamedTemporaryFile("w", dir=self.path.parent, prefix=".history-", delete=False) as scratch:
+            scratch.write(text)
+        try:
+            os.replace(scratch.name, self.path)
+        finally:
+            Path(scratch.name).unlink(missing_ok=True)
+
+
+def _pair_order(pair: str) -> tuple[str, int]:
+    profile, _, builds = pair.partition(" ")
+    return profile, published.number(builds.partition("..")[0]) or 0
+
+
+def render(found: list[dict], unresolved: dict[str, str]) -> str:
     lines = ["| profile | step | figure | where | last held | value | first changed | value | skipped |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c in found:
         value = ["n/a" if v is None else f"{v:,}" for v in (c["held_value"], c["changed_value"])]
         lines.append(f"| {c['profile']} | {c['step']} | {c['kind']} | {c['variant']} @ {c['size']} | {c['last_held']} | "
                      f"{value[0]} | {c['first_changed']} | {value[1]} | {', '.join(c['skipped'])} |")
+    lines += ["", *(f"unresolved, {pair}: {why}" for pair, why in unresolved.items())] if unresolved else []
     return "\n".join(lines)
 
 

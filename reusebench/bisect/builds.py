@@ -60,6 +60,8 @@ class CloneBuilds(Builds):
     def __init__(self, clone: Path, good: str, bad: str):
         self.clone = clone
         good_hash, bad_hash = (_git(clone, "rev-parse", "--verify", f"{ref}^{{commit}}") for ref in (good, bad))
+        if good_hash == bad_hash:
+            raise ValueError(f"--good {good} and --bad {bad} are the same commit in {clone}: nothing to bisect")
         if subprocess.run(["git", "-C", str(clone), "merge-base", "--is-ancestor", good_hash, bad_hash]).returncode:
             raise ValueError(f"--good {good} is not an ancestor of --bad {bad} in {clone}")
         after = _git(clone, "rev-list", "--first-parent", "--reverse", f"{good_hash}..{bad_hash}").split()

@@ -16,7 +16,7 @@ from typing import NamedTuple, TextIO
 from reusebench import records
 from reusebench.bisect.builds import Builds, Point
 from reusebench.config import profiles, scenarios, sizes
-from reusebench.llama import builder
+from reusebench.llama import binaries, builder
 from reusebench.run import runner
 from reusebench.run.selection import Selection
 
@@ -57,14 +57,17 @@ class Measurement:
 
 
 def measure_build(builds: Builds, point: Point, probe: Probe, out: TextIO) -> Measurement:
-    """Build `point` (cached) and run `probe` on it; a tree that does not build is skipped, as `git bisect skip`
-    would."""
+    """Build `point` (cached) and run `probe` on it; a tree that does not build or run is skipped, as `git bisect
+    skip` would."""
     print(f"bisect: measuring {point.name}", file=out, flush=True)
     try:
         binary = builds.binary(point, lambda message: print(message, file=out, flush=True))
     except builder.BuildError as exc:
         return Measurement({}, failed=f"does not build: {str(exc).splitlines()[0]}")
-    return measure(probe, binary, out)
+    try:
+        return measure(probe, binary, out)
+    except binaries.BinaryError as exc:  # built, but its llama-server does not run (its --help fails)
+        return Measurement({}, failed=f"does not run: {str(exc).splitlines()[0]}")
 
 
 def measure(probe: Probe, binary: Path, out: TextIO) -> Measurement:

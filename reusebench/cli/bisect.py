@@ -42,15 +42,17 @@ def cmd_bisect(args: argparse.Namespace) -> int:
           f"{', '.join(map(_size, probe.sizes))}, {len(probe.scenarios)} scenario(s)", file=out, flush=True)
     started = time.monotonic()
     search = bisect.Search(points, lambda point: bisect.measure_build(builds, point, probe, out))
+    changes: list[bisect.Change] = []
     try:
-        differing = search.differing()
-        keys = [key for key in differing if _chosen(key, wanted)]
-        changes = [search.find(key) for key in keys]
-    except BisectError as exc:
-        print(f"reusebench bisect: {exc}", file=sys.stderr)
+        for key in search.differing():
+            if _chosen(key, wanted):
+                changes.append(search.find(key))
+    except BisectError as exc:  # an end gives no figures: what it measured is kept, with why
+        failed = {**report.summary(builds, search, changes, time.monotonic() - started), "error": str(exc)}
+        print(f"reusebench bisect: {exc}; kept: {_keep(Path(args.results), failed)}", file=sys.stderr)
         return Exit.FINDING
-    except KeyboardInterrupt:  # what was measured is kept: each build's run, and which builds gave what
-        partial = {**report.summary(builds, search, [], time.monotonic() - started), "interrupted": True}
+    except KeyboardInterrupt:  # what was measured and found is kept: each build's run, which builds gave what
+        partial = {**report.summary(builds, search, changes, time.monotonic() - started), "interrupted": True}
         return common.interrupted(lambda: f"interrupted after {len(search.measured)} build(s) measured; every server "
                                   f"stopped; kept: {_keep(Path(args.results), partial)}")
     seconds = time.monotonic() - started
