@@ -37,6 +37,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tabulate import tabulate
+
 from reusebench import bisect, nightly
 from reusebench.bisect import report
 from reusebench.config import sizes
@@ -232,12 +234,8 @@ def _pair_order(pair: str) -> tuple[str, int]:
 
 
 def render(found: list[dict], unresolved: dict[str, str]) -> str:
-    lines = ["| profile | step | figure | where | last held | value | first changed | value | skipped |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for c in found:
-        value = ["n/a" if v is None else f"{v:,}" for v in (c["held_value"], c["changed_value"])]
-        lines.append(f"| {c['profile']} | {c['step']} | {c['kind']} | {c['variant']} @ {c['size']} | {c['last_held']} | "
-                     f"{value[0]} | {c['first_changed']} | {value[1]} | {', '.join(c['skipped'])} |")
+    lines = [tabulate([[c["profile"], *report.row(c)] for c in found], headers=("profile", *report.HEADERS),
+                      tablefmt="github")]
     lines += ["", *(f"unresolved, {pair}: {why}" for pair, why in unresolved.items())] if unresolved else []
     return "\n".join(lines)
 

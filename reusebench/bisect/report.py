@@ -33,14 +33,21 @@ def summary(builds: Builds, search: Search, changes: list[Change], seconds: floa
     }
 
 
+HEADERS = ("step", "figure", "where", "last held", "value", "first changed", "value", "skipped")
+
+
+def row(change: dict[str, Any]) -> list[str]:
+    """One change as a table's row, under HEADERS."""
+    return [change["step"], change["kind"], f"{change['variant']} @ {change['size']}", change["last_held"],
+            value_cell(change["held_value"]), change["first_changed"], value_cell(change["changed_value"]),
+            ", ".join(change["skipped"])]
+
+
 def render(changes: list[dict[str, Any]], first: str, last: str) -> str:
     """The changes as a table, then per pair of builds the commits between them."""
     if not changes:
         return f"{first} -> {last}: every figure the same; nothing to bisect"
-    rows = [[c["step"], c["kind"], f"{c['variant']} @ {c['size']}", c["last_held"], _value(c["held_value"]),
-             c["first_changed"], _value(c["changed_value"]), ", ".join(c["skipped"])] for c in changes]
-    lines = [tabulate(rows, headers=["step", "figure", "where", "last held", "value", "first changed", "value", "skipped"],
-                      tablefmt="github")]
+    lines = [tabulate([row(c) for c in changes], headers=HEADERS, tablefmt="github")]
     for held, changed in dict.fromkeys((c["last_held"], c["first_changed"]) for c in changes):
         commits = next(c["commits"] for c in changes if (c["last_held"], c["first_changed"]) == (held, changed))
         lines.append(f"\n{held} -> {changed}: " + (f"{len(commits)} commit(s)" if commits else
@@ -49,5 +56,6 @@ def render(changes: list[dict[str, Any]], first: str, last: str) -> str:
     return "\n".join(lines)
 
 
-def _value(value: int | None) -> str:
+def value_cell(value: int | None) -> str:
+    """A figure as a table shows it: n/a where the step did not apply."""
     return "n/a" if value is None else f"{value:,}"

@@ -58,7 +58,8 @@ def write_page(html_dir: Path, nights: list[dict[str, Any]]) -> Path:
             commits = "<br>".join(escape(subject) for subject in c["commits"]) or "(none named)"
             rows.append("<tr>" + "".join(f"<td>{escape(str(cell))}</td>" for cell in (
                 night["ended"][:10], c["branch"], c["step"], c["kind"], f"{c['variant']} @ {c['size']}",
-                c["last_held"], _value(c["held_value"]), c["first_changed"], _value(c["changed_value"]))) +
+                c["last_held"], report.value_cell(c["held_value"]), c["first_changed"],
+                report.value_cell(c["changed_value"]))) +
                 f"<td>{commits}</td></tr>")
     headers = ("night", "branch", "step", "figure", "where", "last held", "value", "first changed", "value", "commits")
     page = html_dir / PAGE
@@ -72,7 +73,3 @@ def write_page(html_dir: Path, nights: list[dict[str, Any]]) -> Path:
         f"<table><tr>{''.join(f'<th>{h}</th>' for h in headers)}</tr>{''.join(rows) or '<tr><td colspan=10>none yet</td></tr>'}"
         "</table></body></html>\n")
     return page
-
-
-def _value(value: int | None) -> str:
-    return "n/a" if value is None else f"{value:,}"
