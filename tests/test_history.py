@@ -113,21 +113,47 @@ def test_a_bisect_that_cannot_say_leaves_the_pair_unresolved(tmp_path: Path, mon
 
 
 def test_a_second_history_keeps_what_the_first_found_whatever_it_measures(tmp_path: Path) -> None:
-    # the first run (the hybrid, 30 builds) bisected one pair to a change and left one unresolved; the second
-    # (the control alone, other builds) closes a pair of its own: the hybrid's change stays, its unresolved pair
-    # is tried again (not among the pairs done)
-    change = {"profile": "tiny-qwen35", "pair": "tiny-qwen35 b9093..b9265", "step": "growth/turn 2"}
+    # the first run (the hybrid) bisected one pair to a change and left one unresolved; the second (the control
+    # alone, other builds) closes a pair of its own: the hybrid's change stays, and so does its unresolved pair,
+    # which is not among the pairs done (a run of the hybrid tries it again)
+    change = {"profile": "tiny-qwen35", "pair": "tiny-qwen35 b9093..b9265", "step": "growth/turn 2", "kind": "tokens",
+              "variant": "v", "size": "8K", "last_held": "b9113", "first_changed": "b9246"}
     first = history.Ledger(tmp_path / "history.json")
     first.record("tiny-qwen35 b9093..b9265", [change])
     first.unresolve("tiny-qwen35 b9265..b9341", "counts without a figure on b9341")
     first.write([9093, 9265, 9341], complete=True, seconds=1)
     second = history.Ledger(tmp_path / "history.json")
-    assert second.done == {"tiny-qwen35 b9093..b9265": [change]} and second.unresolved == {}
+    assert second.done == {"tiny-qwen35 b9093..b9265": [change]}
+    assert second.unresolved == {"tiny-qwen35 b9265..b9341": "counts without a figure on b9341"}
     second.record("tiny-llama b10423..b11010", [])
+    second.record("tiny-qwen35 b10423..b11010", [])
     second.write([10423, 11010], complete=True, seconds=1)
     kept = json.loads((tmp_path / "history.json").read_text())
-    assert kept["changes"] == [change] and kept["bisected"] == ["tiny-llama b10423..b11010", "tiny-qwen35 b9093..b9265"]
+    assert kept["changes"] == [change] and kept["unresolved"] == {"tiny-qwen35 b9265..b9341": "counts without a "
+                                                                  "figure on b9341"}
+    # by profile, then by build number (as text, b10423 would come before b9093)
+    assert kept["bisected"] == ["tiny-llama b10423..b11010", "tiny-qwen35 b9093..b9265", "tiny-qwen35 b10423..b11010"]
+    third = history.Ledger(tmp_path / "history.json")
+    third.record("tiny-qwen35 b9265..b9341", [])  # resolved at last
+    assert third.unresolved == {}
     assert history.Ledger(tmp_path / "absent.json").done == {}
+
+
+def test_a_change_two_runs_found_is_listed_once(tmp_path: Path) -> None:
+    # a run over 6 builds bisected b9093..b9509 and one over 30 bisected b9442..b9518: both found b9496 -> b9509
+    found = {"profile": "tiny-llama", "variant": "default", "size": "8K", "step": "growth/turn 1", "kind": "tokens",
+             "last_held": "b9496", "first_changed": "b9509"}
+    ledger = history.Ledger(tmp_path / "history.json")
+    ledger.record("tiny-llama b9442..b9518", [{**found, "pair": "tiny-llama b9442..b9518"}])
+    ledger.record("tiny-llama b9093..b9509", [{**found, "pair": "tiny-llama b9093..b9509"}])
+    assert [c["pair"] for c in ledger.changes()] == ["tiny-llama b9093..b9509"]
+
+
+def test_a_build_without_a_whole_result_is_measured_again() -> None:
+    # no result file, or a count asv stored as failed: measured by the next run; a context figure (the busy flag)
+    # is not a count
+    assert history._incomplete({}) and history._incomplete({RESEND: None, REASK: 515.0})
+    assert not history._incomplete({RESEND: 4.0, REASK: 515.0, BUSY: None})
 
 
 def test_a_write_that_fails_leaves_the_last_history_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,13 +162,16 @@ def test_a_write_that_fails_leaves_the_last_history_whole(tmp_path: Path, monkey
     ledger.record("tiny-llama b100..b104", [])
     ledger.write([100, 104], complete=False, seconds=1)
     before = (tmp_path / "history.json").read_text()
+    assert (tmp_path / "history.json").stat().st_mode & 0o777 == 0o644
     ledger.record("tiny-llama b104..b108", [])
 
-    def replace(source: str, target: object) -> None:
+    def full_disk(*args: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(history.os, "replace", replace)
-    with pytest.raises(OSError):
-        ledger.write([100, 104, 108], complete=True, seconds=2)
-    assert (tmp_path / "history.json").read_text() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["history.json"]  # no scratch file left beside it
+    for name in ("fsync", "replace"):  # the disk fills while the scratch file is written, or at the rename
+        with monkeypatch.context() as patched:
+            patched.setattr(history.os, name, full_disk)
+            with pytest.raises(OSError):
+                ledger.write([100, 104, 108], complete=True, seconds=2)
+        assert (tmp_path / "history.json").read_text() == before
+        assert [p.name for p in tmp_path.iterdir()] == ["history.json"]  # no scratch file left beside it

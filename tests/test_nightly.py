@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -49,6 +50,19 @@ def test_a_night_picks_what_came_after_the_newest_measured_commit_newest_first_c
     git(tmp_path / "repo", "commit", "-q", "--allow-empty", "-m", "the fix")
     fix = git(tmp_path / "repo", "rev-parse", "fix")
     assert commits.to_measure(tmp_path / "repo", ["master", "fix"], set(), 6) == [*made, fix]
+
+
+def test_a_night_told_its_commits_measures_those_even_before_the_newest_measured(tmp_path: Path) -> None:
+    # the history's case: the newest build has a result, an older one none (a stopped run, a failed build); a
+    # night left to itself picks nothing, one told the commits measures the older one
+    made = history(tmp_path / "repo", 3)
+    results = tmp_path / "nightly"
+    (results / "asv" / "m").mkdir(parents=True)
+    (results / "asv" / "m" / f"{made[2][:8]}-existing.json").write_text(json.dumps({"commit_hash": made[2]}))
+    options = nightly.NightOptions(config=REPO / nightly.CONFIG_FILE, results=results, machine="m",
+                                   repo=tmp_path / "repo", pull=False, dry_run=True)
+    assert nightly.run_night(options).commits == ()
+    assert nightly.run_night(dataclasses.replace(options, commits=(made[1],))).commits == (made[1],)
 
 
 @pytest.mark.e2e

@@ -113,9 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         first, last = (_build(text, option) for text, option in ((args.first, "--first"), (args.last, "--last")))
         numbers = tuple(published.window(published.available(), first, last, ("--first", "--last")))
+    except ValueError as exc:
+        parser.error(f"{exc} (or $HISTORY_FIRST, $HISTORY_LAST)")
+    try:
         chosen = named(args.at, numbers) if args.at else spread(numbers, args.builds)
     except ValueError as exc:
-        parser.error(f"{exc} ($HISTORY_FIRST, $HISTORY_LAST, $HISTORY_AT)")
+        parser.error(f"--at ($HISTORY_AT): {exc}")
     out.mkdir(parents=True, exist_ok=True)
     say(f"history: {len(chosen)} of {len(numbers)} published builds: {' '.join(f'b{n}' for n in chosen)}")
     commits, _ = stand_in.assemble(out / "llama.cpp", tuple(tree(n) for n in chosen), (), say)
@@ -134,9 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         env = {"REUSEBENCH_ASV_PROFILE": profile, "REUSEBENCH_ASV_VARIANTS": variant, "REUSEBENCH_ASV_SIZES": SIZE,
                "REUSEBENCH_ASV_SCENARIOS": " ".join(SCENARIOS), "REUSEBENCH_RESULTS": str(out / "records"),
                builder.JOBS_ENV: os.environ.get(builder.JOBS_ENV, "2")}
+        # every build without a whole result (not only those after the newest measured, as a night's): a build
+        # whose benchmarks failed, or that a stopped run did not reach, is measured again
+        unmeasured = tuple(c for c in commits if _incomplete(asv_results.stored(out / "asv", c, machine)))
         nightly.run_night(nightly.NightOptions(
             config=REPO / nightly.CONFIG_FILE, results=out, machine=machine, repo=out / "llama.cpp",
-            branches=("master",), max_commits=len(chosen), pull=False, env=env, bench=COUNTS,
+            branches=("master",), pull=False, env=env, bench=COUNTS, commits=unmeasured,
             bisect=False))  # the history bisects every pair of neighbours itself, below
         probe = bisect.Probe(profile, (variant,), (sizes.parse_size(SIZE),), SCENARIOS, verify=True,
                              results=out / "records")
@@ -161,6 +167,10 @@ def _build(text: str, option: str) -> int:
     return number
 
 
+def _incomplete(figures: dict[asv_results.Key, float | None]) -> bool:
+    return not figures or bool(asv_results.missing_counts(figures))
+
+
 def _judge_pair(ledger: Ledger, pair: str, ends: tuple[int, int], figures: list[dict[asv_results.Key, float | None]],
                 numbers: tuple[int, ...], probe: bisect.Probe) -> None:
     """One pair of neighbours: the same counts (done), or changed and bisected (done, with its changes), or
@@ -169,8 +179,8 @@ def _judge_pair(ledger: Ledger, pair: str, ends: tuple[int, int], figures: list[
     missing = asv_results.missing_counts(*figures)
     without = [f"b{n}" for n, f in zip(ends, figures) if not f or any(f.get(key) is None for key in missing)]
     if without:
-        ledger.unresolve(pair, f"counts without a figure on {' and '.join(without)} (a failed build or benchmark: "
-                               "remove its asv result to measure it again)")
+        ledger.unresolve(pair, f"counts without a figure on {' and '.join(without)} (its build or a benchmark "
+                               "failed, or asv measured other benchmarks then): measured again by the next run")
         return
     if not asv_results.count_changes(*figures):
         ledger.record(pair, [])
@@ -191,8 +201,8 @@ def _judge_pair(ledger: Ledger, pair: str, ends: tuple[int, int], figures: list[
 
 
 class Ledger:
-    """history.json across runs: the neighbour pairs looked at, with the changes each bisect found (kept whatever
-    builds or run a later history measures), and the pairs this run left unresolved, with why."""
+    """history.json across runs: the neighbour pairs looked at, with the changes each bisect found, and the pairs
+    left unresolved, with why; kept whatever builds or run a later history measures, which adds to them."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -201,7 +211,7 @@ class Ledger:
         for change in earlier.get("changes", ()):
             if change.get("pair") in self.done:
                 self.done[change["pair"]].append(change)
-        self.unresolved: dict[str, str] = {}
+        self.unresolved: dict[str, str] = dict(earlier.get("unresolved", {}))
 
     def record(self, pair: str, changes: list[dict]) -> None:
         self.done[pair] = changes
@@ -212,25 +222,38 @@ class Ledger:
         self.unresolved[pair] = why
 
     def changes(self) -> list[dict]:
-        """Every pair's changes, by profile and build."""
-        return [c for pair in sorted(self.done, key=_pair_order) for c in self.done[pair]]
+        """Every change found, by profile and build, once: two runs over other builds find a change in both of
+        their pairs around it."""
+        found: dict[tuple, dict] = {}
+        for pair in sorted(self.done, key=_pair_order):
+            for c in self.done[pair]:
+                found.setdefault((c["profile"], c["variant"], c["size"], c["step"], c["kind"], c["last_held"],
+                                  c["first_changed"]), c)
+        return list(found.values())
 
     def write(self, builds: list[int], complete: bool, seconds: float) -> None:
-        """Atomically: the next run reads it back, and a half-written file would lose every bisect before it."""
+        """Whole or not at all: the next run reads it back, and a half-written file would lose every bisect."""
         text = json.dumps({"builds": [f"b{n}" for n in builds], "complete": complete,
                            "bisected": sorted(self.done, key=_pair_order), "changes": self.changes(),
-                           "unresolved": self.unresolved, "seconds": round(seconds)}, indent=2) + "\n"
-        with tempfile.NamedTemporaryFile("w", dir=self.path.parent, prefix=".history-", delete=False) as scratch:
-            scratch.write(text)
+                           "unresolved": dict(sorted(self.unresolved.items(), key=lambda item: _pair_order(item[0]))),
+                           "seconds": round(seconds)}, indent=2) + "\n"
+        descriptor, scratch = tempfile.mkstemp(dir=self.path.parent, prefix=".history-")
         try:
-            os.replace(scratch.name, self.path)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(text)
+                file.flush()
+                os.fsync(file.fileno())
+            os.chmod(scratch, 0o644)  # mkstemp's 0600 would carry over
+            os.replace(scratch, self.path)
         finally:
-            Path(scratch.name).unlink(missing_ok=True)
+            Path(scratch).unlink(missing_ok=True)
 
 
-def _pair_order(pair: str) -> tuple[str, int]:
+def _pair_order(pair: str) -> tuple[str, int, int]:
+    """"tiny-llama b9093..b9265" -> ("tiny-llama", 9093, 9265); a pair of another form last of its profile."""
     profile, _, builds = pair.partition(" ")
-    return profile, published.number(builds.partition("..")[0]) or 0
+    older, _, newer = builds.partition("..")
+    return profile, published.number(older) or sys.maxsize, published.number(newer) or sys.maxsize
 
 
 def render(found: list[dict], unresolved: dict[str, str]) -> str:

@@ -43,6 +43,9 @@ class NightOptions:
     env: dict[str, str] = field(default_factory=dict)  # on top of this process's environment, for asv
     bench: str | None = None  # only the benchmarks this regular expression matches (asv run --bench)
     bisect: bool = True  # where a count changed since the last night, find the first commit that changed it
+    # exactly these commits, oldest first (the history's: each build it chose that has no whole result), instead
+    # of those after the newest measured
+    commits: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,8 @@ def run_night(options: NightOptions, out: TextIO = sys.stderr) -> Night:
         if options.pull:
             _pull(cfg.repo, out)
         done = commits.measured(cfg.asv_results, options.machine)
-        chosen = commits.to_measure(cfg.repo, cfg.branches, done, options.max_commits)
+        chosen = list(options.commits) if options.commits is not None else \
+            commits.to_measure(cfg.repo, cfg.branches, done, options.max_commits)
         # the sessions' raw records go under the results directory too, unless the environment says where
         env = {"REUSEBENCH_RESULTS": str(cfg.results / "records"), **os.environ, **options.env}
         print(estimate(chosen, cfg, env), flush=True)
@@ -75,7 +79,7 @@ def run_night(options: NightOptions, out: TextIO = sys.stderr) -> Night:
             (cfg.results / HASH_FILE).write_text("".join(f"{c}\n" for c in chosen))
             asv(cfg.path, env, out, "machine", "--yes", "--machine", options.machine)
             status = asv(cfg.path, env, out, "run", f"HASHFILE:{cfg.results / HASH_FILE}", "--machine", options.machine,
-                          "--skip-existing-commits", "--show-stderr",
+                          "--skip-existing-successful", "--show-stderr",  # a failed benchmark named again runs again
                           *(("--bench", options.bench) if options.bench else ()), log=_log_path(cfg))
         found = bisection.first_changes(cfg.repo, cfg.branches, chosen, done, cfg.asv_results, options.machine, env,
                                         cfg.results, out) if chosen and options.bisect else []

@@ -92,11 +92,12 @@ def count_changes(before: dict[Key, float | None], after: dict[Key, float | None
             if c.kind != "busy" and not is_noisy(c.key[0]) and c.before is not None and c.after is not None]
 
 
-def missing_counts(before: dict[Key, float | None], after: dict[Key, float | None]) -> list[Key]:
-    """The counts either commit has no figure for (its benchmark failed, or asv stored nothing for it): whether
-    they changed cannot be said."""
-    counts = {key for key in set(before) | set(after) if not key[0].startswith(CONTEXT) and not is_noisy(key[0])}
-    return sorted(key for key in counts if before.get(key) is None or after.get(key) is None)
+def missing_counts(*commits: dict[Key, float | None]) -> list[Key]:
+    """The counts any of `commits` (their figures as `stored` reads them) has no figure for: its benchmark failed,
+    or asv stored none for it. Between two commits, whether such a count changed cannot be said."""
+    counts = {key for figures in commits for key in figures
+              if not key[0].startswith(CONTEXT) and not is_noisy(key[0])}
+    return sorted(key for key in counts if any(figures.get(key) is None for figures in commits))
 
 
 def _known(value: float | None) -> bool:
