@@ -147,6 +147,9 @@ def test_a_change_two_runs_found_is_listed_once(tmp_path: Path) -> None:
     ledger.record("tiny-llama b9442..b9518", [{**found, "pair": "tiny-llama b9442..b9518"}])
     ledger.record("tiny-llama b9093..b9509", [{**found, "pair": "tiny-llama b9093..b9509"}])
     assert [c["pair"] for c in ledger.changes()] == ["tiny-llama b9093..b9509"]
+    ledger.write([9093, 9442, 9509, 9518], complete=True, seconds=1)
+    again = history.Ledger(tmp_path / "history.json")  # each pair keeps its change in the file
+    assert [len(again.done[pair]) for pair in ("tiny-llama b9093..b9509", "tiny-llama b9442..b9518")] == [1, 1]
 
 
 def test_a_build_without_a_whole_result_is_measured_again() -> None:

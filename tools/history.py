@@ -223,7 +223,7 @@ class Ledger:
 
     def changes(self) -> list[dict]:
         """Every change found, by profile and build, once: two runs over other builds find a change in both of
-        their pairs around it."""
+        their pairs around it (history.json keeps it under each pair, so that a next run knows both done)."""
         found: dict[tuple, dict] = {}
         for pair in sorted(self.done, key=_pair_order):
             for c in self.done[pair]:
@@ -234,7 +234,8 @@ class Ledger:
     def write(self, builds: list[int], complete: bool, seconds: float) -> None:
         """Whole or not at all: the next run reads it back, and a half-written file would lose every bisect."""
         text = json.dumps({"builds": [f"b{n}" for n in builds], "complete": complete,
-                           "bisected": sorted(self.done, key=_pair_order), "changes": self.changes(),
+                           "bisected": sorted(self.done, key=_pair_order),
+                           "changes": [c for pair in sorted(self.done, key=_pair_order) for c in self.done[pair]],
                            "unresolved": dict(sorted(self.unresolved.items(), key=lambda item: _pair_order(item[0]))),
                            "seconds": round(seconds)}, indent=2) + "\n"
         descriptor, scratch = tempfile.mkstemp(dir=self.path.parent, prefix=".history-")
